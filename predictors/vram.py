@@ -310,6 +310,14 @@ def predict_vram(
     # ---- activations ----------------------------------------------------------------------------
     act = _activations(spec, arch, e, mixed, lay)
     logits = _logits(spec, arch, e, lay)
+    if lay.pp > 1:
+        # the first stage holds pp micro-batches of activations, the last stage one micro-batch and the
+        # logits: the most loaded GPU is whichever end holds more (not both at once)
+        last = _activations(spec, arch, e, mixed, lay, first_stage=False) + logits
+        if last > act:
+            act, logits = last - logits, logits
+        else:
+            logits = 0.0
     head_grad = 0.0
     if method == "full" and spec.task in ("causal-lm", "masked-lm") and lm_head_params:
         head_grad = lm_head_params * scale / lay.tp * grad_bytes / (dp if shard_grads else 1)
@@ -338,9 +346,15 @@ def predict_vram(
         "communication_buffers": comm,
         "gathered_params": gathered,
     }
+    # Pipeline schedules run the stage's micro-batches without gradient sync until the last one
+    # (torch.distributed.pipelining stage backward: FSDP set_requires_gradient_sync(False)), so a sharded
+    # stage accumulates its gradients unsharded, in the reduce dtype (fp32 under mixed precision).
+    pp_grads = 0.0
+    if lay.pp > 1 and method == "full" and shard_grads and not offload_params:
+        pp_grads = trainable_gpu * (4.0 if mixed else float(e))
     backward_phase = {
         **resident,
-        "gradients": head_grad + (grads if method != "full" else 0.0),
+        "gradients": head_grad + pp_grads + (grads if method != "full" else 0.0),
         "activations": act,
         "logits": logits,
         "quantization_workspace": quant_work,
@@ -400,8 +414,14 @@ def _saves_input(role: str, spec: TrainingSpec, targets: set[str]) -> bool:
     return spec.method == "full" or role in targets
 
 
-def _activations(spec: TrainingSpec, arch: Architecture, e: int, mixed: bool, lay: _Layout) -> float:
-    """Saved activations of the most loaded GPU at the start of the backward pass, in bytes."""
+def _activations(
+    spec: TrainingSpec, arch: Architecture, e: int, mixed: bool, lay: _Layout, first_stage: bool = True
+) -> float:
+    """Saved activations of one pipeline stage's GPU at the start of the backward pass, in bytes.
+
+    ``first_stage`` picks the first pipeline stage (pp micro-batches in flight under 1F1B); otherwise the
+    last stage (one micro-batch). Without pipeline parallelism both are the same.
+    """
     b = spec.micro_batch_size
     s = spec.seq_len / lay.cp
     tokens = b * s
@@ -474,8 +494,8 @@ def _activations(spec: TrainingSpec, arch: Architecture, e: int, mixed: bool, la
     per_layer = (attn + mlp + lora_extra) / lay.tp
     # residual stream additions keep nothing; the block output is the next block's norm input.
 
+    # 1F1B pipeline: the first stage holds the activations of pp micro-batches, the last stage one
     layers = math.ceil(arch.num_layers / lay.pp)
-    in_flight = lay.pp if lay.pp > 1 else 1  # 1F1B: the first stage holds pp micro-batches
     enc_layers = arch.num_encoder_layers
     if arch.is_encoder_decoder:
         # decoder blocks add cross-attention: q, k, v, output and a third norm
@@ -489,20 +509,24 @@ def _activations(spec: TrainingSpec, arch: Architecture, e: int, mixed: bool, la
         biggest = per_layer
 
     ckpt = spec.gradient_checkpointing
+    recompute = 0.0  # held once, whatever the number of micro-batches in flight
     if ckpt == "full":
         # each block keeps only its input; the block being recomputed holds its full activations and
         # the gradient of its output while backward runs through it
         # (with tensor parallelism the kept inputs are sequence-parallel shards)
-        kept = (layers + enc_layers) * res_bytes * h / lay.tp + biggest + 2 * e * h / lay.tp
-        act_per_token = kept
+        act_per_token = (layers + enc_layers) * res_bytes * h / lay.tp
+        recompute = biggest + 2 * e * h / lay.tp
     elif ckpt == "selective":
         # recompute the cheap element-wise ops; keep matmul inputs/outputs (Korthikanti et al. 2022)
         act_per_token = stack * _SELECTIVE_KEPT_FRACTION
     else:
         act_per_token = stack
-    # embedding output / final norm input, once
-    act_per_token += res_bytes * h + (4 * h if spec.task != "seq-classification" else 0)
-    return act_per_token * tokens * in_flight
+    if lay.pp > 1 and first_stage:
+        # the first stage ends at a block boundary: no final norm; its input is the next stage's
+        return (act_per_token * lay.pp + recompute) * tokens
+    # final norm: its input and fp32 copy (sequence-parallel shards under tensor parallelism)
+    act_per_token += (res_bytes * h + (4 * h if spec.task != "seq-classification" else 0)) / lay.tp
+    return (act_per_token + recompute) * tokens
 
 
 # Target length assumed for encoder-decoder models (the spec's seq_len is the encoder input length,

@@ -151,6 +151,50 @@ def test_tensor_and_pipeline_parallel_split_weights() -> None:
     assert tp.breakdown_bytes["weights"] < 0.6 * one.breakdown_bytes["weights"]
 
 
+def test_pipeline_first_stage_holds_pp_micro_batches_but_one_recompute_buffer() -> None:
+    deep = dict(TINY, num_hidden_layers=8, vocab_size=8)  # tiny vocabulary: the first stage is the peak
+    arch = architecture_from_config(deep, "deep")
+
+    def act(pp: int, ckpt: str) -> int:
+        spec = parse_training_spec({"model": {"config": deep}, "precision": "bf16-true", "seq_len": 4096,
+                                    "gpus": pp, "pipeline_parallel": pp, "sharding": "none",
+                                    "gradient_checkpointing": ckpt})
+        return predict_vram(spec, arch).breakdown_bytes["activations"]
+
+    tokens = 4096
+    final_norm = (2 * H + 4 * H) * tokens
+    # no recomputation: a stage of 4 layers holding 2 micro-batches = the whole 8-layer model's worth
+    assert act(2, "none") == act(1, "none") - final_norm
+    # full recomputation: 2 micro-batches x 4 kept block inputs, plus ONE block being recomputed
+    kept = 2 * H * tokens
+    recompute = act(1, "full") - 8 * kept - final_norm
+    assert act(2, "full") == 2 * 4 * kept + recompute
+
+
+def test_pipeline_peak_is_the_larger_end_not_both() -> None:
+    big_vocab = dict(TINY, num_hidden_layers=4, vocab_size=200_000)
+    arch = architecture_from_config(big_vocab, "bigvocab")
+    spec = parse_training_spec({"model": {"config": big_vocab}, "precision": "bf16-true", "seq_len": 128,
+                                "gpus": 2, "pipeline_parallel": 2, "sharding": "none"})
+    p = predict_vram(spec, arch)
+    # the last stage (head + logits + one micro-batch) is the larger end here: its logits are counted,
+    # the first stage's two micro-batches are not added on top
+    assert p.breakdown_bytes["logits"] > 0
+    one_stage = parse_training_spec({"model": {"config": big_vocab}, "precision": "bf16-true", "seq_len": 128})
+    assert p.breakdown_bytes["activations"] < predict_vram(one_stage, arch).breakdown_bytes["activations"]
+
+
+def test_pipeline_with_fsdp_accumulates_unsharded_gradients() -> None:
+    deep = dict(TINY, num_hidden_layers=8)
+    arch = architecture_from_config(deep, "deep")
+    base = {"model": {"config": deep}, "precision": "bf16-mixed", "seq_len": 128, "gpus": 8, "sharding": "fsdp"}
+    no_pp = predict_vram(parse_training_spec(base), arch)
+    pp = predict_vram(parse_training_spec({**base, "pipeline_parallel": 2}), arch)
+    assert no_pp.peak_phase == "backward"  # only the head's sharded gradient is counted before the step
+    # micro-batches run without gradient sync: the stage's fp32 gradients are all there, unsharded
+    assert pp.breakdown_bytes["gradients"] - no_pp.breakdown_bytes["gradients"] >= 4 * 0.4 * arch.params_total
+
+
 def test_cuda_context_depends_on_gpu_family() -> None:
     assert run(gpu="V100-16GB").breakdown_bytes["cuda_context"] > run(gpu="H100-80GB").breakdown_bytes[
         "cuda_context"] > 300 * MIB
