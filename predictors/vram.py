@@ -447,7 +447,12 @@ def _activations(
     attn = 2 * norm / 2  # one norm
     if any(_saves_input(r, spec, targets) for r in ("q_proj", "k_proj", "v_proj")):
         attn += e * h
-    attn += e * (heads + 2 * kv) * hd  # q, k, v (after rotary) kept by the attention kernel
+    # q, k, v (after rotary) kept by the attention kernel. With grouped-query attention, the sdpa and eager
+    # paths of HF transformers (repeat_kv), litgpt (k/v expand + reshape), torchtitan (repeat_kv) and
+    # torchtune (expand before SDPA) materialise k and v at the full head count and that copy is what the
+    # kernel keeps; flash-attn takes the kv heads as they are.
+    kv_kept = kv if spec.attention == "flash" else heads
+    attn += e * (heads + 2 * kv_kept) * hd
     if arch.kv_lora_rank:
         attn += e * arch.kv_lora_rank
     attn += e * heads * (arch.v_head_dim or hd)  # attention output (o_proj input and kernel output)
