@@ -200,6 +200,16 @@ def test_pipeline_with_fsdp_accumulates_unsharded_gradients() -> None:
     assert pp.breakdown_bytes["gradients"] - no_pp.breakdown_bytes["gradients"] >= 4 * 0.4 * arch.params_total
 
 
+def test_gradient_accumulation_keeps_full_gradients_through_backward() -> None:
+    one = run(precision="bf16-true", seq_len=4096)
+    accum = run(precision="bf16-true", seq_len=4096, grad_accum_steps=8)
+    assert one.peak_phase == accum.peak_phase == "backward"
+    head_grad = one.breakdown_bytes["gradients"]  # the head's gradient exists before the body's
+    assert accum.breakdown_bytes["gradients"] == head_grad + 2 * PARAMS  # + all bf16 gradients
+    lora = run(precision="bf16-true", seq_len=4096, method="lora")
+    assert run(precision="bf16-true", seq_len=4096, method="lora", grad_accum_steps=8) == lora
+
+
 def test_cuda_context_depends_on_gpu_family() -> None:
     assert run(gpu="V100-16GB").breakdown_bytes["cuda_context"] > run(gpu="H100-80GB").breakdown_bytes[
         "cuda_context"] > 300 * MIB
