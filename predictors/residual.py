@@ -70,6 +70,39 @@ def default_regressor(random_state: int = 0) -> HistGradientBoostingRegressor:
     )
 
 
+def calibration_folds(n: int, groups: Sequence[str] | None, cv: int | None, random_state: int
+                      ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Folds of the cross-conformal calibration: one per group (``cv`` None) or ``cv`` group folds when
+    ``groups`` has two or more groups, else ``cv`` (default 5) shuffled folds."""
+    index = np.zeros(n)
+    if groups is not None:
+        labels = np.asarray(list(groups))
+        if len(labels) != n:
+            raise ValueError(f"groups has {len(labels)} entries for {n} cases")
+        n_groups = len(set(labels.tolist()))
+        if n_groups >= 2:
+            if cv is None:
+                return list(LeaveOneGroupOut().split(index, groups=labels))
+            return list(GroupKFold(n_splits=min(cv, n_groups)).split(index, groups=labels))
+    splits = min(cv or 5, n)
+    return list(KFold(n_splits=splits, shuffle=True, random_state=random_state).split(index))
+
+
+def shrinkage_from_out_of_fold(target: np.ndarray, out_of_fold: np.ndarray) -> float:
+    """The ``alpha`` in 0, 0.1, ..., 1 that minimises the median of ``|target - alpha * out_of_fold|``
+    (ties: the smaller correction)."""
+    grid = np.linspace(0.0, 1.0, 11)
+    errors = [float(np.median(np.abs(target - alpha * out_of_fold))) for alpha in grid]
+    return float(grid[int(np.argmin(errors))])
+
+
+def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
+    """The ``ceil((n + 1) * coverage) / n`` empirical quantile of ``n`` calibration scores (split-conformal)."""
+    n = len(scores)
+    rank = min(n, math.ceil((n + 1) * coverage))
+    return float(np.sort(scores)[rank - 1])
+
+
 class ResidualVramRegressor(RegressorMixin, BaseEstimator):
     """Analytic peak VRAM times a learned correction, floored at the resident model states.
 
@@ -181,18 +214,7 @@ class ResidualVramRegressor(RegressorMixin, BaseEstimator):
         return np.minimum(raw, self.max_widening)
 
     def _folds(self, n: int, groups: Sequence[str] | None) -> list[tuple[np.ndarray, np.ndarray]]:
-        index = np.zeros(n)
-        if groups is not None:
-            labels = np.asarray(list(groups))
-            if len(labels) != n:
-                raise ValueError(f"groups has {len(labels)} entries for {n} cases")
-            n_groups = len(set(labels.tolist()))
-            if n_groups >= 2:
-                if self.cv is None:
-                    return list(LeaveOneGroupOut().split(index, groups=labels))
-                return list(GroupKFold(n_splits=min(self.cv, n_groups)).split(index, groups=labels))
-        splits = min(self.cv or 5, n)
-        return list(KFold(n_splits=splits, shuffle=True, random_state=self.random_state).split(index))
+        return calibration_folds(n, groups, self.cv, self.random_state)
 
     def _calibrate(self, features: np.ndarray, target: np.ndarray, groups: Sequence[str] | None) -> None:
         n = len(target)
@@ -203,15 +225,12 @@ class ResidualVramRegressor(RegressorMixin, BaseEstimator):
             out_of_fold[held_rows] = model.predict(features[held_rows])
             widening[held_rows] = self._widening(self._neighbour_distance(features[held_rows], train_rows=train_rows))
         if self.shrinkage is None:
-            grid = np.linspace(0.0, 1.0, 11)
-            errors = [float(np.median(np.abs(target - alpha * out_of_fold))) for alpha in grid]
-            self.alpha_ = float(grid[int(np.argmin(errors))])  # ties: the smaller correction
+            self.alpha_ = shrinkage_from_out_of_fold(target, out_of_fold)
         else:
             self.alpha_ = float(self.shrinkage)
         scores = (target - self.alpha_ * out_of_fold) / widening
         self.calibration_scores_ = scores
-        rank = min(n, math.ceil((n + 1) * self.coverage))
-        self.quantile_ = float(np.sort(scores)[rank - 1])
+        self.quantile_ = conformal_quantile(scores, self.coverage)
 
     # ---- prediction ---------------------------------------------------------------------------------
     def log_correction(self, X: Sequence[VramCase] | np.ndarray) -> np.ndarray:
