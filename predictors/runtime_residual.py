@@ -10,12 +10,14 @@ tokens/s of the whole job, ``F(x)`` its feature vector, ``Z(x)`` the same with t
 to the training range and standardized (one-hot columns as they are), ``w(x) >= 1`` its widening.
 
 * ``fit(X, y)``: ``r_i = ln(y_i / a(x_i))`` (``y``: measured tokens/s of the job);
-  ``regressor_ = clone(regressor).fit(Z(X), r)``. The default regressor is a ridge regression: with
-  one-hot settings its L2 penalty shrinks each GPU family's (method's, ...) correction towards 0 the
-  fewer training runs have it. Calibration (cross-conformal, as :mod:`predictors.residual`): one fold
-  per group (source) when ``groups`` are given; out-of-fold predictions ``f_-i``; the shrinkage ``alpha_``
-  in [0, 1] minimises the median of ``|r_i - alpha * f_-i(x_i)|`` (a correction that does not carry over
-  to unseen sources is shrunk to the analytic level, ``alpha_ = 0``). Scores
+  ``regressor_ = clone(regressor).fit(Z(X), r)``. The default regressor is a ridge regression without
+  intercept: with one-hot settings its L2 penalty shrinks each GPU family's (method's, ...) correction
+  towards 0 (the analytic model) the fewer training runs have it. Calibration (cross-conformal, as
+  :mod:`predictors.residual`): one fold per group (source) when ``groups`` are given; out-of-fold
+  predictions ``f_-i``; the shrinkage ``alpha_`` in [0, 1] minimises the median of
+  ``|r_i - alpha * f_-i(x_i)|`` (a correction that does not carry over to unseen sources is shrunk to the
+  analytic level, ``alpha_ = 0``; being a median, it also drops a correction that helps fewer than half of
+  the runs, e.g. one GPU family's, whatever it does for them). Scores
   ``s_i = (alpha_ * f_-i(x_i) - r_i) / w_-i(x_i)`` (positive: the job ran slower than predicted);
   ``quantile_`` is their ``ceil((n + 1) * coverage) / n`` empirical quantile.
 * ``predict(X) = a(x) * exp(alpha_ * f(x))`` with ``f = regressor_.predict o Z``: tokens/s of the job.
@@ -63,8 +65,10 @@ DEFAULT_RUNTIME_UPPER_MARGIN = 1.0
 
 
 def default_runtime_regressor(penalty: float = DEFAULT_PENALTY) -> Ridge:
-    """A ridge regression on standardized numeric and one-hot features (see :data:`DEFAULT_PENALTY`)."""
-    return Ridge(alpha=penalty)
+    """A ridge regression without intercept on standardized numeric and one-hot features: every term,
+    including each setting's level, is shrunk towards 0 (the analytic model), none towards the mean of the
+    training runs (see :data:`DEFAULT_PENALTY`)."""
+    return Ridge(alpha=penalty, fit_intercept=False)
 
 
 class ResidualRuntimeRegressor(RegressorMixin, BaseEstimator):
