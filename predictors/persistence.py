@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from predictors.architecture import Architecture
+    from predictors.hardware import GpuSpec
+    from predictors.spec import TrainingSpec
 
 FORMAT_VERSION = 1
 DEFAULT_MODEL_FILE = "residual-default.skops"
@@ -67,9 +72,6 @@ def sha256_of_texts(texts: Iterable[str]) -> str:
 
 def analytic_fingerprint() -> str:
     """SHA-256 of the analytic breakdowns of a few fixed specs: changes whenever the analytic constants do."""
-    from predictors.catalog import resolve_model
-    from predictors.hardware import lookup_gpu
-    from predictors.spec import TrainingSpec
     from predictors.vram import predict_vram
 
     specs = [
@@ -84,14 +86,26 @@ def analytic_fingerprint() -> str:
         {"model": "bert-large-uncased", "task": "seq-classification", "precision": "16-mixed",
          "micro_batch_size": 8, "seq_len": 512, "gpus": 1, "attention": "eager"},
     ]
+    def row(spec: TrainingSpec, architecture: Architecture, gpu: GpuSpec) -> dict[str, Any]:
+        vram = predict_vram(spec, architecture, gpu)
+        return {**vram.breakdown_bytes, "_allocated": vram.peak_allocated_bytes,
+                "_reserved": vram.peak_reserved_bytes, "_phase": vram.peak_phase}
+
+    return _fingerprint(specs, ("A100-80GB", "V100-32GB"), row)
+
+
+def _fingerprint(specs: Iterable[dict[str, Any]], gpus: Iterable[str],
+                 row: Callable[[TrainingSpec, Architecture, GpuSpec], dict[str, Any]]) -> str:
+    """SHA-256 of ``row`` for every spec on every GPU, in order."""
+    from predictors.catalog import resolve_model
+    from predictors.hardware import lookup_gpu
+    from predictors.spec import TrainingSpec
+
     rows = []
     for raw in specs:
         spec = TrainingSpec.model_validate(raw)
         resolved = resolve_model(spec)
-        for gpu in ("A100-80GB", "V100-32GB"):
-            vram = predict_vram(spec, resolved.architecture, lookup_gpu(gpu))
-            rows.append({**vram.breakdown_bytes, "_allocated": vram.peak_allocated_bytes,
-                         "_reserved": vram.peak_reserved_bytes, "_phase": vram.peak_phase})
+        rows += [row(spec, resolved.architecture, lookup_gpu(gpu)) for gpu in gpus]
     return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
 
 
@@ -199,20 +213,14 @@ _RUNTIME_FINGERPRINT_GPUS: tuple[str, ...] = ("V100-32GB", "T4", "A100-80GB", "R
 def runtime_analytic_fingerprint() -> str:
     """SHA-256 of the analytic runtime components of a few fixed specs on one GPU per family: changes
     whenever the runtime model or its efficiency table does (not when the VRAM model does)."""
-    from predictors.catalog import resolve_model
-    from predictors.hardware import lookup_gpu
     from predictors.runtime import predict_runtime
-    from predictors.spec import TrainingSpec
 
-    rows = []
-    for raw in _RUNTIME_FINGERPRINT_SPECS:
-        spec = TrainingSpec.model_validate(raw)
-        resolved = resolve_model(spec)
-        for gpu in _RUNTIME_FINGERPRINT_GPUS:
-            runtime = predict_runtime(spec, resolved.architecture, lookup_gpu(gpu))
-            rows.append({**runtime.components_seconds, "_tokens_per_second": runtime.tokens_per_second,
-                         "_flops_per_token": runtime.flops_per_token, "_efficiency": runtime.matmul_efficiency})
-    return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
+    def row(spec: TrainingSpec, architecture: Architecture, gpu: GpuSpec) -> dict[str, Any]:
+        runtime = predict_runtime(spec, architecture, gpu)
+        return {**runtime.components_seconds, "_tokens_per_second": runtime.tokens_per_second,
+                "_flops_per_token": runtime.flops_per_token, "_efficiency": runtime.matmul_efficiency}
+
+    return _fingerprint(_RUNTIME_FINGERPRINT_SPECS, _RUNTIME_FINGERPRINT_GPUS, row)
 
 
 def build_runtime_metadata(**extra: Any) -> dict[str, Any]:

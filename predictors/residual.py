@@ -103,18 +103,20 @@ def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
     return float(np.sort(scores)[rank - 1])
 
 
-class ResidualVramRegressor(RegressorMixin, BaseEstimator):
-    """Analytic peak VRAM times a learned correction, floored at the resident model states.
+class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
+    """What the residual estimators share: their parameters, the checks of ``fit``'s inputs, the widening of
+    the bound with the distance to the training data, and the choice of shrinkage and conformal quantile
+    from out-of-fold predictions.
 
     Parameters
     ----------
     regressor:
-        Unfitted scikit-learn regressor for the log correction; ``None``: :func:`default_regressor`.
+        Unfitted scikit-learn regressor for the log correction; ``None``: the subclass's default.
     coverage:
-        Target probability that the measured peak is at most :meth:`predict_upper` (one-sided).
+        Target probability that the measurement falls on the safe side of the (one-sided) bound.
     cv:
         Folds for the cross-conformal calibration. ``None``: one fold per group when ``groups`` are given
-        to :meth:`fit`, else 5 shuffled folds.
+        to ``fit``, else 5 shuffled folds.
     n_neighbors:
         Training cases the distance to the training data is averaged over.
     distance_weight:
@@ -124,7 +126,7 @@ class ResidualVramRegressor(RegressorMixin, BaseEstimator):
     shrinkage:
         Fixed ``alpha`` for the correction; ``None``: chosen from out-of-fold predictions at fit time.
     random_state:
-        Seed of the default regressor and of shuffled folds.
+        Seed of the default regressor (where it has one) and of shuffled folds.
     """
 
     def __init__(
@@ -147,6 +149,43 @@ class ResidualVramRegressor(RegressorMixin, BaseEstimator):
         self.shrinkage = shrinkage
         self.random_state = random_state
 
+    def _checked_measurements(self, X: Sequence[Any], y: Sequence[float], not_positive: str
+                              ) -> tuple[list[Any], np.ndarray]:
+        if not 0 < self.coverage < 1:
+            raise ValueError(f"coverage must be in (0, 1); got {self.coverage}")
+        cases = list(X)
+        measured = np.asarray(y, dtype=np.float64)
+        if len(cases) != len(measured) or len(cases) < 2:
+            raise ValueError(f"need at least 2 cases with one measurement each; got {len(cases)} and {len(measured)}")
+        if np.any(measured <= 0):
+            raise ValueError(not_positive)
+        return cases, measured
+
+    def _widening(self, distance: np.ndarray) -> np.ndarray:
+        raw = 1.0 + self.distance_weight * np.maximum(0.0, distance / self.distance_ref_ - 1.0)
+        return np.minimum(raw, self.max_widening)
+
+    def _set_shrinkage_and_quantile(self, target: np.ndarray, out_of_fold: np.ndarray, widening: np.ndarray,
+                                    lower: bool = False) -> None:
+        """``alpha_`` (fixed, or from the out-of-fold predictions), the scores and their ``quantile_``: by how
+        much the measurement exceeds the shrunk prediction (``lower``: falls short of it), per widening."""
+        if self.shrinkage is None:
+            self.alpha_ = shrinkage_from_out_of_fold(target, out_of_fold)
+        else:
+            self.alpha_ = float(self.shrinkage)
+        excess = target - self.alpha_ * out_of_fold
+        scores = (-excess if lower else excess) / widening
+        self.calibration_scores_ = scores
+        self.quantile_ = conformal_quantile(scores, self.coverage)
+
+
+class ResidualVramRegressor(ConformalResidualRegressor):
+    """Analytic peak VRAM times a learned correction, floored at the resident model states.
+
+    Parameters as :class:`ConformalResidualRegressor`; ``regressor`` ``None`` is :func:`default_regressor`,
+    ``coverage`` the probability that the measured peak is at most :meth:`predict_upper`.
+    """
+
     # ---- fitting ------------------------------------------------------------------------------------
     def _new_regressor(self) -> Any:
         if self.regressor is None:
@@ -156,14 +195,7 @@ class ResidualVramRegressor(RegressorMixin, BaseEstimator):
     def fit(self, X: Sequence[VramCase], y: Sequence[float], groups: Sequence[str] | None = None
             ) -> ResidualVramRegressor:
         """Fit the correction on cases ``X`` with measured peaks ``y`` (bytes, per GPU)."""
-        if not 0 < self.coverage < 1:
-            raise ValueError(f"coverage must be in (0, 1); got {self.coverage}")
-        cases = list(X)
-        y_bytes = np.asarray(y, dtype=np.float64)
-        if len(cases) != len(y_bytes) or len(cases) < 2:
-            raise ValueError(f"need at least 2 cases with one measurement each; got {len(cases)} and {len(y_bytes)}")
-        if np.any(y_bytes <= 0):
-            raise ValueError("measured peaks must be positive bytes")
+        cases, y_bytes = self._checked_measurements(X, y, "measured peaks must be positive bytes")
         features = feature_matrix(cases)
         analytic = np.asarray([max(c.level_bytes, 1) for c in cases], dtype=np.float64)
         target = np.log(y_bytes / analytic)
@@ -209,10 +241,6 @@ class ResidualVramRegressor(RegressorMixin, BaseEstimator):
         nearest = np.partition(dist, k - 1, axis=1)[:, :k]
         return nearest.mean(axis=1)
 
-    def _widening(self, distance: np.ndarray) -> np.ndarray:
-        raw = 1.0 + self.distance_weight * np.maximum(0.0, distance / self.distance_ref_ - 1.0)
-        return np.minimum(raw, self.max_widening)
-
     def _folds(self, n: int, groups: Sequence[str] | None) -> list[tuple[np.ndarray, np.ndarray]]:
         return calibration_folds(n, groups, self.cv, self.random_state)
 
@@ -224,13 +252,7 @@ class ResidualVramRegressor(RegressorMixin, BaseEstimator):
             model = self._new_regressor().fit(features[train_rows], target[train_rows])
             out_of_fold[held_rows] = model.predict(features[held_rows])
             widening[held_rows] = self._widening(self._neighbour_distance(features[held_rows], train_rows=train_rows))
-        if self.shrinkage is None:
-            self.alpha_ = shrinkage_from_out_of_fold(target, out_of_fold)
-        else:
-            self.alpha_ = float(self.shrinkage)
-        scores = (target - self.alpha_ * out_of_fold) / widening
-        self.calibration_scores_ = scores
-        self.quantile_ = conformal_quantile(scores, self.coverage)
+        self._set_shrinkage_and_quantile(target, out_of_fold, widening)
 
     # ---- prediction ---------------------------------------------------------------------------------
     def log_correction(self, X: Sequence[VramCase] | np.ndarray) -> np.ndarray:

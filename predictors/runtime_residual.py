@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import Ridge
 from sklearn.utils.validation import check_is_fitted
@@ -46,7 +46,7 @@ from sklearn.utils.validation import check_is_fitted
 from predictors.architecture import Architecture
 from predictors.hardware import GpuSpec
 from predictors.persistence import LoadedModel
-from predictors.residual import calibration_folds, conformal_quantile, shrinkage_from_out_of_fold
+from predictors.residual import ConformalResidualRegressor, calibration_folds
 from predictors.runtime import RuntimePrediction
 from predictors.runtime_features import RUNTIME_NUMERIC, RuntimeCase, runtime_feature_matrix
 from predictors.spec import TrainingSpec
@@ -71,50 +71,14 @@ def default_runtime_regressor(penalty: float = DEFAULT_PENALTY) -> Ridge:
     return Ridge(alpha=penalty, fit_intercept=False)
 
 
-class ResidualRuntimeRegressor(RegressorMixin, BaseEstimator):
+class ResidualRuntimeRegressor(ConformalResidualRegressor):
     """Analytic job throughput times a learned correction, with a lower bound (an upper bound on runtime).
 
-    Parameters
-    ----------
-    regressor:
-        Unfitted scikit-learn regressor for the log correction; ``None``: :func:`default_runtime_regressor`.
-    coverage:
-        Target probability that the measured throughput is at least :meth:`predict_lower` (one-sided), i.e.
-        that the job finishes within the runtime upper bound.
-    cv:
-        Folds for the cross-conformal calibration. ``None``: one fold per group when ``groups`` are given
-        to :meth:`fit`, else 5 shuffled folds.
-    n_neighbors:
-        Training cases the distance to the training data is averaged over.
-    distance_weight:
-        How fast the bound widens with the distance to the training data (0: no widening).
-    max_widening:
-        Cap of that widening factor.
-    shrinkage:
-        Fixed ``alpha`` for the correction; ``None``: chosen from out-of-fold predictions at fit time.
-    random_state:
-        Seed of shuffled folds.
+    Parameters as :class:`~predictors.residual.ConformalResidualRegressor`; ``regressor`` ``None`` is
+    :func:`default_runtime_regressor`; ``coverage`` is the probability that the measured throughput is at
+    least :meth:`predict_lower`, i.e. that the job finishes within the runtime upper bound (default 0.95 as
+    for VRAM; the shipped model uses ``predictors.runtime_training.DEFAULT_RUNTIME_COVERAGE``).
     """
-
-    def __init__(
-        self,
-        regressor: Any = None,
-        coverage: float = 0.9,
-        cv: int | None = None,
-        n_neighbors: int = 5,
-        distance_weight: float = 0.5,
-        max_widening: float = 2.0,
-        shrinkage: float | None = None,
-        random_state: int = 0,
-    ) -> None:
-        self.regressor = regressor
-        self.coverage = coverage
-        self.cv = cv
-        self.n_neighbors = n_neighbors
-        self.distance_weight = distance_weight
-        self.max_widening = max_widening
-        self.shrinkage = shrinkage
-        self.random_state = random_state
 
     # ---- fitting ------------------------------------------------------------------------------------
     def _new_regressor(self) -> Any:
@@ -123,14 +87,7 @@ class ResidualRuntimeRegressor(RegressorMixin, BaseEstimator):
     def fit(self, X: Sequence[RuntimeCase], y: Sequence[float], groups: Sequence[str] | None = None
             ) -> ResidualRuntimeRegressor:
         """Fit the correction on cases ``X`` with measured job throughputs ``y`` (tokens/s)."""
-        if not 0 < self.coverage < 1:
-            raise ValueError(f"coverage must be in (0, 1); got {self.coverage}")
-        cases = list(X)
-        y_tps = np.asarray(y, dtype=np.float64)
-        if len(cases) != len(y_tps) or len(cases) < 2:
-            raise ValueError(f"need at least 2 cases with one measurement each; got {len(cases)} and {len(y_tps)}")
-        if np.any(y_tps <= 0):
-            raise ValueError("measured throughputs must be positive tokens/s")
+        cases, y_tps = self._checked_measurements(X, y, "measured throughputs must be positive tokens/s")
         features = runtime_feature_matrix(cases)
         target = np.log(y_tps / _analytic(cases))
         self.n_features_in_ = features.shape[1]
@@ -156,10 +113,6 @@ class ResidualRuntimeRegressor(RegressorMixin, BaseEstimator):
         k = max(1, min(self.n_neighbors, dist.shape[1] - (1 if exclude_self else 0)))
         return np.sort(dist, axis=1)[:, :k].mean(axis=1)
 
-    def _widening(self, distance: np.ndarray) -> np.ndarray:
-        raw = 1.0 + self.distance_weight * np.maximum(0.0, distance / self.distance_ref_ - 1.0)
-        return np.minimum(raw, self.max_widening)
-
     def _calibrate(self, features: np.ndarray, target: np.ndarray, groups: Sequence[str] | None) -> None:
         n = len(target)
         out_of_fold = np.empty(n)
@@ -170,13 +123,7 @@ class ResidualRuntimeRegressor(RegressorMixin, BaseEstimator):
             model = self._new_regressor().fit(scale_features(features[train_rows], scaling), target[train_rows])
             out_of_fold[held_rows] = model.predict(scale_features(features[held_rows], scaling))
             widening[held_rows] = self._widening(self._neighbour_distance(features[held_rows], train_rows=train_rows))
-        if self.shrinkage is None:
-            self.alpha_ = shrinkage_from_out_of_fold(target, out_of_fold)
-        else:
-            self.alpha_ = float(self.shrinkage)
-        scores = (self.alpha_ * out_of_fold - target) / widening
-        self.calibration_scores_ = scores
-        self.quantile_ = conformal_quantile(scores, self.coverage)
+        self._set_shrinkage_and_quantile(target, out_of_fold, widening, lower=True)
 
     # ---- prediction ---------------------------------------------------------------------------------
     def log_correction(self, X: Sequence[RuntimeCase] | np.ndarray) -> np.ndarray:

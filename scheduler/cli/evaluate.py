@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 from predictors.errors import SpecError
@@ -77,54 +76,16 @@ def render_runtime(acc: RuntimeAccuracy) -> str:
 
 def residual_side_by_side(runs, qualities: set[str], cv: str) -> dict:  # type: ignore[no-untyped-def, type-arg]
     """Analytic vs analytic+residual figures (APE, upper-bound coverage and slack), overall and by source."""
-    from predictors.training import leave_one_source_out, score_rows, summarize, training_rows
+    from predictors.residual_build import VRAM
 
-    rows, _ = training_rows(runs, qualities)
-    if cv == "source":
-        scored = leave_one_source_out(rows)
-        how = "leave-one-source-out (each source predicted by a model fitted on the others)"
-    else:
-        from predictors.persistence import load_default_model
-
-        loaded = load_default_model()
-        if loaded is None:
-            return {"mode": "unavailable (no residual model)", "overall": {}, "by_source": {}}
-        scored = score_rows(loaded.model, rows)
-        how = f"shipped model {loaded.version} (in-sample where these runs were its training data)"
-    return _side_by_side(scored, how, summarize)
+    return VRAM.side_by_side(runs, qualities, cv)
 
 
 def runtime_residual_side_by_side(runs, qualities: set[str], cv: str) -> dict:  # type: ignore[no-untyped-def, type-arg]
     """Analytic vs analytic+runtime-residual throughput APE and runtime upper-bound coverage and slack."""
-    from predictors.runtime_training import (
-        runtime_leave_one_source_out,
-        runtime_training_rows,
-        score_runtime_rows,
-        summarize_runtime,
-    )
+    from predictors.residual_build import RUNTIME
 
-    rows, _ = runtime_training_rows(runs, qualities)
-    if cv == "source":
-        scored = runtime_leave_one_source_out(rows)
-        how = "leave-one-source-out (each source predicted by a model fitted on the others)"
-    else:
-        from predictors.persistence import load_default_runtime_model
-
-        loaded = load_default_runtime_model()
-        if loaded is None:
-            return {"mode": "unavailable (no runtime residual model)", "overall": {}, "by_source": {}}
-        scored = score_runtime_rows(loaded.model, rows)
-        how = f"shipped model {loaded.version} (in-sample where these runs were its training data)"
-    return _side_by_side(scored, how, summarize_runtime)
-
-
-def _side_by_side(scored: list, how: str, summarize: Callable[[list], dict]) -> dict:  # type: ignore[type-arg]
-    sources = sorted({s.row.source for s in scored})
-    return {
-        "mode": how,
-        "overall": summarize(scored),
-        "by_source": {src: summarize([s for s in scored if s.row.source == src]) for src in sources},
-    }
+    return RUNTIME.side_by_side(runs, qualities, cv)
 
 
 def _side_line(name: str, block: dict) -> str:  # type: ignore[type-arg]

@@ -37,7 +37,7 @@ def _read(paths: list[str], flag: str) -> list[tuple[str, str]]:
 
 def run(args: argparse.Namespace) -> int:
     from predictors.persistence import save_model
-    from predictors.residual_build import train, train_runtime
+    from predictors.residual_build import RUNTIME, train
 
     for flag, coverage in (("--coverage", args.coverage), ("--runtime-coverage", args.runtime_coverage)):
         if not 0 < coverage < 1:
@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
     _report(args.out, metadata, model.alpha_)
     if args.runtime_out is not None:
         try:
-            runtime_model, runtime_metadata = train_runtime(runs, ledger, cv_source=not args.no_cv,
-                                                            coverage=args.runtime_coverage)
+            runtime_model, runtime_metadata = train(runs, ledger, cv_source=not args.no_cv, kind=RUNTIME,
+                                                    coverage=args.runtime_coverage)
         except ValueError as exc:
             raise SpecError.one("--runtime-out", str(exc)) from None
         save_model(runtime_model, args.runtime_out, runtime_metadata)

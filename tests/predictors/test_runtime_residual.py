@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,7 @@ DEV_RUNS = Path(__file__).resolve().parents[2].parent / "shared" / "reference" /
 needs_dev = pytest.mark.skipif(not DEV_RUNS.exists(), reason="shared/reference/runs-dev.jsonl not found")
 # sources of the dev runs with a throughput that are small enough for CLI tests
 SMALL_SOURCES = ("S02", "S06", "S17")
+RunsSubset = Callable[[Iterable[str]], Path]  # the runs_subset fixture (tests/conftest.py)
 
 
 def _case(model: str, method: str, gpu: str, seq_len: int, gpus: int = 1, **extra: object) -> RuntimeCase:
@@ -201,20 +203,15 @@ def test_missing_or_incompatible_runtime_model_falls_back(tmp_path: Path, small_
         persistence.load_default_runtime_model.cache_clear()
 
 
-def test_shipped_runtime_model_matches_this_analytic_model() -> None:
-    """Fails after a runtime-model change: rebuild with `python -m predictors.residual_build --runtime`."""
+def test_predict_uses_the_shipped_model_and_keeps_the_contract() -> None:
+    """Fails (a warning) after a runtime-model change: rebuild with `python -m predictors.residual_build --runtime`."""
+    spec = TrainingSpec.model_validate({"model": "llama-3.1-8b", "method": "lora", "micro_batch_size": 2,
+                                        "seq_len": 2048, "gpus": 1, "gpu": "H100-80GB", "train_tokens": 1.0e9})
     persistence.load_default_runtime_model.cache_clear()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        loaded = persistence.load_default_runtime_model()
-    assert loaded is not None and loaded.version.startswith("runtime-residual-")
-    assert loaded.metadata["training_rows"] == 63
-
-
-def test_predict_adds_runtime_fields_and_keeps_the_contract() -> None:
-    spec = TrainingSpec.model_validate({"model": "llama-3.1-8b", "method": "lora", "micro_batch_size": 2,
-                                        "seq_len": 2048, "gpus": 1, "gpu": "H100-80GB", "train_tokens": 1.0e9})
-    out = predict(spec).to_dict()
+        out = predict(spec).to_dict()
+    assert persistence.load_default_runtime_model().metadata["training_rows"] == 63  # type: ignore[union-attr]
     for key in ("peak_vram_bytes", "peak_vram_upper_bytes", "throughput_tokens_per_second", "runtime_seconds"):
         assert key in out
     assert out["runtime_model_version"].startswith("runtime-residual-")
@@ -269,30 +266,20 @@ def test_leave_one_source_out_on_a_small_set(dev_rows: list[RuntimeTrainingRow])
 
 
 # Leave-one-source-out on the 63 dev runs, as measured when this model was written (README, "Runtime residual").
-LOSO_MEDIAN_APE = 0.179
-LOSO_P90_APE = 0.727
-LOSO_COVERAGE = 0.889
+REPORTED_LOSO = {"median_ape": 0.179, "p90_ape": 0.727, "coverage": 0.889}
 
 
 def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[RuntimeTrainingRow]) -> None:
-    figures = summarize_runtime(runtime_leave_one_source_out(dev_rows))["residual"]
-    print(f"runtime LOSO residual: {figures}")
-    assert figures["median_ape"] <= LOSO_MEDIAN_APE + 0.005
-    assert figures["p90_ape"] <= LOSO_P90_APE + 0.01
-    assert figures["coverage"] >= LOSO_COVERAGE - 0.01
-
-
-def _small_runs_file(tmp_path: Path) -> Path:
-    lines = [ln for ln in DEV_RUNS.read_text(encoding="utf-8").splitlines()
-             if ln.strip() and json.loads(ln)["id"].split("-")[0] in SMALL_SOURCES]
-    path = tmp_path / "runs.jsonl"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    got = summarize_runtime(runtime_leave_one_source_out(dev_rows))["residual"]
+    assert got["median_ape"] - 0.005 <= REPORTED_LOSO["median_ape"], got
+    assert got["p90_ape"] - 0.01 <= REPORTED_LOSO["p90_ape"], got
+    assert got["coverage"] + 0.01 >= REPORTED_LOSO["coverage"], got
 
 
 @needs_dev
-def test_train_cli_runtime_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    runs = _small_runs_file(tmp_path)
+def test_train_cli_runtime_out(tmp_path: Path, runs_subset: RunsSubset,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    runs = runs_subset(SMALL_SOURCES)
     rt = tmp_path / "rt.skops"
     assert main(["train", "--runs", str(runs), "--out", str(tmp_path / "m.skops"), "--runtime-out", str(rt),
                  "--runtime-coverage", "0.8", "--no-cv"]) == 0
@@ -305,16 +292,16 @@ def test_train_cli_runtime_out(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 @needs_dev
-def test_train_cli_rejects_bad_runtime_coverage(tmp_path: Path) -> None:
-    runs = _small_runs_file(tmp_path)
+def test_train_cli_rejects_bad_runtime_coverage(tmp_path: Path, runs_subset: RunsSubset) -> None:
+    runs = runs_subset(SMALL_SOURCES)
     assert main(["train", "--runs", str(runs), "--out", str(tmp_path / "m.skops"),
                  "--runtime-out", str(tmp_path / "rt.skops"), "--runtime-coverage", "1.5"]) == 2
 
 
 @needs_dev
 @pytest.mark.parametrize("cv", ["none", "source"])
-def test_evaluate_shows_runtime_residual(tmp_path: Path, capsys: pytest.CaptureFixture[str], cv: str) -> None:
-    runs = _small_runs_file(tmp_path)
+def test_evaluate_shows_runtime_residual(runs_subset: RunsSubset, capsys: pytest.CaptureFixture[str], cv: str) -> None:
+    runs = runs_subset(SMALL_SOURCES)
     assert main(["evaluate", "--runs", str(runs), "--cv", cv]) == 0
     table = capsys.readouterr().out
     assert "analytic vs analytic+runtime residual" in table and "runtime upper bound" in table
