@@ -14,21 +14,29 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from predictors.architecture import Architecture
+    from predictors.hardware import GpuSpec
+    from predictors.spec import TrainingSpec
 
 FORMAT_VERSION = 1
 DEFAULT_MODEL_FILE = "residual-default.skops"
+DEFAULT_RUNTIME_MODEL_FILE = "runtime-residual-default.skops"
+RUNTIME_MODEL_KIND = "runtime-residual"
 
 # Types beyond skops' own trusted defaults (builtins, numpy, most of scikit-learn) that a residual model
 # file may contain; skops refuses any other. Kept explicit: a new type here is a reviewed change, not
 # something a file can ask for.
 TRUSTED_TYPES: tuple[str, ...] = (
     "predictors.residual.ResidualVramRegressor",
+    "predictors.runtime_residual.ResidualRuntimeRegressor",
     "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
     "sklearn.utils.validation.check_array",
     "functools.partial",
@@ -40,6 +48,8 @@ class IncompatibleModel(Exception):
 
 
 REBUILD_HINT = "rebuild it with `python -m predictors.residual_build` (see README, 'Residual model')"
+RUNTIME_REBUILD_HINT = ("rebuild it with `python -m predictors.residual_build --runtime` "
+                        "(see README, 'Runtime residual')")
 
 
 @dataclass(frozen=True)
@@ -62,9 +72,6 @@ def sha256_of_texts(texts: Iterable[str]) -> str:
 
 def analytic_fingerprint() -> str:
     """SHA-256 of the analytic breakdowns of a few fixed specs: changes whenever the analytic constants do."""
-    from predictors.catalog import resolve_model
-    from predictors.hardware import lookup_gpu
-    from predictors.spec import TrainingSpec
     from predictors.vram import predict_vram
 
     specs = [
@@ -79,14 +86,26 @@ def analytic_fingerprint() -> str:
         {"model": "bert-large-uncased", "task": "seq-classification", "precision": "16-mixed",
          "micro_batch_size": 8, "seq_len": 512, "gpus": 1, "attention": "eager"},
     ]
+    def row(spec: TrainingSpec, architecture: Architecture, gpu: GpuSpec) -> dict[str, Any]:
+        vram = predict_vram(spec, architecture, gpu)
+        return {**vram.breakdown_bytes, "_allocated": vram.peak_allocated_bytes,
+                "_reserved": vram.peak_reserved_bytes, "_phase": vram.peak_phase}
+
+    return _fingerprint(specs, ("A100-80GB", "V100-32GB"), row)
+
+
+def _fingerprint(specs: Iterable[dict[str, Any]], gpus: Iterable[str],
+                 row: Callable[[TrainingSpec, Architecture, GpuSpec], dict[str, Any]]) -> str:
+    """SHA-256 of ``row`` for every spec on every GPU, in order."""
+    from predictors.catalog import resolve_model
+    from predictors.hardware import lookup_gpu
+    from predictors.spec import TrainingSpec
+
     rows = []
     for raw in specs:
         spec = TrainingSpec.model_validate(raw)
         resolved = resolve_model(spec)
-        for gpu in ("A100-80GB", "V100-32GB"):
-            vram = predict_vram(spec, resolved.architecture, lookup_gpu(gpu))
-            rows.append({**vram.breakdown_bytes, "_allocated": vram.peak_allocated_bytes,
-                         "_reserved": vram.peak_reserved_bytes, "_phase": vram.peak_phase})
+        rows += [row(spec, resolved.architecture, lookup_gpu(gpu)) for gpu in gpus]
     return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
 
 
@@ -128,8 +147,9 @@ def check_compatible(metadata: dict[str, Any]) -> None:
         raise IncompatibleModel(f"it was trained on a different version of the analytic model; {REBUILD_HINT}")
 
 
-def load_model(path: Path) -> LoadedModel:
-    """Load a model file, trusting only :data:`TRUSTED_TYPES`; raise :class:`IncompatibleModel` if unusable."""
+def load_model(path: Path, check: Callable[[dict[str, Any]], None] = check_compatible) -> LoadedModel:
+    """Load a model file, trusting only :data:`TRUSTED_TYPES`; raise :class:`IncompatibleModel` if unusable
+    (``check``: the compatibility test of the metadata, :func:`check_compatible` for the VRAM residual)."""
     try:
         import skops.io as sio
     except ImportError as exc:  # pragma: no cover - skops is a dependency
@@ -145,7 +165,7 @@ def load_model(path: Path) -> LoadedModel:
         raise IncompatibleModel(f"cannot read {path}: {type(exc).__name__}: {exc}; {REBUILD_HINT}") from None
     if not isinstance(payload, dict) or "model" not in payload or "metadata" not in payload:
         raise IncompatibleModel(f"{path} is not a vramfit residual model file")
-    check_compatible(payload["metadata"])
+    check(payload["metadata"])
     return LoadedModel(model=payload["model"], metadata=dict(payload["metadata"]))
 
 
@@ -156,14 +176,94 @@ def default_model_path() -> Path:
 @cache
 def load_default_model() -> LoadedModel | None:
     """The shipped residual model, loaded once; ``None`` with a warning when missing or incompatible."""
-    path = default_model_path()
+    return _load_default(default_model_path(), check_compatible, "residual model", REBUILD_HINT)
+
+
+def _load_default(path: Path, check: Callable[[dict[str, Any]], None], what: str, hint: str) -> LoadedModel | None:
     if not path.exists():
-        warnings.warn(f"residual model {path} is missing: predictions are analytic only; {REBUILD_HINT}",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(f"{what} {path} is missing: predictions are analytic only; {hint}",
+                      RuntimeWarning, stacklevel=3)
         return None
     try:
-        return load_model(path)
+        return load_model(path, check)
     except IncompatibleModel as exc:
-        warnings.warn(f"residual model not used, predictions are analytic only: {exc}", RuntimeWarning,
-                      stacklevel=2)
+        warnings.warn(f"{what} not used, predictions are analytic only: {exc}", RuntimeWarning, stacklevel=3)
         return None
+
+
+# ---- the runtime residual (predictors.runtime_residual) -----------------------------------------------
+# Specs whose analytic runtime components fingerprint the runtime model: one per code path (LoRA, QLoRA
+# dequantization, FSDP and ZeRO communication, tensor and pipeline parallelism, CPU offload, fp32).
+_RUNTIME_FINGERPRINT_SPECS: tuple[dict[str, Any], ...] = (
+    {"model": "llama-3.1-8b", "method": "lora", "micro_batch_size": 2, "seq_len": 2048, "gpus": 1,
+     "steps": 100},
+    {"model": "llama-3.1-8b", "method": "qlora", "micro_batch_size": 4, "seq_len": 1024,
+     "gradient_checkpointing": "full", "gpus": 1, "train_tokens": 1.0e8},
+    {"model": "llama-3.1-70b", "method": "full", "precision": "bf16-mixed", "micro_batch_size": 1, "seq_len": 8192,
+     "gpus": 64, "sharding": "fsdp", "tensor_parallel": 8, "pipeline_parallel": 2,
+     "gradient_checkpointing": "selective"},
+    {"model": "mistral-7b-v0.1", "method": "full", "micro_batch_size": 2, "seq_len": 2048, "gpus": 4,
+     "sharding": "zero2", "offload": "optimizer"},
+    {"model": "bert-large-uncased", "task": "seq-classification", "precision": "32-true", "micro_batch_size": 8,
+     "seq_len": 512, "gpus": 1, "attention": "eager"},
+)
+_RUNTIME_FINGERPRINT_GPUS: tuple[str, ...] = ("V100-32GB", "T4", "A100-80GB", "RTX-4090", "H100-80GB", "B200")
+
+
+def runtime_analytic_fingerprint() -> str:
+    """SHA-256 of the analytic runtime components of a few fixed specs on one GPU per family: changes
+    whenever the runtime model or its efficiency table does (not when the VRAM model does)."""
+    from predictors.runtime import predict_runtime
+
+    def row(spec: TrainingSpec, architecture: Architecture, gpu: GpuSpec) -> dict[str, Any]:
+        runtime = predict_runtime(spec, architecture, gpu)
+        return {**runtime.components_seconds, "_tokens_per_second": runtime.tokens_per_second,
+                "_flops_per_token": runtime.flops_per_token, "_efficiency": runtime.matmul_efficiency}
+
+    return _fingerprint(_RUNTIME_FINGERPRINT_SPECS, _RUNTIME_FINGERPRINT_GPUS, row)
+
+
+def build_runtime_metadata(**extra: Any) -> dict[str, Any]:
+    """Metadata every runtime residual file carries, plus ``extra`` (training-data hash, evaluation...)."""
+    import sklearn
+
+    from predictors.runtime_features import RUNTIME_FEATURE_NAMES, runtime_feature_schema_sha256
+
+    return {
+        "model_kind": RUNTIME_MODEL_KIND,
+        "format_version": FORMAT_VERSION,
+        "sklearn_version": sklearn.__version__,
+        "feature_names": list(RUNTIME_FEATURE_NAMES),
+        "feature_schema_sha256": runtime_feature_schema_sha256(),
+        "analytic_fingerprint": runtime_analytic_fingerprint(),
+        **extra,
+    }
+
+
+def check_runtime_compatible(metadata: dict[str, Any]) -> None:
+    """Raise :class:`IncompatibleModel` unless ``metadata`` is a runtime residual of this code's layout
+    and analytic runtime model."""
+    from predictors.runtime_features import runtime_feature_schema_sha256
+
+    if metadata.get("model_kind") != RUNTIME_MODEL_KIND:
+        raise IncompatibleModel(f"it is not a runtime residual model (kind {metadata.get('model_kind')!r}); "
+                                f"{RUNTIME_REBUILD_HINT}")
+    if metadata.get("format_version") != FORMAT_VERSION:
+        raise IncompatibleModel(f"format version {metadata.get('format_version')!r}, this code reads "
+                                f"{FORMAT_VERSION}; {RUNTIME_REBUILD_HINT}")
+    if metadata.get("feature_schema_sha256") != runtime_feature_schema_sha256():
+        raise IncompatibleModel(f"its features differ from this code's; {RUNTIME_REBUILD_HINT}")
+    if metadata.get("analytic_fingerprint") != runtime_analytic_fingerprint():
+        raise IncompatibleModel("it was trained on a different version of the analytic runtime model; "
+                                f"{RUNTIME_REBUILD_HINT}")
+
+
+def default_runtime_model_path() -> Path:
+    return Path(str(resources.files("predictors") / "data" / DEFAULT_RUNTIME_MODEL_FILE))
+
+
+@cache
+def load_default_runtime_model() -> LoadedModel | None:
+    """The shipped runtime residual, loaded once; ``None`` with a warning when missing or incompatible."""
+    return _load_default(default_runtime_model_path(), check_runtime_compatible, "runtime residual model",
+                         RUNTIME_REBUILD_HINT)

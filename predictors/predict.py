@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from predictors.catalog import ResolvedModel, resolve_model
 from predictors.hardware import GpuSpec, lookup_gpu
 from predictors.runtime import Interconnect, RuntimePrediction, predict_runtime
 from predictors.spec import TrainingSpec
 from predictors.vram import VramPrediction, predict_vram
+
+if TYPE_CHECKING:
+    from predictors.persistence import LoadedModel
 
 # Without a residual model (missing or incompatible, or ``residual=False``), the upper bound is the
 # analytic device peak widened by this fraction — a fallback, not a calibrated bound: on the dev reference
@@ -30,6 +33,11 @@ class Prediction:
     model_version: str = "analytic"
     runtime: RuntimePrediction | None = None
     residual_correction_ratio: float | None = None
+    # extensions of the output contract (predictors.runtime_residual): bounds and the runtime residual
+    throughput_lower_tokens_per_second: float | None = None
+    runtime_upper_seconds: float | None = None
+    runtime_correction_ratio: float | None = None
+    runtime_model_version: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -53,6 +61,10 @@ class Prediction:
             out["throughput_tokens_per_second"] = self.throughput_tokens_per_second
         if self.runtime_seconds is not None:
             out["runtime_seconds"] = self.runtime_seconds
+        for name in ("throughput_lower_tokens_per_second", "runtime_upper_seconds", "runtime_correction_ratio",
+                     "runtime_model_version"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         if self.vram.notes:
             out["notes"] = list(self.vram.notes)
         return out
@@ -78,7 +90,8 @@ def predict(
 
     With a GPU known, the runtime model fills throughput and runtime (``interconnect``: the pool's links).
     With ``residual`` (default) the shipped residual model corrects the levels and supplies the calibrated
-    upper bound; the analytic breakdown is kept, plus a ``residual_correction`` entry.
+    upper bound; the analytic breakdown is kept, plus a ``residual_correction`` entry. Likewise the shipped
+    runtime residual corrects throughput and runtime and supplies ``runtime_upper_seconds``.
     """
     resolved = model or resolve_model(spec, base_dir)
     gpu = resolve_gpu(spec, gpu_name)
@@ -94,11 +107,15 @@ def predict(
         extra = {"model_version": loaded.version, "residual_correction_ratio": fixed.correction_ratio}
     runtime = None
     if gpu is not None:
+        from predictors.runtime_residual import runtime_prediction_fields
+
         runtime = predict_runtime(spec, resolved.architecture, gpu, gpus=gpus, interconnect=interconnect,
                                   params_override=resolved.params_override)
-    return Prediction(spec=spec, model=resolved, gpu=gpu, vram=vram, peak_vram_upper_bytes=upper,
-                      throughput_tokens_per_second=runtime.tokens_per_second if runtime else None,
-                      runtime_seconds=runtime.runtime_seconds if runtime else None, runtime=runtime, **extra)
+        n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else 1)
+        extra.update(runtime_prediction_fields(spec, resolved.architecture, gpu, n_gpus, runtime,
+                                               _runtime_residual_model() if residual else None))
+    return Prediction(spec=spec, model=resolved, gpu=gpu, vram=vram, peak_vram_upper_bytes=upper, runtime=runtime,
+                      **extra)
 
 
 def _residual_model():  # type: ignore[no-untyped-def]
@@ -106,3 +123,10 @@ def _residual_model():  # type: ignore[no-untyped-def]
     from predictors.persistence import load_default_model
 
     return load_default_model()
+
+
+def _runtime_residual_model() -> LoadedModel | None:
+    """The shipped runtime residual model (cached), or ``None`` (analytic runtime, warned once)."""
+    from predictors.persistence import load_default_runtime_model
+
+    return load_default_runtime_model()

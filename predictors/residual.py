@@ -70,18 +70,53 @@ def default_regressor(random_state: int = 0) -> HistGradientBoostingRegressor:
     )
 
 
-class ResidualVramRegressor(RegressorMixin, BaseEstimator):
-    """Analytic peak VRAM times a learned correction, floored at the resident model states.
+def calibration_folds(n: int, groups: Sequence[str] | None, cv: int | None, random_state: int
+                      ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Folds of the cross-conformal calibration: one per group (``cv`` None) or ``cv`` group folds when
+    ``groups`` has two or more groups, else ``cv`` (default 5) shuffled folds."""
+    index = np.zeros(n)
+    if groups is not None:
+        labels = np.asarray(list(groups))
+        if len(labels) != n:
+            raise ValueError(f"groups has {len(labels)} entries for {n} cases")
+        n_groups = len(set(labels.tolist()))
+        if n_groups >= 2:
+            if cv is None:
+                return list(LeaveOneGroupOut().split(index, groups=labels))
+            return list(GroupKFold(n_splits=min(cv, n_groups)).split(index, groups=labels))
+    splits = min(cv or 5, n)
+    return list(KFold(n_splits=splits, shuffle=True, random_state=random_state).split(index))
+
+
+def shrinkage_from_out_of_fold(target: np.ndarray, out_of_fold: np.ndarray) -> float:
+    """The ``alpha`` in 0, 0.1, ..., 1 that minimises the median of ``|target - alpha * out_of_fold|``
+    (ties: the smaller correction)."""
+    grid = np.linspace(0.0, 1.0, 11)
+    errors = [float(np.median(np.abs(target - alpha * out_of_fold))) for alpha in grid]
+    return float(grid[int(np.argmin(errors))])
+
+
+def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
+    """The ``ceil((n + 1) * coverage) / n`` empirical quantile of ``n`` calibration scores (split-conformal)."""
+    n = len(scores)
+    rank = min(n, math.ceil((n + 1) * coverage))
+    return float(np.sort(scores)[rank - 1])
+
+
+class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
+    """What the residual estimators share: their parameters, the checks of ``fit``'s inputs, the widening of
+    the bound with the distance to the training data, and the choice of shrinkage and conformal quantile
+    from out-of-fold predictions.
 
     Parameters
     ----------
     regressor:
-        Unfitted scikit-learn regressor for the log correction; ``None``: :func:`default_regressor`.
+        Unfitted scikit-learn regressor for the log correction; ``None``: the subclass's default.
     coverage:
-        Target probability that the measured peak is at most :meth:`predict_upper` (one-sided).
+        Target probability that the measurement falls on the safe side of the (one-sided) bound.
     cv:
         Folds for the cross-conformal calibration. ``None``: one fold per group when ``groups`` are given
-        to :meth:`fit`, else 5 shuffled folds.
+        to ``fit``, else 5 shuffled folds.
     n_neighbors:
         Training cases the distance to the training data is averaged over.
     distance_weight:
@@ -91,7 +126,7 @@ class ResidualVramRegressor(RegressorMixin, BaseEstimator):
     shrinkage:
         Fixed ``alpha`` for the correction; ``None``: chosen from out-of-fold predictions at fit time.
     random_state:
-        Seed of the default regressor and of shuffled folds.
+        Seed of the default regressor (where it has one) and of shuffled folds.
     """
 
     def __init__(
@@ -114,6 +149,43 @@ class ResidualVramRegressor(RegressorMixin, BaseEstimator):
         self.shrinkage = shrinkage
         self.random_state = random_state
 
+    def _checked_measurements(self, X: Sequence[Any], y: Sequence[float], not_positive: str
+                              ) -> tuple[list[Any], np.ndarray]:
+        if not 0 < self.coverage < 1:
+            raise ValueError(f"coverage must be in (0, 1); got {self.coverage}")
+        cases = list(X)
+        measured = np.asarray(y, dtype=np.float64)
+        if len(cases) != len(measured) or len(cases) < 2:
+            raise ValueError(f"need at least 2 cases with one measurement each; got {len(cases)} and {len(measured)}")
+        if np.any(measured <= 0):
+            raise ValueError(not_positive)
+        return cases, measured
+
+    def _widening(self, distance: np.ndarray) -> np.ndarray:
+        raw = 1.0 + self.distance_weight * np.maximum(0.0, distance / self.distance_ref_ - 1.0)
+        return np.minimum(raw, self.max_widening)
+
+    def _set_shrinkage_and_quantile(self, target: np.ndarray, out_of_fold: np.ndarray, widening: np.ndarray,
+                                    lower: bool = False) -> None:
+        """``alpha_`` (fixed, or from the out-of-fold predictions), the scores and their ``quantile_``: by how
+        much the measurement exceeds the shrunk prediction (``lower``: falls short of it), per widening."""
+        if self.shrinkage is None:
+            self.alpha_ = shrinkage_from_out_of_fold(target, out_of_fold)
+        else:
+            self.alpha_ = float(self.shrinkage)
+        excess = target - self.alpha_ * out_of_fold
+        scores = (-excess if lower else excess) / widening
+        self.calibration_scores_ = scores
+        self.quantile_ = conformal_quantile(scores, self.coverage)
+
+
+class ResidualVramRegressor(ConformalResidualRegressor):
+    """Analytic peak VRAM times a learned correction, floored at the resident model states.
+
+    Parameters as :class:`ConformalResidualRegressor`; ``regressor`` ``None`` is :func:`default_regressor`,
+    ``coverage`` the probability that the measured peak is at most :meth:`predict_upper`.
+    """
+
     # ---- fitting ------------------------------------------------------------------------------------
     def _new_regressor(self) -> Any:
         if self.regressor is None:
@@ -123,14 +195,7 @@ class ResidualVramRegressor(RegressorMixin, BaseEstimator):
     def fit(self, X: Sequence[VramCase], y: Sequence[float], groups: Sequence[str] | None = None
             ) -> ResidualVramRegressor:
         """Fit the correction on cases ``X`` with measured peaks ``y`` (bytes, per GPU)."""
-        if not 0 < self.coverage < 1:
-            raise ValueError(f"coverage must be in (0, 1); got {self.coverage}")
-        cases = list(X)
-        y_bytes = np.asarray(y, dtype=np.float64)
-        if len(cases) != len(y_bytes) or len(cases) < 2:
-            raise ValueError(f"need at least 2 cases with one measurement each; got {len(cases)} and {len(y_bytes)}")
-        if np.any(y_bytes <= 0):
-            raise ValueError("measured peaks must be positive bytes")
+        cases, y_bytes = self._checked_measurements(X, y, "measured peaks must be positive bytes")
         features = feature_matrix(cases)
         analytic = np.asarray([max(c.level_bytes, 1) for c in cases], dtype=np.float64)
         target = np.log(y_bytes / analytic)
@@ -176,23 +241,8 @@ class ResidualVramRegressor(RegressorMixin, BaseEstimator):
         nearest = np.partition(dist, k - 1, axis=1)[:, :k]
         return nearest.mean(axis=1)
 
-    def _widening(self, distance: np.ndarray) -> np.ndarray:
-        raw = 1.0 + self.distance_weight * np.maximum(0.0, distance / self.distance_ref_ - 1.0)
-        return np.minimum(raw, self.max_widening)
-
     def _folds(self, n: int, groups: Sequence[str] | None) -> list[tuple[np.ndarray, np.ndarray]]:
-        index = np.zeros(n)
-        if groups is not None:
-            labels = np.asarray(list(groups))
-            if len(labels) != n:
-                raise ValueError(f"groups has {len(labels)} entries for {n} cases")
-            n_groups = len(set(labels.tolist()))
-            if n_groups >= 2:
-                if self.cv is None:
-                    return list(LeaveOneGroupOut().split(index, groups=labels))
-                return list(GroupKFold(n_splits=min(self.cv, n_groups)).split(index, groups=labels))
-        splits = min(self.cv or 5, n)
-        return list(KFold(n_splits=splits, shuffle=True, random_state=self.random_state).split(index))
+        return calibration_folds(n, groups, self.cv, self.random_state)
 
     def _calibrate(self, features: np.ndarray, target: np.ndarray, groups: Sequence[str] | None) -> None:
         n = len(target)
@@ -202,16 +252,7 @@ class ResidualVramRegressor(RegressorMixin, BaseEstimator):
             model = self._new_regressor().fit(features[train_rows], target[train_rows])
             out_of_fold[held_rows] = model.predict(features[held_rows])
             widening[held_rows] = self._widening(self._neighbour_distance(features[held_rows], train_rows=train_rows))
-        if self.shrinkage is None:
-            grid = np.linspace(0.0, 1.0, 11)
-            errors = [float(np.median(np.abs(target - alpha * out_of_fold))) for alpha in grid]
-            self.alpha_ = float(grid[int(np.argmin(errors))])  # ties: the smaller correction
-        else:
-            self.alpha_ = float(self.shrinkage)
-        scores = (target - self.alpha_ * out_of_fold) / widening
-        self.calibration_scores_ = scores
-        rank = min(n, math.ceil((n + 1) * self.coverage))
-        self.quantile_ = float(np.sort(scores)[rank - 1])
+        self._set_shrinkage_and_quantile(target, out_of_fold, widening)
 
     # ---- prediction ---------------------------------------------------------------------------------
     def log_correction(self, X: Sequence[VramCase] | np.ndarray) -> np.ndarray:

@@ -2,24 +2,51 @@
 
 The default model is trained on ``../shared/reference/runs-dev.jsonl`` (relative to the repository root)
 plus the calibration rows in ``predictors/data/measured/*.jsonl`` (none yet) with fixed seeds, so the
-command below reproduces ``predictors/data/residual-default.skops``::
+commands below reproduce ``predictors/data/residual-default.skops`` and
+``predictors/data/runtime-residual-default.skops``::
 
     python -m predictors.residual_build            # = vramfit train --runs ../shared/reference/runs-dev.jsonl \\
                                                    #     --out predictors/data/residual-default.skops
+    python -m predictors.residual_build --runtime  # the runtime (throughput) residual
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from predictors.persistence import build_metadata, default_model_path, save_model, sha256_of_texts
-from predictors.reference import parse_runs
-from predictors.residual import ResidualVramRegressor
-from predictors.training import fit_residual, leave_one_source_out, score_rows, summarize, training_rows
+from predictors.persistence import (
+    LoadedModel,
+    build_metadata,
+    build_runtime_metadata,
+    default_model_path,
+    default_runtime_model_path,
+    load_default_model,
+    load_default_runtime_model,
+    save_model,
+    sha256_of_texts,
+)
+from predictors.reference import ReferenceRun, parse_runs
+from predictors.runtime_residual import DEFAULT_RUNTIME_UPPER_MARGIN
+from predictors.runtime_training import (
+    fit_runtime_residual,
+    runtime_leave_one_source_out,
+    runtime_training_rows,
+    score_runtime_rows,
+    summarize_runtime,
+)
+from predictors.training import (
+    DEFAULT_QUALITIES,
+    fit_residual,
+    leave_one_source_out,
+    score_rows,
+    summarize,
+    training_rows,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # ../shared next to the checkout (the main checkout), or two levels up (a worktree under wt/)
@@ -35,28 +62,83 @@ def default_runs() -> list[Path]:
     return [DEFAULT_RUNS, *sorted(MEASURED_DIR.glob("*.jsonl"))]
 
 
+def _runs(texts: Sequence[tuple[str, str]]) -> list[ReferenceRun]:
+    runs: list[ReferenceRun] = []
+    for name, text in texts:
+        runs += parse_runs(text, source=name)
+    return runs
+
+
+@dataclass(frozen=True)
+class ResidualKind:
+    """One kind of residual model (VRAM or runtime): how its rows are made, fitted, scored, summarised,
+    stamped and loaded. ``train`` and ``vramfit evaluate`` work with either."""
+
+    name: str  # model_version prefix
+    rows_wanted: str  # what a usable run is, for messages
+    training_rows: Callable[[Iterable[ReferenceRun], Iterable[str]], tuple[list[Any], list[Any]]]
+    fit: Callable[..., Any]
+    score: Callable[[Any, Sequence[Any]], list[Any]]
+    summarize: Callable[[Sequence[Any]], dict[str, dict[str, float]]]
+    leave_one_source_out: Callable[..., list[Any]]
+    build_metadata: Callable[..., dict[str, Any]]
+    load_default: Callable[[], LoadedModel | None]
+    default_path: Callable[[], Path]
+    extra_metadata: Callable[[Any], dict[str, Any]] = lambda model: {}
+
+    def side_by_side(self, runs: Iterable[ReferenceRun], qualities: Iterable[str], cv: str) -> dict[str, Any]:
+        """Analytic vs analytic+residual figures, overall and by source: leave-one-source-out refits
+        (``cv == "source"``) or the shipped model."""
+        rows, _ = self.training_rows(runs, qualities)
+        if cv == "source":
+            scored = self.leave_one_source_out(rows)
+            how = "leave-one-source-out (each source predicted by a model fitted on the others)"
+        else:
+            loaded = self.load_default()
+            if loaded is None:
+                return {"mode": f"unavailable (no {self.name} model)", "overall": {}, "by_source": {}}
+            scored = self.score(loaded.model, rows)
+            how = f"shipped model {loaded.version} (in-sample where these runs were its training data)"
+        sources = sorted({s.row.source for s in scored})
+        return {
+            "mode": how,
+            "overall": self.summarize(scored),
+            "by_source": {src: self.summarize([s for s in scored if s.row.source == src]) for src in sources},
+        }
+
+
+VRAM = ResidualKind("residual", "usable runs", training_rows, fit_residual, score_rows, summarize,
+                    leave_one_source_out, build_metadata, load_default_model, default_model_path)
+RUNTIME = ResidualKind(
+    "runtime-residual", "usable runs with tokens_per_second", runtime_training_rows, fit_runtime_residual,
+    score_runtime_rows, summarize_runtime, runtime_leave_one_source_out, build_runtime_metadata,
+    load_default_runtime_model, default_runtime_model_path,
+    extra_metadata=lambda model: {"regressor": repr(model.regressor_),
+                                  "fallback_upper_margin": DEFAULT_RUNTIME_UPPER_MARGIN})
+
+
 def train(runs_texts: Sequence[tuple[str, str]], ledger_texts: Sequence[tuple[str, str]] = (),
-          cv_source: bool = True, **params: Any) -> tuple[ResidualVramRegressor, dict[str, Any]]:
+          cv_source: bool = True, kind: ResidualKind = VRAM, **params: Any) -> tuple[Any, dict[str, Any]]:
     """Fit on reference runs (and ledger actuals, same JSONL schema), return the model and its metadata.
 
     ``runs_texts``/``ledger_texts``: ``(name, JSONL text)`` pairs. With ``cv_source`` the metadata also
-    holds leave-one-source-out figures (one extra fit per source).
+    holds leave-one-source-out figures (one extra fit per source). ``kind``: :data:`VRAM` (a
+    :class:`~predictors.residual.ResidualVramRegressor`) or :data:`RUNTIME` (a
+    :class:`~predictors.runtime_residual.ResidualRuntimeRegressor`).
     """
-    runs = []
-    for name, text in [*runs_texts, *ledger_texts]:
-        runs += parse_runs(text, source=name)
-    rows, skipped = training_rows(runs)
+    texts = [*runs_texts, *ledger_texts]
+    rows, skipped = kind.training_rows(_runs(texts), DEFAULT_QUALITIES)
     if len(rows) < 2:
-        raise ValueError(f"need at least 2 usable runs to train; got {len(rows)}")
-    model = fit_residual(rows, **params)
-    figures: dict[str, Any] = {"in_sample": summarize(score_rows(model, rows))}
+        raise ValueError(f"need at least 2 {kind.rows_wanted} to train; got {len(rows)}")
+    model = kind.fit(rows, **params)
+    figures: dict[str, Any] = {"in_sample": kind.summarize(kind.score(model, rows))}
     if cv_source:
-        figures["leave_one_source_out"] = summarize(leave_one_source_out(rows, **params))
-    data_sha = sha256_of_texts(text for _, text in [*runs_texts, *ledger_texts])
-    metadata = build_metadata(
-        model_version=f"residual-{data_sha[:12]}",
+        figures["leave_one_source_out"] = kind.summarize(kind.leave_one_source_out(rows, **params))
+    data_sha = sha256_of_texts(text for _, text in texts)
+    metadata = kind.build_metadata(
+        model_version=f"{kind.name}-{data_sha[:12]}",
         training_data_sha256=data_sha,
-        training_files=[name for name, _ in [*runs_texts, *ledger_texts]],
+        training_files=[name for name, _ in texts],
         training_rows=len(rows),
         training_sources=sorted({r.source for r in rows}),
         skipped_runs=len(skipped),
@@ -64,6 +146,7 @@ def train(runs_texts: Sequence[tuple[str, str]], ledger_texts: Sequence[tuple[st
         alpha=model.alpha_,
         conformal_quantile=model.quantile_,
         evaluation=figures,
+        **kind.extra_metadata(model),
     )
     return model, metadata
 
@@ -72,13 +155,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m predictors.residual_build", description=__doc__.split("\n")[0])
     parser.add_argument("--runs", action="append",
                         help=f"reference runs JSONL (default: {DEFAULT_RUNS} and predictors/data/measured/*.jsonl)")
-    parser.add_argument("--out", type=Path, default=default_model_path(), help="model file (.skops)")
+    parser.add_argument("--runtime", action="store_true",
+                        help="build the runtime (throughput) residual instead of the VRAM one")
+    parser.add_argument("--out", type=Path, help="model file (.skops; default: the shipped one)")
     args = parser.parse_args(argv)
     paths = [Path(p) for p in args.runs] if args.runs else default_runs()
     texts = [(p.name, p.read_text(encoding="utf-8")) for p in paths]  # names only: the hash is of contents
-    model, metadata = train(texts)
-    save_model(model, args.out, metadata)
-    print(f"wrote {args.out} ({metadata['model_version']}, {metadata['training_rows']} rows)")
+    kind = RUNTIME if args.runtime else VRAM
+    out = args.out or kind.default_path()
+    model, metadata = train(texts, kind=kind)
+    save_model(model, out, metadata)
+    print(f"wrote {out} ({metadata['model_version']}, {metadata['training_rows']} rows)")
     return 0
 
 

@@ -16,7 +16,7 @@ from predictors.catalog import ResolvedModel, resolve_model
 from predictors.errors import SpecError
 from predictors.hardware import GpuSpec, lookup_gpu
 from predictors.reference import ReferenceRun
-from predictors.runtime import predict_runtime
+from predictors.runtime import RuntimePrediction, predict_runtime
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,34 @@ class RuntimeAccuracy:
         return out
 
 
-def evaluate_runtime(runs: Iterable[ReferenceRun]) -> RuntimeAccuracy:
-    """Compare predicted with measured tokens/s on every run that has a throughput and a known GPU."""
-    rows: list[RuntimeError_] = []
+@dataclass(frozen=True)
+class RuntimeMeasurement:
+    """One run with a measured throughput, its analytic runtime prediction and the scope they compare in."""
+
+    run: ReferenceRun
+    gpu: GpuSpec
+    gpus: int
+    scope: str  # per_gpu or per_job (after the implausible per-GPU claims are corrected)
+    measured_tokens_per_second: float  # as reported, in ``scope``
+    prediction: RuntimePrediction
+    model: ResolvedModel
+
+    @property
+    def measured_job_tokens_per_second(self) -> float:
+        """The measurement as a throughput of the whole job (per-GPU figures times the GPU count)."""
+        return self.measured_tokens_per_second * (self.gpus if self.scope == "per_gpu" else 1)
+
+    @property
+    def predicted_tokens_per_second(self) -> float:
+        """The analytic prediction in the measurement's scope."""
+        job = self.prediction.tokens_per_second
+        return job / self.gpus if self.scope == "per_gpu" else job
+
+
+def runtime_measurements(runs: Iterable[ReferenceRun]) -> tuple[list[RuntimeMeasurement], list[str], list[str]]:
+    """Every run with a throughput and a known GPU, predicted analytically; ``(measurements, skipped,
+    scope_corrected)`` with a reason per skipped or corrected run."""
+    out: list[RuntimeMeasurement] = []
     skipped: list[str] = []
     corrected: list[str] = []
     cache: dict[str, ResolvedModel] = {}
@@ -90,8 +115,15 @@ def evaluate_runtime(runs: Iterable[ReferenceRun]) -> RuntimeAccuracy:
             # a per-GPU figure that would need more than the GPU's dense peak can only be per job
             scope = "per_job"
             corrected.append(f"{run.id}: per_gpu tokens/s implies > 100 % of peak; compared as per_job")
-        predicted = pred.tokens_per_second / gpus if scope == "per_gpu" else pred.tokens_per_second
-        rows.append(RuntimeError_(run.id, gpu.name, scope, measured, predicted))
+        out.append(RuntimeMeasurement(run, gpu, gpus, scope, measured, pred, model))
+    return out, skipped, corrected
+
+
+def evaluate_runtime(runs: Iterable[ReferenceRun]) -> RuntimeAccuracy:
+    """Compare predicted with measured tokens/s on every run that has a throughput and a known GPU."""
+    measurements, skipped, corrected = runtime_measurements(runs)
+    rows = [RuntimeError_(m.run.id, m.gpu.name, m.scope, m.measured_tokens_per_second, m.predicted_tokens_per_second)
+            for m in measurements]
     return RuntimeAccuracy(tuple(rows), tuple(skipped), tuple(corrected))
 
 

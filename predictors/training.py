@@ -15,9 +15,9 @@ Pure: takes parsed runs, returns rows, fitted models and figures.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -30,6 +30,16 @@ from predictors.predict import DEFAULT_UPPER_MARGIN
 from predictors.reference import ReferenceRun
 from predictors.residual import ResidualVramRegressor
 from predictors.vram import predict_vram
+
+
+class _FromSource(Protocol):
+    @property
+    def source(self) -> str: ...
+
+
+R = TypeVar("R", bound=_FromSource)
+M = TypeVar("M")
+S = TypeVar("S")
 
 DEFAULT_QUALITIES: frozenset[str] = frozenset({"high", "medium"})
 
@@ -100,7 +110,7 @@ def score_rows(model: ResidualVramRegressor, rows: Sequence[TrainingRow]) -> lis
             for r, p, u in zip(rows, point, upper, strict=True)]
 
 
-def _bound_summary(pairs: list[tuple[float, float]]) -> dict[str, float]:
+def bound_summary(pairs: list[tuple[float, float]]) -> dict[str, float]:
     """Coverage (share of measured <= upper) and slack ((upper - measured) / measured) of a bound."""
     if not pairs:
         return {"coverage": math.nan, "median_slack": math.nan, "p90_slack": math.nan}
@@ -117,17 +127,24 @@ def summarize(scored: Sequence[ScoredRow]) -> dict[str, dict[str, float]]:
     per_gpu = [s for s in scored if s.row.per_gpu_scope]
     analytic = ape_summary((s.analytic_bytes, s.row.measured_bytes) for s in per_gpu)
     residual = ape_summary((s.predicted_bytes, s.row.measured_bytes) for s in per_gpu)
-    analytic.update(_bound_summary([(s.analytic_bytes * (1 + DEFAULT_UPPER_MARGIN), s.row.measured_bytes)
+    analytic.update(bound_summary([(s.analytic_bytes * (1 + DEFAULT_UPPER_MARGIN), s.row.measured_bytes)
                                     for s in per_gpu]))
-    residual.update(_bound_summary([(s.upper_bytes, s.row.measured_bytes) for s in per_gpu]))
+    residual.update(bound_summary([(s.upper_bytes, s.row.measured_bytes) for s in per_gpu]))
     return {"analytic": analytic, "residual": residual}
 
 
 def leave_one_source_out(rows: Sequence[TrainingRow], **params: Any) -> list[ScoredRow]:
     """Predict every source's rows with a model fitted (and calibrated) on all the other sources."""
-    scored: list[ScoredRow] = []
+    return predict_each_source_held_out(rows, lambda train: fit_residual(train, **params), score_rows)
+
+
+def predict_each_source_held_out(rows: Sequence[R], fit: Callable[[list[R]], M],
+                                 score: Callable[[M, list[R]], list[S]]) -> list[S]:
+    """``score(fit(other sources' rows), one source's rows)`` for every source of ``rows`` (rows with a
+    ``source``), concatenated in source order."""
+    scored: list[S] = []
     for source in sorted({r.source for r in rows}):
         train = [r for r in rows if r.source != source]
         held = [r for r in rows if r.source == source]
-        scored += score_rows(fit_residual(train, **params), held)
+        scored += score(fit(train), held)
     return scored

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -23,3 +25,18 @@ def dev_runs_path(shared_dir: Path) -> Path:
     if not path.is_file():
         pytest.skip(f"{path} not found")
     return path
+
+
+@pytest.fixture
+def runs_subset(tmp_path: Path, dev_runs_path: Path) -> Callable[[Iterable[str]], Path]:
+    """Writes the dev runs of the given sources (``S02``, ...) to a JSONL file in ``tmp_path``; returns its path."""
+
+    def write(sources: Iterable[str]) -> Path:
+        wanted = set(sources)
+        lines = [ln for ln in dev_runs_path.read_text(encoding="utf-8").splitlines()
+                 if ln.strip() and json.loads(ln)["id"].split("-")[0] in wanted]
+        path = tmp_path / "runs.jsonl"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return path
+
+    return write

@@ -11,6 +11,7 @@ from predictors.errors import SpecError
 from predictors.evaluation import Evaluation, evaluate, select_runs
 from predictors.reference import parse_runs
 from predictors.runtime_eval import RuntimeAccuracy, evaluate_runtime
+from predictors.runtime_residual import DEFAULT_RUNTIME_UPPER_MARGIN
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -45,12 +46,15 @@ def run(args: argparse.Namespace) -> int:
     ev = evaluate(select_runs(runs, qualities))
     runtime = evaluate_runtime(r for r in runs if r.quality in qualities)
     side = residual_side_by_side(runs, qualities, args.cv)
+    runtime_side = runtime_residual_side_by_side(runs, qualities, args.cv)
     if args.format == "json":
-        print(json.dumps({**ev.to_dict(), "runtime": runtime.summary(), "residual": side}, indent=2))
+        print(json.dumps({**ev.to_dict(), "runtime": runtime.summary(), "residual": side,
+                          "runtime_residual": runtime_side}, indent=2))
     else:
         print(render(ev, rows=args.rows))
         print(render_side_by_side(side))
         print(render_runtime(runtime))
+        print(render_side_by_side(runtime_side, RUNTIME_SIDE_TITLE, RUNTIME_BOUND_NOTE))
     return 0
 
 
@@ -72,26 +76,16 @@ def render_runtime(acc: RuntimeAccuracy) -> str:
 
 def residual_side_by_side(runs, qualities: set[str], cv: str) -> dict:  # type: ignore[no-untyped-def, type-arg]
     """Analytic vs analytic+residual figures (APE, upper-bound coverage and slack), overall and by source."""
-    from predictors.training import leave_one_source_out, score_rows, summarize, training_rows
+    from predictors.residual_build import VRAM
 
-    rows, _ = training_rows(runs, qualities)
-    if cv == "source":
-        scored = leave_one_source_out(rows)
-        how = "leave-one-source-out (each source predicted by a model fitted on the others)"
-    else:
-        from predictors.persistence import load_default_model
+    return VRAM.side_by_side(runs, qualities, cv)
 
-        loaded = load_default_model()
-        if loaded is None:
-            return {"mode": "unavailable (no residual model)", "overall": {}, "by_source": {}}
-        scored = score_rows(loaded.model, rows)
-        how = f"shipped model {loaded.version} (in-sample where these runs were its training data)"
-    sources = sorted({s.row.source for s in scored})
-    return {
-        "mode": how,
-        "overall": summarize(scored),
-        "by_source": {src: summarize([s for s in scored if s.row.source == src]) for src in sources},
-    }
+
+def runtime_residual_side_by_side(runs, qualities: set[str], cv: str) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    """Analytic vs analytic+runtime-residual throughput APE and runtime upper-bound coverage and slack."""
+    from predictors.residual_build import RUNTIME
+
+    return RUNTIME.side_by_side(runs, qualities, cv)
 
 
 def _side_line(name: str, block: dict) -> str:  # type: ignore[type-arg]
@@ -101,11 +95,18 @@ def _side_line(name: str, block: dict) -> str:  # type: ignore[type-arg]
             f"{_pct(a['median_slack']):>8s} {_pct(r['median_slack']):>8s}")
 
 
-def render_side_by_side(side: dict) -> str:  # type: ignore[type-arg]
-    out = [f"Analytic vs analytic+residual: {side['mode']}"]
+VRAM_SIDE_TITLE = "Analytic vs analytic+residual"
+VRAM_BOUND_NOTE = "(upper bound: analytic x 1.15 vs the residual's conformal bound; slack = upper/measured - 1)"
+RUNTIME_SIDE_TITLE = "Throughput (tokens/s), analytic vs analytic+runtime residual"
+RUNTIME_BOUND_NOTE = (f"(runtime upper bound: analytic x {1 + DEFAULT_RUNTIME_UPPER_MARGIN:g} vs the runtime "
+                      "residual's conformal bound; slack = upper/measured runtime - 1)")
+
+
+def render_side_by_side(side: dict, title: str = VRAM_SIDE_TITLE, note: str = VRAM_BOUND_NOTE) -> str:  # type: ignore[type-arg]
+    out = [f"{title}: {side['mode']}"]
     if not side["overall"]:
         return out[0]
-    out.append("  (upper bound: analytic x 1.15 vs the residual's conformal bound; slack = upper/measured - 1)")
+    out.append(f"  {note}")
     out.append(f"  {'':8s} {'n':>4s} {'med A':>8s} {'med R':>8s} {'p90 A':>8s} {'p90 R':>8s} {'cov A':>8s} "
                f"{'cov R':>8s} {'slack A':>8s} {'slack R':>8s}")
     out.append(_side_line("all", side["overall"]))

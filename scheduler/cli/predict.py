@@ -71,7 +71,9 @@ def render_table(pred: Prediction, title: str = "") -> str:
     if pred.throughput_tokens_per_second is not None and pred.gpu is not None:
         lines.append(f"  throughput on {pred.gpu.name}: {pred.throughput_tokens_per_second:,.0f} tokens/s")
     if pred.runtime_seconds is not None:
-        lines.append(f"  runtime: {pred.runtime_seconds / 3600:,.2f} h")
+        upper = (f" (upper bound {pred.runtime_upper_seconds / 3600:,.2f} h)"
+                 if pred.runtime_upper_seconds is not None else "")
+        lines.append(f"  runtime: {pred.runtime_seconds / 3600:,.2f} h{upper}")
     fits = [g.name for g in gpu_catalog().values() if pred.peak_vram_upper_bytes <= g.memory_bytes]
     lines.append("  fits on: " + (", ".join(fits) if fits else "no single catalog GPU (shard it or change the method)"))
     for note in v.notes:

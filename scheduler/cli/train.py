@@ -1,21 +1,27 @@
-"""``vramfit train --runs FILE.jsonl [--runs ...] [--ledger FILE.jsonl] --out MODEL.skops``: fit the residual model."""
+"""``vramfit train --runs FILE.jsonl [--runs ...] [--ledger FILE.jsonl] --out MODEL.skops [--runtime-out RT.skops]``:
+fit the residual VRAM model (and, with ``--runtime-out``, the runtime residual on the same runs)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from predictors.errors import SpecError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("train", help="fit the residual VRAM model on measured runs and save it (skops)")
+    p = sub.add_parser("train", help="fit the residual VRAM (and runtime) model on measured runs and save it (skops)")
     p.add_argument("--runs", action="append", required=True, help="reference runs JSONL (repeatable)")
     p.add_argument("--ledger", action="append", default=[],
                    help="ledger actuals joined to their specs, JSONL in the reference-run schema (repeatable)")
     p.add_argument("--out", required=True, type=Path, help="model file to write (.skops; metadata beside it)")
     p.add_argument("--coverage", type=float, default=0.95, help="upper-bound target coverage (default 0.95)")
     p.add_argument("--no-cv", action="store_true", help="skip the leave-one-source-out figures in the metadata")
+    p.add_argument("--runtime-out", type=Path,
+                   help="also fit the runtime (throughput) residual on the runs with tokens/s; write it here")
+    p.add_argument("--runtime-coverage", type=float, default=0.9,
+                   help="runtime upper-bound target coverage (default 0.9)")
     p.set_defaults(func=run)
 
 
@@ -31,22 +37,34 @@ def _read(paths: list[str], flag: str) -> list[tuple[str, str]]:
 
 def run(args: argparse.Namespace) -> int:
     from predictors.persistence import save_model
-    from predictors.residual_build import train
+    from predictors.residual_build import RUNTIME, train
 
-    if not 0 < args.coverage < 1:
-        raise SpecError.one("--coverage", f"must be between 0 and 1; got {args.coverage}")
+    for flag, coverage in (("--coverage", args.coverage), ("--runtime-coverage", args.runtime_coverage)):
+        if not 0 < coverage < 1:
+            raise SpecError.one(flag, f"must be between 0 and 1; got {coverage}")
+    runs, ledger = _read(args.runs, "--runs"), _read(args.ledger, "--ledger")
     try:
-        model, metadata = train(_read(args.runs, "--runs"), _read(args.ledger, "--ledger"),
-                                cv_source=not args.no_cv, coverage=args.coverage)
+        model, metadata = train(runs, ledger, cv_source=not args.no_cv, coverage=args.coverage)
     except ValueError as exc:
         raise SpecError.one("--runs", str(exc)) from None
     save_model(model, args.out, metadata)
-    figures = metadata["evaluation"]
-    print(f"wrote {args.out} ({metadata['model_version']}: {metadata['training_rows']} rows from "
-          f"{len(metadata['training_sources'])} sources, shrinkage {model.alpha_:.2f})")
-    for name, block in figures.items():
+    _report(args.out, metadata, model.alpha_)
+    if args.runtime_out is not None:
+        try:
+            runtime_model, runtime_metadata = train(runs, ledger, cv_source=not args.no_cv, kind=RUNTIME,
+                                                    coverage=args.runtime_coverage)
+        except ValueError as exc:
+            raise SpecError.one("--runtime-out", str(exc)) from None
+        save_model(runtime_model, args.runtime_out, runtime_metadata)
+        _report(args.runtime_out, runtime_metadata, runtime_model.alpha_)
+    return 0
+
+
+def _report(path: Path, metadata: dict[str, Any], alpha: float) -> None:
+    print(f"wrote {path} ({metadata['model_version']}: {metadata['training_rows']} rows from "
+          f"{len(metadata['training_sources'])} sources, shrinkage {alpha:.2f})")
+    for name, block in metadata["evaluation"].items():
         a, r = block["analytic"], block["residual"]
         print(f"  {name:22s} median APE {a['median_ape'] * 100:5.1f}% -> {r['median_ape'] * 100:5.1f}%  "
               f"p90 {a['p90_ape'] * 100:5.1f}% -> {r['p90_ape'] * 100:5.1f}%  "
               f"coverage {r['coverage'] * 100:5.1f}%  median slack {r['median_slack'] * 100:5.1f}%")
-    return 0

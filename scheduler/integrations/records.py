@@ -62,6 +62,11 @@ class DecisionIn(BaseModel):
     gpu: str | None = Field(None, max_length=64, description="GPU type of the chosen pool")
     throughput_tokens_per_second: float | None = Field(None, gt=0, description="Predicted throughput")
     runtime_seconds: float | None = Field(None, ge=0, description="Predicted runtime (Prediction.to_dict name)")
+    throughput_lower_tokens_per_second: float | None = Field(
+        None, gt=0, description="Throughput the job reaches with the runtime bound's coverage")
+    runtime_upper_seconds: float | None = Field(None, ge=0, description="Calibrated upper bound of runtime_seconds")
+    runtime_correction_ratio: float | None = Field(None, gt=0, description="Runtime residual's throughput factor")
+    runtime_model_version: str | None = Field(None, max_length=128, description="Runtime predictor version")
     notes: list[str] | None = Field(None, description="Predictor notes")
 
     # Placement fields.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,6 +31,7 @@ DEV_RUNS = next((p for p in (Path(__file__).resolve().parents[3] / "shared" / "r
                  if p.exists()), None)
 needs_dev = pytest.mark.skipif(DEV_RUNS is None, reason="shared/reference/runs-dev.jsonl not found")
 SMALL_SOURCES = ("S02", "S07", "S11", "S17")
+RunsSubset = Callable[[Iterable[str]], Path]  # the runs_subset fixture (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -154,18 +156,10 @@ def test_predict_uses_residual_and_breakdown_sums() -> None:
     assert analytic.model_version == "analytic" and pred.model_version.startswith("residual-")
 
 
-def _small_runs_file(tmp_path: Path) -> Path:
-    assert DEV_RUNS is not None
-    lines = [ln for ln in DEV_RUNS.read_text(encoding="utf-8").splitlines()
-             if ln.strip() and json.loads(ln)["id"].split("-")[0] in SMALL_SOURCES]
-    path = tmp_path / "runs.jsonl"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
 @needs_dev
-def test_train_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    runs = _small_runs_file(tmp_path)
+def test_train_cli_end_to_end(tmp_path: Path, runs_subset: RunsSubset,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    runs = runs_subset(SMALL_SOURCES)
     out = tmp_path / "model.skops"
     assert main(["train", "--runs", str(runs), "--out", str(out), "--coverage", "0.9"]) == 0
     meta = json.loads(out.with_suffix(".json").read_text())
@@ -176,8 +170,8 @@ def test_train_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 @needs_dev
-def test_evaluate_cv_source_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    runs = _small_runs_file(tmp_path)
+def test_evaluate_cv_source_output(runs_subset: RunsSubset, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = runs_subset(SMALL_SOURCES)
     assert main(["evaluate", "--runs", str(runs), "--cv", "source", "--format", "json"]) == 0
     side = json.loads(capsys.readouterr().out)["residual"]
     assert side["mode"].startswith("leave-one-source-out")

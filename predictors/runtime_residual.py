@@ -1,0 +1,247 @@
+"""A learned correction on top of the analytic throughput model, with a conformal upper bound on runtime.
+
+The analytic runtime model (:mod:`predictors.runtime`: FLOPs over a per-GPU-family efficiency) explains;
+this estimator corrects what it systematically misses per GPU family and setting, and says how much slower
+the job may still run. It has the shape of scikit-learn's ``TransformedTargetRegressor``: the unfitted
+``regressor`` is a parameter, its fitted clone is ``regressor_``.
+
+Notation for one case ``x`` (a :class:`~predictors.runtime_features.RuntimeCase`): ``a(x)`` the analytic
+tokens/s of the whole job, ``F(x)`` its feature vector, ``Z(x)`` the same with the numeric features clipped
+to the training range and standardized (one-hot columns as they are), ``w(x) >= 1`` its widening.
+
+* ``fit(X, y)``: ``r_i = ln(y_i / a(x_i))`` (``y``: measured tokens/s of the job);
+  ``regressor_ = clone(regressor).fit(Z(X), r)``. The default regressor is a ridge regression without
+  intercept: with one-hot settings its L2 penalty shrinks each GPU family's (method's, ...) correction
+  towards 0 (the analytic model) the fewer training runs have it. Calibration (cross-conformal, as
+  :mod:`predictors.residual`): one fold per group (source) when ``groups`` are given; out-of-fold
+  predictions ``f_-i``; the shrinkage ``alpha_`` in [0, 1] minimises the median of
+  ``|r_i - alpha * f_-i(x_i)|`` (a correction that does not carry over to unseen sources is shrunk to the
+  analytic level, ``alpha_ = 0``; being a median, it also drops a correction that helps fewer than half of
+  the runs, e.g. one GPU family's, whatever it does for them). Scores
+  ``s_i = (alpha_ * f_-i(x_i) - r_i) / w_-i(x_i)`` (positive: the job ran slower than predicted);
+  ``quantile_`` is their ``ceil((n + 1) * coverage) / n`` empirical quantile.
+* ``predict(X) = a(x) * exp(alpha_ * f(x))`` with ``f = regressor_.predict o Z``: tokens/s of the job.
+* ``predict_lower(X) = min(predict(X), a(x) * exp(alpha_ * f(x) - quantile_ * w(x)))``: the throughput the
+  job reaches with probability ``coverage``. Runtime is work over throughput, so the runtime upper bound
+  is the analytic runtime times ``a(x) / predict_lower(X)``.
+
+``w(x) = min(max_widening, 1 + distance_weight * max(0, d(x) / d_ref - 1))``, where ``d(x)`` is the mean
+Euclidean distance of ``(standardized numeric, one-hot)`` features to the ``n_neighbors`` nearest training
+cases and ``d_ref`` the median of that distance among the training cases (a GPU family or scale unlike the
+training data gets a wider bound, at most ``max_widening`` times the calibrated margin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.linear_model import Ridge
+from sklearn.utils.validation import check_is_fitted
+
+from predictors.architecture import Architecture
+from predictors.hardware import GpuSpec
+from predictors.persistence import LoadedModel
+from predictors.residual import ConformalResidualRegressor, calibration_folds
+from predictors.runtime import RuntimePrediction
+from predictors.runtime_features import RUNTIME_NUMERIC, RuntimeCase, runtime_feature_matrix
+from predictors.spec import TrainingSpec
+
+# the numeric features come first (runtime_features), then the one-hot columns
+_N_NUMERIC = len(RUNTIME_NUMERIC)
+# Ridge penalty of the default regressor, in training runs: a setting seen in n runs gets about
+# n / (n + 10) of its mean residual (numeric features are standardized, so the same penalty applies).
+DEFAULT_PENALTY = 10.0
+
+
+# Without a runtime residual model (missing or incompatible, or ``residual=False``) the runtime upper bound is
+# the analytic runtime times 1 + this: a fallback, not a calibrated bound (its coverage on the dev reference
+# runs is in the README, "Runtime residual").
+DEFAULT_RUNTIME_UPPER_MARGIN = 1.0
+
+
+def default_runtime_regressor(penalty: float = DEFAULT_PENALTY) -> Ridge:
+    """A ridge regression without intercept on standardized numeric and one-hot features: every term,
+    including each setting's level, is shrunk towards 0 (the analytic model), none towards the mean of the
+    training runs (see :data:`DEFAULT_PENALTY`)."""
+    return Ridge(alpha=penalty, fit_intercept=False)
+
+
+class ResidualRuntimeRegressor(ConformalResidualRegressor):
+    """Analytic job throughput times a learned correction, with a lower bound (an upper bound on runtime).
+
+    Parameters as :class:`~predictors.residual.ConformalResidualRegressor`; ``regressor`` ``None`` is
+    :func:`default_runtime_regressor`; ``coverage`` is the probability that the measured throughput is at
+    least :meth:`predict_lower`, i.e. that the job finishes within the runtime upper bound (default 0.95 as
+    for VRAM; the shipped model uses ``predictors.runtime_training.DEFAULT_RUNTIME_COVERAGE``).
+    """
+
+    # ---- fitting ------------------------------------------------------------------------------------
+    def _new_regressor(self) -> Any:
+        return default_runtime_regressor() if self.regressor is None else clone(self.regressor)
+
+    def fit(self, X: Sequence[RuntimeCase], y: Sequence[float], groups: Sequence[str] | None = None
+            ) -> ResidualRuntimeRegressor:
+        """Fit the correction on cases ``X`` with measured job throughputs ``y`` (tokens/s)."""
+        cases, y_tps = self._checked_measurements(X, y, "measured throughputs must be positive tokens/s")
+        features = runtime_feature_matrix(cases)
+        target = np.log(y_tps / _analytic(cases))
+        self.n_features_in_ = features.shape[1]
+        self.scaling_ = fit_scaling(features)
+        self.train_distance_rows_ = scale_features(features, self.scaling_, clip=False)
+        own = self._neighbour_distance(features, exclude_self=True)
+        self.distance_ref_ = float(np.median(own)) if own.size and np.median(own) > 0 else 1.0
+        rows = scale_features(features, self.scaling_)
+        self.regressor_ = self._new_regressor().fit(rows, target)
+        self.linear_ = _linear_form(self.regressor_, rows)
+        self._calibrate(features, target, groups)
+        return self
+
+    def _neighbour_distance(self, features: np.ndarray, exclude_self: bool = False,
+                            train_rows: np.ndarray | None = None) -> np.ndarray:
+        """Mean Euclidean distance of each row to its nearest training cases (standardized, unclipped: a
+        case beyond the training range is far from it)."""
+        train = self.train_distance_rows_ if train_rows is None else self.train_distance_rows_[train_rows]
+        diff = scale_features(features, self.scaling_, clip=False)[:, None, :] - train[None, :, :]
+        dist = np.sqrt((diff * diff).sum(axis=2))
+        if exclude_self:
+            np.fill_diagonal(dist, np.inf)
+        k = max(1, min(self.n_neighbors, dist.shape[1] - (1 if exclude_self else 0)))
+        return np.sort(dist, axis=1)[:, :k].mean(axis=1)
+
+    def _calibrate(self, features: np.ndarray, target: np.ndarray, groups: Sequence[str] | None) -> None:
+        n = len(target)
+        out_of_fold = np.empty(n)
+        widening = np.empty(n)
+        for train_rows, held_rows in calibration_folds(n, groups, self.cv, self.random_state):
+            # the fold's model sees only its own training rows' range and scale, as a fresh fit would
+            scaling = fit_scaling(features[train_rows])
+            model = self._new_regressor().fit(scale_features(features[train_rows], scaling), target[train_rows])
+            out_of_fold[held_rows] = model.predict(scale_features(features[held_rows], scaling))
+            widening[held_rows] = self._widening(self._neighbour_distance(features[held_rows], train_rows=train_rows))
+        self._set_shrinkage_and_quantile(target, out_of_fold, widening, lower=True)
+
+    # ---- prediction ---------------------------------------------------------------------------------
+    def log_correction(self, X: Sequence[RuntimeCase] | np.ndarray) -> np.ndarray:
+        """``f(x)``: the learned ``ln(measured / analytic)`` tokens/s of each case (or feature row), before
+        the shrinkage ``alpha_``."""
+        check_is_fitted(self, "regressor_")
+        features = X if isinstance(X, np.ndarray) else runtime_feature_matrix(list(X))
+        rows = scale_features(features, self.scaling_)
+        if getattr(self, "linear_", None) is not None:  # one dot product: no input validation per call
+            return rows @ self.linear_["coef"] + float(self.linear_["intercept"])
+        return np.asarray(self.regressor_.predict(rows), dtype=np.float64)
+
+    def predict(self, X: Sequence[RuntimeCase]) -> np.ndarray:
+        """Corrected tokens/s of each job."""
+        return self.predict_with_lower(X)[0]
+
+    def predict_lower(self, X: Sequence[RuntimeCase]) -> np.ndarray:
+        """Tokens/s that each job reaches with probability ``coverage``."""
+        return self.predict_with_lower(X)[1]
+
+    def predict_with_lower(self, X: Sequence[RuntimeCase]) -> tuple[np.ndarray, np.ndarray]:
+        """Point prediction and lower bound of the job's tokens/s in one pass over the features."""
+        if not hasattr(self, "regressor_"):  # check_is_fitted costs more than the rest for one row
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
+        cases = list(X)
+        features = runtime_feature_matrix(cases)
+        # a shrinkage of 0 (the correction did not carry over to held-out sources) skips the regressor
+        f = self.alpha_ * self.log_correction(features) if self.alpha_ else np.zeros(len(cases))
+        analytic = _analytic(cases)
+        point = analytic * np.exp(f)
+        # widen only a positive margin: a negative quantile (the model under-predicts) is not made worse
+        widening = self._widening(self._neighbour_distance(features)) if self.quantile_ > 0 else 1.0
+        lower = np.minimum(point, analytic * np.exp(f - self.quantile_ * widening))
+        return point, lower
+
+
+def fit_scaling(features: np.ndarray) -> dict[str, np.ndarray]:
+    """Range, mean and scale of the numeric columns of training ``features``."""
+    numeric = features[:, :_N_NUMERIC]
+    std = numeric.std(axis=0)
+    return {"low": numeric.min(axis=0), "high": numeric.max(axis=0), "mean": numeric.mean(axis=0),
+            "scale": np.where(std > 0, std, 1.0)}
+
+
+def scale_features(features: np.ndarray, scaling: dict[str, np.ndarray], clip: bool = True) -> np.ndarray:
+    """``Z``: numeric columns (clipped to the training range with ``clip``) standardized; one-hot as is."""
+    numeric = features[:, :_N_NUMERIC]
+    if clip:
+        numeric = np.minimum(np.maximum(numeric, scaling["low"]), scaling["high"])
+    z = features.copy()
+    z[:, :_N_NUMERIC] = (numeric - scaling["mean"]) / scaling["scale"]
+    return z
+
+
+def _linear_form(regressor: Any, rows: np.ndarray) -> dict[str, np.ndarray] | None:
+    """``{"coef", "intercept"}`` of a fitted linear regressor (its predictions on ``rows`` reproduced), or
+    ``None`` for anything else."""
+    coef = getattr(regressor, "coef_", None)
+    intercept = getattr(regressor, "intercept_", None)
+    if coef is None or intercept is None or np.size(coef) != rows.shape[1] or np.size(intercept) != 1:
+        return None
+    form = {"coef": np.ravel(np.asarray(coef, dtype=np.float64)),
+            "intercept": np.asarray(float(np.ravel(intercept)[0]), dtype=np.float64)}
+    if not np.allclose(rows @ form["coef"] + float(form["intercept"]), regressor.predict(rows), rtol=1e-9, atol=1e-9):
+        return None
+    return form
+
+
+def _analytic(cases: Sequence[RuntimeCase]) -> np.ndarray:
+    return np.asarray([max(c.analytic_tokens_per_second, 1e-30) for c in cases], dtype=np.float64)
+
+
+# ---- applying a fitted model to one prediction --------------------------------------------------------
+@dataclass(frozen=True)
+class CorrectedRuntime:
+    """An analytic runtime prediction with the residual applied, and the calibrated bounds."""
+
+    tokens_per_second: float  # corrected, whole job
+    tokens_per_second_lower: float  # reached with probability ``coverage``
+    runtime_seconds: float | None  # corrected; None without train_tokens or steps
+    runtime_upper_seconds: float | None  # the job finishes within this with probability ``coverage``
+    correction_ratio: float  # corrected / analytic tokens/s
+
+
+def correct_runtime(model: ResidualRuntimeRegressor, case: RuntimeCase) -> CorrectedRuntime:
+    """Apply ``model`` to one analytic runtime prediction (runtime scales with 1 / throughput)."""
+    point, lower = model.predict_with_lower([case])
+    return scale_runtime(case.runtime, float(point[0]), float(lower[0]))
+
+
+def scale_runtime(runtime: RuntimePrediction, tokens_per_second: float, tokens_per_second_lower: float
+                  ) -> CorrectedRuntime:
+    """Runtime and its upper bound for a throughput and a lower bound of it (work / throughput)."""
+    analytic = runtime.tokens_per_second
+    seconds = runtime.runtime_seconds
+    return CorrectedRuntime(
+        tokens_per_second=tokens_per_second,
+        tokens_per_second_lower=tokens_per_second_lower,
+        runtime_seconds=None if seconds is None else seconds * analytic / tokens_per_second,
+        runtime_upper_seconds=None if seconds is None else seconds * analytic / tokens_per_second_lower,
+        correction_ratio=tokens_per_second / analytic,
+    )
+
+
+def runtime_prediction_fields(spec: TrainingSpec, architecture: Architecture, gpu: GpuSpec, gpus: int,
+                              runtime: RuntimePrediction, loaded: LoadedModel | None) -> dict[str, Any]:
+    """The runtime fields of a :class:`~predictors.predict.Prediction`: throughput and runtime (corrected
+    by ``loaded``, the runtime residual, when there is one), their bounds, and the model's version and
+    correction ratio. Without a model the bound is the analytic runtime times
+    ``1 + DEFAULT_RUNTIME_UPPER_MARGIN``."""
+    if loaded is None:
+        fixed = scale_runtime(runtime, runtime.tokens_per_second,
+                              runtime.tokens_per_second / (1 + DEFAULT_RUNTIME_UPPER_MARGIN))
+        extra: dict[str, Any] = {}
+    else:
+        fixed = correct_runtime(loaded.model, RuntimeCase(spec, architecture, gpu, gpus, runtime))
+        extra = {"runtime_model_version": loaded.version, "runtime_correction_ratio": fixed.correction_ratio}
+    return {"throughput_tokens_per_second": fixed.tokens_per_second,
+            "throughput_lower_tokens_per_second": fixed.tokens_per_second_lower,
+            "runtime_seconds": fixed.runtime_seconds, "runtime_upper_seconds": fixed.runtime_upper_seconds,
+            **extra}
