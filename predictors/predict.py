@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,25 +81,47 @@ def predict(
     With ``residual`` (default) the shipped residual model corrects the levels and supplies the calibrated
     upper bound; the analytic breakdown is kept, plus a ``residual_correction`` entry.
     """
+    return predict_many(spec, [(gpu_name, gpus, interconnect)], base_dir, model, residual)[0]
+
+
+def predict_many(
+    spec: TrainingSpec,
+    requests: Sequence[tuple[str | None, int | None, Interconnect | None]],
+    base_dir: Path | None = None,
+    model: ResolvedModel | None = None,
+    residual: bool = True,
+) -> list[Prediction]:
+    """:func:`predict` of one spec for each ``(gpu_name, gpus, interconnect)`` of ``requests``.
+
+    Each prediction is the one :func:`predict` gives alone; the residual model sees all of them in one
+    batched pass (placement asks for every pool's GPU at once, and the fixed cost of that pass dominates).
+    """
     resolved = model or resolve_model(spec, base_dir)
-    gpu = resolve_gpu(spec, gpu_name)
-    vram = predict_vram(spec, resolved.architecture, gpu, gpus=gpus, params_override=resolved.params_override)
-    upper = int(vram.peak_vram_bytes * (1 + DEFAULT_UPPER_MARGIN))
-    extra: dict[str, Any] = {}
+    arch = resolved.architecture
+    gpu_specs = [resolve_gpu(spec, gpu_name) for gpu_name, _, _ in requests]
+    vrams = [predict_vram(spec, arch, gpu, gpus=gpus, params_override=resolved.params_override)
+             for gpu, (_, gpus, _) in zip(gpu_specs, requests, strict=True)]
+    uppers = [int(vram.peak_vram_bytes * (1 + DEFAULT_UPPER_MARGIN)) for vram in vrams]
+    extras: list[dict[str, Any]] = [{} for _ in requests]
     loaded = _residual_model() if residual else None
     if loaded is not None:
-        from predictors.residual import correct_vram
+        from predictors.residual import correct_vram_many
 
-        fixed = correct_vram(loaded.model, spec, resolved.architecture, gpu, vram)
-        vram, upper = fixed.vram, fixed.upper_bytes
-        extra = {"model_version": loaded.version, "residual_correction_ratio": fixed.correction_ratio}
-    runtime = None
-    if gpu is not None:
-        runtime = predict_runtime(spec, resolved.architecture, gpu, gpus=gpus, interconnect=interconnect,
-                                  params_override=resolved.params_override)
-    return Prediction(spec=spec, model=resolved, gpu=gpu, vram=vram, peak_vram_upper_bytes=upper,
-                      throughput_tokens_per_second=runtime.tokens_per_second if runtime else None,
-                      runtime_seconds=runtime.runtime_seconds if runtime else None, runtime=runtime, **extra)
+        fixed = correct_vram_many(loaded.model, spec, arch, list(zip(gpu_specs, vrams, strict=True)))
+        vrams, uppers = [f.vram for f in fixed], [f.upper_bytes for f in fixed]
+        extras = [{"model_version": loaded.version, "residual_correction_ratio": f.correction_ratio} for f in fixed]
+    out: list[Prediction] = []
+    rows = zip(gpu_specs, requests, vrams, uppers, extras, strict=True)
+    for gpu, (_, gpus, interconnect), vram, upper, extra in rows:
+        runtime = None
+        if gpu is not None:
+            runtime = predict_runtime(spec, arch, gpu, gpus=gpus, interconnect=interconnect,
+                                      params_override=resolved.params_override)
+        out.append(Prediction(spec=spec, model=resolved, gpu=gpu, vram=vram, peak_vram_upper_bytes=upper,
+                              throughput_tokens_per_second=runtime.tokens_per_second if runtime else None,
+                              runtime_seconds=runtime.runtime_seconds if runtime else None, runtime=runtime,
+                              **extra))
+    return out
 
 
 def _residual_model():  # type: ignore[no-untyped-def]
