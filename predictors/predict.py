@@ -11,7 +11,7 @@ from predictors.catalog import ResolvedModel, resolve_model
 from predictors.hardware import GpuSpec, lookup_gpu
 from predictors.runtime import Interconnect, RuntimePrediction, predict_runtime
 from predictors.spec import TrainingSpec
-from predictors.vram import VramPrediction, predict_vram
+from predictors.vram import VramPrediction, on_gpu, predict_vram_without_gpu
 
 # Without a residual model (missing or incompatible, or ``residual=False``), the upper bound is the
 # analytic device peak widened by this fraction — a fallback, not a calibrated bound: on the dev reference
@@ -93,14 +93,18 @@ def predict_many(
 ) -> list[Prediction]:
     """:func:`predict` of one spec for each ``(gpu_name, gpus, interconnect)`` of ``requests``.
 
-    Each prediction is the one :func:`predict` gives alone; the residual model sees all of them in one
-    batched pass (placement asks for every pool's GPU at once, and the fixed cost of that pass dominates).
+    Each prediction is the one :func:`predict` gives alone. Placement asks for every pool's GPU at once, so
+    the GPU-independent part of the VRAM model is computed once per GPU count, and the residual model sees
+    all requests in one batched pass (whose fixed cost dominates).
     """
     resolved = model or resolve_model(spec, base_dir)
     arch = resolved.architecture
     gpu_specs = [resolve_gpu(spec, gpu_name) for gpu_name, _, _ in requests]
-    vrams = [predict_vram(spec, arch, gpu, gpus=gpus, params_override=resolved.params_override)
-             for gpu, (_, gpus, _) in zip(gpu_specs, requests, strict=True)]
+    without_gpu: dict[int | None, VramPrediction] = {}  # all but the CUDA context: once per GPU count
+    for _, gpus, _ in requests:
+        if gpus not in without_gpu:
+            without_gpu[gpus] = predict_vram_without_gpu(spec, arch, gpus, resolved.params_override)
+    vrams = [on_gpu(without_gpu[gpus], gpu) for gpu, (_, gpus, _) in zip(gpu_specs, requests, strict=True)]
     uppers = [int(vram.peak_vram_bytes * (1 + DEFAULT_UPPER_MARGIN)) for vram in vrams]
     extras: list[dict[str, Any]] = [{} for _ in requests]
     loaded = _residual_model() if residual else None
