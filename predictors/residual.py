@@ -48,6 +48,9 @@ from predictors.spec import TrainingSpec
 from predictors.vram import VramPrediction
 
 _CATEGORICAL = np.asarray(CATEGORICAL_MASK, dtype=bool)
+_NUMERIC_COLUMNS = np.flatnonzero(~_CATEGORICAL)
+_CATEGORICAL_COLUMNS = np.flatnonzero(_CATEGORICAL)
+_FLOAT_MAX = np.finfo(np.float64).max
 
 
 def default_regressor(random_state: int = 0) -> HistGradientBoostingRegressor:
@@ -156,8 +159,9 @@ class ResidualVramRegressor(RegressorMixin, BaseEstimator):
         self.distance_ref_ = float(np.median(own)) if own.size and np.median(own) > 0 else 1.0
 
     def _standardize(self, features: np.ndarray) -> np.ndarray:
-        z = (features[:, ~_CATEGORICAL] - self.numeric_mean_) / self.numeric_scale_
-        return np.nan_to_num(z, nan=0.0)
+        z = (features[:, _NUMERIC_COLUMNS] - self.numeric_mean_) / self.numeric_scale_
+        z[np.isnan(z)] = 0.0  # np.nan_to_num(z, nan=0.0), without its per-call overhead
+        return np.clip(z, -_FLOAT_MAX, _FLOAT_MAX, out=z)
 
     def _neighbour_distance(self, features: np.ndarray, exclude_self: bool = False,
                             train_rows: np.ndarray | None = None) -> np.ndarray:
@@ -166,7 +170,7 @@ class ResidualVramRegressor(RegressorMixin, BaseEstimator):
         train_z, train_c = self.train_numeric_, self.train_codes_
         if train_rows is not None:
             train_z, train_c = train_z[train_rows], train_c[train_rows]
-        codes = features[:, _CATEGORICAL]
+        codes = features[:, _CATEGORICAL_COLUMNS]
         sq = ((z[:, None, :] - train_z[None, :, :]) ** 2).sum(axis=2)
         mismatch = (codes[:, None, :] != train_c[None, :, :]).sum(axis=2)
         dist = np.sqrt(sq + mismatch)
