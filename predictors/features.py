@@ -124,14 +124,42 @@ def _log2(x: float) -> float:
     return math.log2(x) if x > 0 else 0.0
 
 
+# The code of each category value (the index in its vocabulary), looked up per row and setting.
+_CODES: dict[str, dict[str, float]] = {
+    name: {value: float(vocab.index(value)) for value in vocab} for name, vocab in CATEGORIES.items()
+}
+
+
 def _code(name: str, value: str | None) -> float:
-    vocab = CATEGORIES[name]
-    return float(vocab.index(value)) if value in vocab else math.nan
+    return _CODES[name].get(value, math.nan)  # type: ignore[arg-type]
 
 
-def case_features(case: VramCase) -> np.ndarray:
-    """The feature vector of one case, in the order of :data:`FEATURE_NAMES`."""
-    spec, arch, vram = case.spec, case.architecture, case.vram
+def _spec_features(spec: TrainingSpec, arch: Architecture) -> dict[str, float]:
+    """The features that depend on the spec and its architecture alone (the same in every row of a spec)."""
+    lora = spec.resolved_lora
+    tokens = spec.micro_batch_size * spec.seq_len / spec.context_parallel
+    return {
+        "log2_hidden_size": _log2(arch.hidden_size),
+        "log2_num_layers": _log2(arch.num_layers + arch.num_encoder_layers),
+        "log2_vocab_size": _log2(arch.vocab_size),
+        "log2_lora_rank": _log2(lora.rank) if lora is not None else 0.0,
+        "log2_seq_len": _log2(spec.seq_len),
+        "log2_micro_batch_size": _log2(spec.micro_batch_size),
+        "log2_tokens_per_micro_batch": _log2(tokens),
+        "method": _code("method", spec.method),
+        "precision": _code("precision", spec.precision),
+        "optimizer": _code("optimizer", spec.optimizer),
+        "gradient_checkpointing": _code("gradient_checkpointing", spec.gradient_checkpointing),
+        "attention": _code("attention", spec.attention),
+        "offload": _code("offload", spec.offload),
+        "quantization": _code("quantization", spec.resolved_quantization or "none"),
+        "task": _code("task", spec.task),
+    }
+
+
+def _row(case: VramCase, shared: dict[str, float]) -> list[float]:
+    """The features of ``case`` in the order of :data:`FEATURE_NAMES`; ``shared``: its spec's."""
+    spec, vram = case.spec, case.vram
     b = vram.breakdown_bytes
     level = max(case.level_bytes, 1)
     resident = resident_bytes(vram)
@@ -139,48 +167,44 @@ def case_features(case: VramCase) -> np.ndarray:
     # context and NCCL count only where the level includes them (nvml)
     fixed = sum(b.get(k, 0) for k in FIXED_COMPONENTS) if case.level == "peak_vram_bytes" else 0
     optimizer = b.get("optimizer_states", 0) + b.get("master_weights", 0)
-    lora = spec.resolved_lora
-    tokens = spec.micro_batch_size * spec.seq_len / spec.context_parallel
-    numeric = {
+    values = {
+        **shared,
         "log2_params_total": _log2(vram.params_total),
         "log2_params_trainable": _log2(vram.params_trainable),
         "trainable_fraction": vram.params_trainable / max(vram.params_total, 1),
-        "log2_hidden_size": _log2(arch.hidden_size),
-        "log2_num_layers": _log2(arch.num_layers + arch.num_encoder_layers),
-        "log2_vocab_size": _log2(arch.vocab_size),
-        "log2_lora_rank": _log2(lora.rank) if lora is not None else 0.0,
         "log2_gpus": _log2(vram.gpus),
         "log2_gpu_memory_bytes": _log2(case.gpu.memory_bytes) if case.gpu is not None else math.nan,
         "log2_resident_bytes": _log2(resident),
         "weights_share_of_resident": b.get("weights", 0) / max(resident, 1),
         "optimizer_share_of_resident": optimizer / max(resident, 1),
-        "log2_seq_len": _log2(spec.seq_len),
-        "log2_micro_batch_size": _log2(spec.micro_batch_size),
-        "log2_tokens_per_micro_batch": _log2(tokens),
         "log2_transient_bytes": _log2(transient),
         "transient_share": transient / level,
         "fixed_share": fixed / level,
         "backward_phase": 1.0 if vram.peak_phase == "backward" else 0.0,
+        "sharding": _code("sharding", spec.resolved_sharding(vram.gpus)),
+        "gpu_family": _code("gpu_family", case.gpu.family if case.gpu is not None else "unknown"),
+        "metric": _code("metric", case.metric),
     }
-    settings = {
-        "method": spec.method,
-        "precision": spec.precision,
-        "optimizer": spec.optimizer,
-        "gradient_checkpointing": spec.gradient_checkpointing,
-        "attention": spec.attention,
-        "sharding": spec.resolved_sharding(vram.gpus),
-        "offload": spec.offload,
-        "quantization": spec.resolved_quantization or "none",
-        "task": spec.task,
-        "gpu_family": case.gpu.family if case.gpu is not None else "unknown",
-        "metric": case.metric,
-    }
-    row = [numeric[name] for name in NUMERIC] + [_code(name, settings[name]) for name in CATEGORIES]
-    return np.asarray(row, dtype=np.float64)
+    return [values[name] for name in FEATURE_NAMES]
+
+
+def case_features(case: VramCase) -> np.ndarray:
+    """The feature vector of one case, in the order of :data:`FEATURE_NAMES`."""
+    return np.asarray(_row(case, _spec_features(case.spec, case.architecture)), dtype=np.float64)
 
 
 def feature_matrix(cases: list[VramCase]) -> np.ndarray:
-    """Stack the feature vectors of ``cases`` into an ``(n, len(FEATURE_NAMES))`` array."""
+    """Stack the feature vectors of ``cases`` into an ``(n, len(FEATURE_NAMES))`` array.
+
+    The spec's own features are computed once per spec (placement passes one spec on many GPUs).
+    """
     if not cases:
         return np.empty((0, len(FEATURE_NAMES)), dtype=np.float64)
-    return np.vstack([case_features(c) for c in cases])
+    shared: dict[tuple[int, int], dict[str, float]] = {}  # by identity: the cases keep them alive
+    rows = []
+    for case in cases:
+        key = (id(case.spec), id(case.architecture))
+        if key not in shared:
+            shared[key] = _spec_features(case.spec, case.architecture)
+        rows.append(_row(case, shared[key]))
+    return np.asarray(rows, dtype=np.float64)

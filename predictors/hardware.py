@@ -7,7 +7,7 @@ which is what a job can fill, not the marketed GB figure.
 from __future__ import annotations
 
 import difflib
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Literal
 
@@ -75,15 +75,24 @@ def _gpu_index() -> dict[str, str]:
     return index
 
 
-def lookup_gpu(name: str, path: str = "spec.gpu") -> GpuSpec:
-    """Find a GPU by name or alias (``H100``, ``NVIDIA-H100-80GB-HBM3``, ``a100-80gb``)."""
+@lru_cache(maxsize=1024)  # placement looks up every pool's GPU per decision
+def _catalog_name(name: str) -> str | None:
+    """The catalog name ``name`` stands for, or ``None``."""
     key = _norm(name)
     index = _gpu_index()
     if key in index:
-        return gpu_catalog()[index[key]]
+        return index[key]
     for prefix in ("nvidia", "tesla", "geforce"):
         if key.startswith(prefix) and key[len(prefix):] in index:
-            return gpu_catalog()[index[key[len(prefix):]]]
+            return index[key[len(prefix):]]
+    return None
+
+
+def lookup_gpu(name: str, path: str = "spec.gpu") -> GpuSpec:
+    """Find a GPU by name or alias (``H100``, ``NVIDIA-H100-80GB-HBM3``, ``a100-80gb``)."""
+    found = _catalog_name(name)
+    if found is not None:
+        return gpu_catalog()[found]
     close = difflib.get_close_matches(name, list(gpu_catalog()), n=3, cutoff=0.4)
     hint = (f"did you mean {', '.join(close)}? " if close else "") + "Run `vramfit gpus` for the catalog"
     raise SpecError.one(path, f"unknown GPU {name!r}", hint)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,7 @@ from predictors.catalog import ResolvedModel, resolve_model
 from predictors.hardware import GpuSpec, lookup_gpu
 from predictors.runtime import Interconnect, RuntimePrediction, predict_runtime
 from predictors.spec import TrainingSpec
-from predictors.vram import VramPrediction, predict_vram
+from predictors.vram import VramPrediction, on_gpu, predict_vram_without_gpu
 
 if TYPE_CHECKING:
     from predictors.persistence import LoadedModel
@@ -93,29 +94,54 @@ def predict(
     upper bound; the analytic breakdown is kept, plus a ``residual_correction`` entry. Likewise the shipped
     runtime residual corrects throughput and runtime and supplies ``runtime_upper_seconds``.
     """
+    return predict_many(spec, [(gpu_name, gpus, interconnect)], base_dir, model, residual)[0]
+
+
+def predict_many(
+    spec: TrainingSpec,
+    requests: Sequence[tuple[str | None, int | None, Interconnect | None]],
+    base_dir: Path | None = None,
+    model: ResolvedModel | None = None,
+    residual: bool = True,
+) -> list[Prediction]:
+    """:func:`predict` of one spec for each ``(gpu_name, gpus, interconnect)`` of ``requests``.
+
+    Each prediction is the one :func:`predict` gives alone. Placement asks for every pool's GPU at once, so
+    the GPU-independent part of the VRAM model is computed once per GPU count, and the residual model sees
+    all requests in one batched pass (whose fixed cost dominates).
+    """
     resolved = model or resolve_model(spec, base_dir)
-    gpu = resolve_gpu(spec, gpu_name)
-    vram = predict_vram(spec, resolved.architecture, gpu, gpus=gpus, params_override=resolved.params_override)
-    upper = int(vram.peak_vram_bytes * (1 + DEFAULT_UPPER_MARGIN))
-    extra: dict[str, Any] = {}
+    arch = resolved.architecture
+    gpu_specs = [resolve_gpu(spec, gpu_name) for gpu_name, _, _ in requests]
+    without_gpu: dict[int | None, VramPrediction] = {}  # all but the CUDA context: once per GPU count
+    for _, gpus, _ in requests:
+        if gpus not in without_gpu:
+            without_gpu[gpus] = predict_vram_without_gpu(spec, arch, gpus, resolved.params_override)
+    vrams = [on_gpu(without_gpu[gpus], gpu) for gpu, (_, gpus, _) in zip(gpu_specs, requests, strict=True)]
+    uppers = [int(vram.peak_vram_bytes * (1 + DEFAULT_UPPER_MARGIN)) for vram in vrams]
+    extras: list[dict[str, Any]] = [{} for _ in requests]
     loaded = _residual_model() if residual else None
     if loaded is not None:
-        from predictors.residual import correct_vram
+        from predictors.residual import correct_vram_many
 
-        fixed = correct_vram(loaded.model, spec, resolved.architecture, gpu, vram)
-        vram, upper = fixed.vram, fixed.upper_bytes
-        extra = {"model_version": loaded.version, "residual_correction_ratio": fixed.correction_ratio}
-    runtime = None
-    if gpu is not None:
-        from predictors.runtime_residual import runtime_prediction_fields
+        fixed = correct_vram_many(loaded.model, spec, arch, list(zip(gpu_specs, vrams, strict=True)))
+        vrams, uppers = [f.vram for f in fixed], [f.upper_bytes for f in fixed]
+        extras = [{"model_version": loaded.version, "residual_correction_ratio": f.correction_ratio} for f in fixed]
+    out: list[Prediction] = []
+    rows = zip(gpu_specs, requests, vrams, uppers, extras, strict=True)
+    for gpu, (_, gpus, interconnect), vram, upper, extra in rows:
+        runtime = None
+        if gpu is not None:
+            from predictors.runtime_residual import runtime_prediction_fields
 
-        runtime = predict_runtime(spec, resolved.architecture, gpu, gpus=gpus, interconnect=interconnect,
-                                  params_override=resolved.params_override)
-        n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else 1)
-        extra.update(runtime_prediction_fields(spec, resolved.architecture, gpu, n_gpus, runtime,
-                                               _runtime_residual_model() if residual else None))
-    return Prediction(spec=spec, model=resolved, gpu=gpu, vram=vram, peak_vram_upper_bytes=upper, runtime=runtime,
-                      **extra)
+            runtime = predict_runtime(spec, arch, gpu, gpus=gpus, interconnect=interconnect,
+                                      params_override=resolved.params_override)
+            n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else 1)
+            extra.update(runtime_prediction_fields(spec, arch, gpu, n_gpus, runtime,
+                                                   _runtime_residual_model() if residual else None))
+        out.append(Prediction(spec=spec, model=resolved, gpu=gpu, vram=vram, peak_vram_upper_bytes=upper,
+                              runtime=runtime, **extra))
+    return out
 
 
 def _residual_model():  # type: ignore[no-untyped-def]

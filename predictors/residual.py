@@ -42,12 +42,15 @@ from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from predictors.architecture import Architecture
-from predictors.features import CATEGORICAL_MASK, MONOTONIC_CST, VramCase, feature_matrix
+from predictors.features import CATEGORICAL_MASK, MONOTONIC_CST, VramCase, feature_matrix, resident_bytes
 from predictors.hardware import GpuSpec
 from predictors.spec import TrainingSpec
 from predictors.vram import VramPrediction
 
 _CATEGORICAL = np.asarray(CATEGORICAL_MASK, dtype=bool)
+_NUMERIC_COLUMNS = np.flatnonzero(~_CATEGORICAL)
+_CATEGORICAL_COLUMNS = np.flatnonzero(_CATEGORICAL)
+_FLOAT_MAX = np.finfo(np.float64).max
 
 
 def default_regressor(random_state: int = 0) -> HistGradientBoostingRegressor:
@@ -221,8 +224,9 @@ class ResidualVramRegressor(ConformalResidualRegressor):
         self.distance_ref_ = float(np.median(own)) if own.size and np.median(own) > 0 else 1.0
 
     def _standardize(self, features: np.ndarray) -> np.ndarray:
-        z = (features[:, ~_CATEGORICAL] - self.numeric_mean_) / self.numeric_scale_
-        return np.nan_to_num(z, nan=0.0)
+        z = (features[:, _NUMERIC_COLUMNS] - self.numeric_mean_) / self.numeric_scale_
+        z[np.isnan(z)] = 0.0  # np.nan_to_num(z, nan=0.0), without its per-call overhead
+        return np.clip(z, -_FLOAT_MAX, _FLOAT_MAX, out=z)
 
     def _neighbour_distance(self, features: np.ndarray, exclude_self: bool = False,
                             train_rows: np.ndarray | None = None) -> np.ndarray:
@@ -231,7 +235,7 @@ class ResidualVramRegressor(ConformalResidualRegressor):
         train_z, train_c = self.train_numeric_, self.train_codes_
         if train_rows is not None:
             train_z, train_c = train_z[train_rows], train_c[train_rows]
-        codes = features[:, _CATEGORICAL]
+        codes = features[:, _CATEGORICAL_COLUMNS]
         sq = ((z[:, None, :] - train_z[None, :, :]) ** 2).sum(axis=2)
         mismatch = (codes[:, None, :] != train_c[None, :, :]).sum(axis=2)
         dist = np.sqrt(sq + mismatch)
@@ -409,26 +413,44 @@ class CorrectedVram:
 
 def correct_vram(model: ResidualVramRegressor, spec: TrainingSpec, architecture: Architecture,
                  gpu: GpuSpec | None, vram: VramPrediction) -> CorrectedVram:
-    """Apply ``model`` to the three levels of ``vram`` (one batched pass over three feature rows).
+    """Apply ``model`` to the three levels of ``vram`` (one batched pass over three feature rows)."""
+    return correct_vram_many(model, spec, architecture, [(gpu, vram)])[0]
 
+
+def correct_vram_many(model: ResidualVramRegressor, spec: TrainingSpec, architecture: Architecture,
+                      items: Sequence[tuple[GpuSpec | None, VramPrediction]]) -> list[CorrectedVram]:
+    """:func:`correct_vram` of one spec on several (GPU, analytic prediction) pairs in one batched pass.
+
+    Rows are independent, so the result of each pair is the one it gets alone; placement predicts a spec
+    on every pool's GPU at once and pays the fixed cost of the numpy calls once instead of per pool.
     With a shrinkage of 0 the levels stay analytic (above the model-state floor) and only the device
-    level's upper bound needs the features: one row instead of three (placement calls this per pool).
+    level's upper bound needs the features: one row instead of three.
     """
-    if not model.alpha_:
-        device_case = VramCase(spec, architecture, gpu, _LEVEL_METRICS["peak_vram_bytes"], vram)
-        if device_case.floor_bytes <= vram.peak_allocated_bytes:
-            _, upper_only = model.predict_with_upper([device_case])
-            breakdown = {**vram.breakdown_bytes, "residual_correction": 0}
-            return CorrectedVram(replace(vram, breakdown_bytes=breakdown),
-                                 max(int(round(upper_only[0])), vram.peak_vram_bytes), 1.0)
-    cases = [VramCase(spec, architecture, gpu, metric, vram) for metric in _LEVEL_METRICS.values()]
+    cases: list[VramCase] = []
+    device_only: list[bool] = []
+    for gpu, vram in items:
+        alone = not model.alpha_ and resident_bytes(vram) <= vram.peak_allocated_bytes
+        device_only.append(alone)
+        metrics = (_LEVEL_METRICS["peak_vram_bytes"],) if alone else tuple(_LEVEL_METRICS.values())
+        cases.extend(VramCase(spec, architecture, gpu, metric, vram) for metric in metrics)
     point, upper = model.predict_with_upper(cases)
-    allocated = int(round(point[0]))
-    reserved = max(int(round(point[1])), allocated)
-    device = max(int(round(point[2])), reserved)
-    breakdown = dict(vram.breakdown_bytes)
-    breakdown["residual_correction"] = device - vram.peak_vram_bytes
-    corrected = replace(vram, peak_allocated_bytes=allocated, peak_reserved_bytes=reserved,
-                        peak_vram_bytes=device, breakdown_bytes=breakdown)
-    ratio = device / vram.peak_vram_bytes if vram.peak_vram_bytes else 1.0
-    return CorrectedVram(corrected, max(int(round(upper[2])), device), ratio)
+    out: list[CorrectedVram] = []
+    row = 0
+    for (_, vram), alone in zip(items, device_only, strict=True):
+        if alone:
+            breakdown = {**vram.breakdown_bytes, "residual_correction": 0}
+            out.append(CorrectedVram(replace(vram, breakdown_bytes=breakdown),
+                                     max(int(round(upper[row])), vram.peak_vram_bytes), 1.0))
+            row += 1
+            continue
+        allocated = int(round(point[row]))
+        reserved = max(int(round(point[row + 1])), allocated)
+        device = max(int(round(point[row + 2])), reserved)
+        breakdown = dict(vram.breakdown_bytes)
+        breakdown["residual_correction"] = device - vram.peak_vram_bytes
+        corrected = replace(vram, peak_allocated_bytes=allocated, peak_reserved_bytes=reserved,
+                            peak_vram_bytes=device, breakdown_bytes=breakdown)
+        ratio = device / vram.peak_vram_bytes if vram.peak_vram_bytes else 1.0
+        out.append(CorrectedVram(corrected, max(int(round(upper[row + 2])), device), ratio))
+        row += 3
+    return out

@@ -21,7 +21,7 @@ Sources for the constants are given where they are defined.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from predictors.architecture import Architecture
 from predictors.hardware import GpuSpec
@@ -161,6 +161,27 @@ def predict_vram(
     """Predict peak memory per GPU for ``spec`` on ``gpu`` (context sizes depend on the GPU family).
 
     ``gpus`` overrides ``spec.gpus`` (needed when the spec says ``auto``).
+    """
+    return on_gpu(predict_vram_without_gpu(spec, arch, gpus, params_override), gpu)
+
+
+def on_gpu(vram: VramPrediction, gpu: GpuSpec | None) -> VramPrediction:
+    """``vram`` from :func:`predict_vram_without_gpu` with the CUDA context of ``gpu`` (None: ampere's)."""
+    family = gpu.family if gpu is not None else "ampere"
+    context = _CUDA_CONTEXT_BYTES[family] + _CUBLAS_WORKSPACE_BYTES
+    breakdown = {**vram.breakdown_bytes, "cuda_context": int(round(context))}
+    return replace(vram, peak_vram_bytes=int(sum(breakdown.values())), breakdown_bytes=breakdown)
+
+
+def predict_vram_without_gpu(
+    spec: TrainingSpec,
+    arch: Architecture,
+    gpus: int | None = None,
+    params_override: int | None = None,
+) -> VramPrediction:
+    """All of :func:`predict_vram` but the GPU type's part: ``cuda_context`` is 0 until :func:`on_gpu`.
+
+    Nothing else depends on the GPU, so placement computes this once per GPU count for all pools.
     """
     n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else 1)
     lay = _layout(spec, n_gpus)
@@ -377,14 +398,12 @@ def predict_vram(
     overhead = _ALLOC_STATIC_FRACTION * static + _ALLOC_TRANSIENT_FRACTION * transient + _ALLOC_FIXED_BYTES
     reserved = allocated + overhead
 
-    family = gpu.family if gpu is not None else "ampere"
-    context = _CUDA_CONTEXT_BYTES[family] + _CUBLAS_WORKSPACE_BYTES
     nccl = _NCCL_BYTES if n_gpus > 1 else 0.0
 
 
     breakdown = {k: int(round(v)) for k, v in comps.items() if v > 0 or k in ("weights", "activations")}
     breakdown["allocator_overhead"] = int(round(overhead))
-    breakdown["cuda_context"] = int(round(context))
+    breakdown["cuda_context"] = 0  # the GPU's: on_gpu
     if nccl:
         breakdown["nccl_buffers"] = int(round(nccl))
     if paged_states:

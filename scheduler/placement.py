@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from predictors.catalog import ResolvedModel, resolve_model
 from predictors.hardware import lookup_gpu
-from predictors.predict import Prediction, predict
+from predictors.predict import Prediction, predict_many
 from predictors.spec import TrainingSpec
 from predictors.units import format_bytes
 from scheduler.cost import hourly_cost_usd, job_cost_usd
@@ -188,31 +188,64 @@ def clear_prediction_cache() -> None:
 
 
 class _Predictor:
-    """Predictions for one spec, shared by pools with the same GPU type, count and links."""
+    """Predictions for one spec, shared by pools with the same GPU type, count and links, made in batches."""
 
     def __init__(self, spec: TrainingSpec, model: ResolvedModel) -> None:
         self.spec = spec
         self.model = model
         self._spec_key = spec.model_dump_json()
 
-    def __call__(self, pool: NodePool, gpus: int) -> Prediction:
-        links = pool.links
-        key = (self._spec_key, self.model.source, pool.gpu, gpus, links)
+    def many(self, wanted: Sequence[tuple[NodePool, int]]) -> list[Prediction]:
+        """The prediction of each ``(pool, gpus)``: from the cache, the others in one batched call."""
+        out: list[Prediction | None] = []
+        missing: dict[tuple[str, str, str, int, Any], list[int]] = {}  # key -> where it goes in ``out``
         with _cache_lock:
-            pred = _cache.get(key)
-            if pred is not None:
-                _cache.move_to_end(key)
-                return pred
-        pred = predict(self.spec, gpu_name=pool.gpu, gpus=gpus, model=self.model, interconnect=links)
-        with _cache_lock:
-            _cache[key] = pred
-            if len(_cache) > _CACHE_SIZE:
-                _cache.popitem(last=False)
-        return pred
+            for pool, gpus in wanted:
+                key = (self._spec_key, self.model.source, pool.gpu, gpus, pool.links)
+                pred = _cache.get(key)
+                if pred is None:
+                    missing.setdefault(key, []).append(len(out))
+                else:
+                    _cache.move_to_end(key)
+                out.append(pred)
+        if missing:
+            preds = predict_many(self.spec, [(gpu, gpus, links) for _, _, gpu, gpus, links in missing],
+                                 model=self.model)
+            with _cache_lock:
+                for (key, places), pred in zip(missing.items(), preds, strict=True):
+                    for i in places:
+                        out[i] = pred
+                    _cache[key] = pred
+                    if len(_cache) > _CACHE_SIZE:
+                        _cache.popitem(last=False)
+        return cast(list[Prediction], out)  # every place is filled now
 
 
-def _evaluate(spec: TrainingSpec, pool: NodePool, predictor: _Predictor, headroom: float,
-              deadline_seconds: float | None) -> tuple[PoolOption, Prediction | None]:
+# A pool's evaluation (:func:`_evaluate`) yields the GPU counts it needs predictions for, is sent each
+# prediction, and returns its option (and the prediction behind a fit).
+_Evaluation = Generator[int, Prediction, tuple[PoolOption, Prediction | None]]
+
+
+def _evaluate_all(pools: list[NodePool], evaluations: list[_Evaluation], predictor: _Predictor
+                  ) -> list[tuple[PoolOption, Prediction | None]]:
+    """Run the pools' evaluations side by side: each round predicts every pool's next GPU count in one batch."""
+    done: dict[int, tuple[PoolOption, Prediction | None]] = {}
+    replies: dict[int, Prediction] = {}
+    pending = list(range(len(pools)))
+    while pending:
+        asked: dict[int, int] = {}  # pool index -> the GPU count its evaluation needs next
+        for i in pending:
+            try:
+                asked[i] = evaluations[i].send(replies[i]) if i in replies else next(evaluations[i])
+            except StopIteration as stop:
+                done[i] = stop.value
+        replies = dict(zip(asked, predictor.many([(pools[i], n) for i, n in asked.items()]), strict=True))
+        pending = list(asked)
+    return [done[i] for i in range(len(pools))]
+
+
+def _evaluate(spec: TrainingSpec, pool: NodePool, headroom: float, deadline_seconds: float | None) -> _Evaluation:
+    """What ``pool`` does with the job: yields each GPU count it needs a prediction for, is sent that prediction."""
     usable = pool.usable_bytes(headroom)
     if spec.gpu is not None and lookup_gpu(spec.gpu).name != pool.gpu:
         return PoolOption(pool, False, f"spec pins gpu {spec.gpu}; pool has {pool.gpu}", usable), None
@@ -224,7 +257,7 @@ def _evaluate(spec: TrainingSpec, pool: NodePool, predictor: _Predictor, headroo
     last: Prediction | None = None
     slow: PoolOption | None = None
     for n in counts:
-        pred = predictor(pool, n)
+        pred = yield n
         last = pred
         if pred.peak_vram_upper_bytes > usable:
             continue
@@ -296,7 +329,8 @@ def place(
     resolved = model or resolve_model_cached(spec, base_dir)
     predictor = _Predictor(spec, resolved)
 
-    evaluated = [_evaluate(spec, pool, predictor, headroom_fraction, deadline) for pool in pool_list]
+    evaluations = [_evaluate(spec, pool, headroom_fraction, deadline) for pool in pool_list]
+    evaluated = _evaluate_all(pool_list, evaluations, predictor)
     options = [opt for opt, _ in evaluated]
     preds = {opt.pool.name: pred for opt, pred in evaluated}
     if spec.train_tokens is None and spec.steps is None:

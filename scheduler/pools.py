@@ -97,7 +97,9 @@ class NodePool(BaseModel):
 
     @property
     def links(self) -> Interconnect:
-        over = self.interconnect or InterconnectOverride()
+        over = self.interconnect
+        if over is None:  # placement asks per pool and decision: no validated empty override each time
+            return Interconnect(gpus_per_node=self.gpus_per_node)
         return Interconnect(gpus_per_node=self.gpus_per_node,
                             intra_node_bytes_per_second=over.intra_node_bytes_per_second,
                             inter_node_bytes_per_second=over.inter_node_bytes_per_second)

@@ -199,13 +199,13 @@ def test_predictions_are_memoised_and_bounded(monkeypatch: pytest.MonkeyPatch) -
     import scheduler.placement as placement
 
     calls: list[tuple[str, int]] = []
-    real = placement.predict
+    real = placement.predict_many
 
-    def counting(spec: TrainingSpec, **kwargs: object) -> object:
-        calls.append((str(kwargs["gpu_name"]), int(kwargs["gpus"])))  # type: ignore[call-overload]
-        return real(spec, **kwargs)  # type: ignore[arg-type]
+    def counting(spec: TrainingSpec, requests: list[tuple[str, int, object]], **kwargs: object) -> object:
+        calls.extend((str(gpu), int(gpus)) for gpu, gpus, _ in requests)
+        return real(spec, requests, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(placement, "predict", counting)
+    monkeypatch.setattr(placement, "predict_many", counting)
     monkeypatch.setattr(placement, "_CACHE_SIZE", 2)
     placement.clear_prediction_cache()
     pools = [_pool("a"), _pool("b", price=3.0)]  # same GPU type: one prediction serves both
