@@ -47,6 +47,8 @@ class PoolOption:
     peak_vram_bytes: int | None = None
     peak_vram_upper_bytes: int | None = None
     runtime_seconds: float | None = None
+    # the runtime residual's calibrated upper bound (None without one); deadlines are checked against it
+    runtime_upper_seconds: float | None = None
     throughput_tokens_per_second: float | None = None
     cost_usd: float | None = None
     hourly_cost_usd: float | None = None
@@ -62,6 +64,7 @@ class PoolOption:
             "gpus": self.gpus,
             "nodes": self.nodes,
             "predicted_runtime_seconds": self.runtime_seconds,
+            "predicted_runtime_upper_seconds": self.runtime_upper_seconds,
             "predicted_cost_usd": self.cost_usd,
             "reason": self.reason,
             "rank": self.rank,
@@ -126,6 +129,7 @@ class Decision:
             "peak_vram_bytes": c.peak_vram_bytes if c else None,
             "peak_vram_upper_bytes": c.peak_vram_upper_bytes if c else None,
             "predicted_runtime_seconds": c.runtime_seconds if c else None,
+            "predicted_runtime_upper_seconds": c.runtime_upper_seconds if c else None,
             "predicted_cost_usd": c.cost_usd if c else None,
             "throughput_tokens_per_second": c.throughput_tokens_per_second if c else None,
             "waits_for_capacity": self.waits_for_capacity,
@@ -263,10 +267,14 @@ def _evaluate(spec: TrainingSpec, pool: NodePool, headroom: float, deadline_seco
             continue
         runtime = pred.runtime_seconds
         cost = job_cost_usd(n, runtime, pool.price_usd_per_gpu_hour) if runtime is not None else None
-        meets = None if deadline_seconds is None or runtime is None else runtime <= deadline_seconds
+        # A deadline is a promise, like the memory fit: it is checked against the runtime's upper bound where the
+        # runtime residual gives one, else against the point estimate.
+        worst = pred.runtime_upper_seconds if pred.runtime_upper_seconds is not None else runtime
+        meets = None if deadline_seconds is None or worst is None else worst <= deadline_seconds
         option = PoolOption(
             pool, True, "fits", usable, gpus=n, nodes=pool.nodes_for(n), peak_vram_bytes=pred.vram.peak_vram_bytes,
             peak_vram_upper_bytes=pred.peak_vram_upper_bytes, runtime_seconds=runtime,
+            runtime_upper_seconds=pred.runtime_upper_seconds,
             throughput_tokens_per_second=pred.throughput_tokens_per_second, cost_usd=cost,
             hourly_cost_usd=hourly_cost_usd(n, pool.price_usd_per_gpu_hour),
             has_room=pool.free_gpus is None or pool.free_gpus >= n, meets_deadline=meets)
@@ -276,7 +284,12 @@ def _evaluate(spec: TrainingSpec, pool: NodePool, headroom: float, deadline_seco
         return option, pred
     if slow is not None:
         assert deadline_seconds is not None and slow.runtime_seconds is not None
-        reason = (f"fits on {slow.gpus} GPUs but takes {_hours(slow.runtime_seconds)} > deadline "
+        if slow.runtime_upper_seconds is not None:
+            takes = (f"may take {_hours(slow.runtime_upper_seconds)} (upper bound; "
+                     f"{_hours(slow.runtime_seconds)} expected)")
+        else:
+            takes = f"takes {_hours(slow.runtime_seconds)}"
+        reason = (f"fits on {slow.gpus} GPUs but {takes} > deadline "
                   f"{_hours(deadline_seconds)}" + (" even with more GPUs" if len(counts) > 1 else ""))
         return PoolOption(**{**slow.__dict__, "reason": reason}), None
     assert last is not None

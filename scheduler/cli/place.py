@@ -65,9 +65,11 @@ def render_table(d: Decision) -> str:
     c = d.chosen
     if c is not None:
         nodes = f"{c.nodes} node{'s' if c.nodes != 1 else ''}"
+        runtime_upper = f" (upper {_hours(c.runtime_upper_seconds)})" if c.runtime_upper_seconds else ""
         lines.append(f"placed on {c.pool.name} ({c.gpus} x {c.pool.gpu}, {nodes}): "
                      f"peak {format_bytes(c.peak_vram_bytes or 0)} (upper {format_bytes(c.peak_vram_upper_bytes or 0)})"
-                     f" per GPU, {_hours(c.runtime_seconds)}, {_money(c.cost_usd)}  [objective: {d.objective}]")
+                     f" per GPU, {_hours(c.runtime_seconds)}{runtime_upper}, {_money(c.cost_usd)}  "
+                     f"[objective: {d.objective}]")
     else:
         lines.append(f"unschedulable  [objective: {d.objective}]")
     lines.append(f"{'rank':>4s}  {'pool':14s} {'gpu':10s} {'fits':4s} {'gpus':>4s} {'upper/GPU':>11s} "

@@ -125,6 +125,23 @@ def test_cheapest_within_deadline() -> None:
         place(_spec(), pools, objective="cheapest-within-deadline")
 
 
+def test_deadline_is_checked_against_the_runtime_upper_bound() -> None:
+    """A deadline is a promise like the memory fit: a job whose expected runtime meets it but whose calibrated
+    upper bound does not is not placed on that pool, and the reason shows both figures."""
+    pool = _pool("a")
+    chosen = place(_spec(), [pool]).chosen
+    assert chosen is not None and chosen.runtime_seconds and chosen.runtime_upper_seconds
+    assert chosen.runtime_upper_seconds > chosen.runtime_seconds
+    between = (chosen.runtime_seconds + chosen.runtime_upper_seconds) / 2
+    tight = place(_spec(), [pool], objective="cheapest-within-deadline", deadline_seconds=between, suggest=False)
+    assert tight.decision == "unschedulable"
+    assert "upper bound" in tight.reasons[0] and "expected" in tight.reasons[0]
+    ok = place(_spec(), [pool], objective="cheapest-within-deadline",
+               deadline_seconds=chosen.runtime_upper_seconds * 1.001, suggest=False)
+    assert ok.decision == "placed" and ok.chosen is not None and ok.chosen.meets_deadline is True
+    assert ok.to_dict()["predicted_runtime_upper_seconds"] == pytest.approx(chosen.runtime_upper_seconds)
+
+
 def test_deadline_with_auto_adds_gpus_until_fast_enough() -> None:
     spec = _spec(gpus="auto", sharding="fsdp")
     one = place(spec, [_pool("a")]).chosen
