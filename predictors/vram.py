@@ -249,10 +249,14 @@ def predict_vram_without_gpu(
         # LoRA/QLoRA: frozen base; adapters trainable
         base_bytes = 4.0 if (mixed and method == "lora" and not deepspeed) or e == 4 else 2.0
         weight_bytes = base_bytes
-        adapter_bytes = 4.0 if (mixed or e == 4) else 2.0
+        # Adapters are fp32 whatever the base dtype: PEFT upcasts fp16/bf16 adapter weights to fp32 by default
+        # (get_peft_model(autocast_adapter_dtype=True), huggingface.co/docs/peft/package_reference/peft_model),
+        # so their gradients and Adam states are fp32 too. torchtune and litgpt keep bf16 adapters under
+        # bf16-true; for them this over-counts 2 bytes x 4 per adapter parameter, under 1 % of most jobs' peak.
+        adapter_bytes = 4.0
         grad_bytes = adapter_bytes
         master_bytes = 4.0 if (mixed and deepspeed) else 0.0
-        state_dtype_bytes = 4.0 if (mixed or e == 4) else float(e)
+        state_dtype_bytes = 4.0
 
     # ---- model states (resident) --------------------------------------------------------------
     dp = _shard_degree(lay)

@@ -75,8 +75,10 @@ def test_lora_trains_only_adapters() -> None:
     lora_params = L * (8 * (64 + 64) + 8 * (64 + 32))
     assert p.params_trainable == lora_params
     assert p.breakdown_bytes["weights"] == PARAMS * 2
-    assert p.breakdown_bytes["lora_adapters"] == lora_params * 2
-    assert p.breakdown_bytes["optimizer_states"] == lora_params * 2 * 2
+    # the frozen base stays bf16; PEFT keeps the adapters, their gradients and Adam's two states in fp32
+    assert p.breakdown_bytes["lora_adapters"] == lora_params * 4
+    assert p.breakdown_bytes["gradients"] == lora_params * 4
+    assert p.breakdown_bytes["optimizer_states"] == lora_params * 2 * 4
 
 
 def test_qlora_quantizes_linear_weights_but_not_head_or_embeddings() -> None:
