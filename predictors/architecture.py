@@ -145,6 +145,16 @@ class Architecture:
         return [g for g in self.linears if g.role in wanted]
 
 
+def saved_module_params(arch: Architecture, modules: list[str]) -> dict[str, int]:
+    """Parameters of the full trainable copy PEFT's ``modules_to_save`` makes of each named module, by role.
+
+    The copy of the token embedding and of the output head is ``vocab x hidden`` each, also when the model ties
+    them: the copy is a module of its own (learned position tables are not part of ``embed_tokens``).
+    """
+    table = arch.vocab_size * arch.hidden_size
+    return {role: table for role in modules if role in ("embed_tokens", "lm_head")}
+
+
 # Other names users write for the roles (HF module names of other families).
 _ROLE_ALIASES = {
     "query": "q_proj", "key": "k_proj", "value": "v_proj", "q": "q_proj", "k": "k_proj", "v": "v_proj",

@@ -32,7 +32,7 @@ from importlib import resources
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from predictors.architecture import Architecture
+from predictors.architecture import Architecture, saved_module_params
 from predictors.hardware import GpuSpec
 from predictors.spec import TrainingSpec
 
@@ -154,6 +154,8 @@ def flops_per_token(spec: TrainingSpec, arch: Architecture) -> FlopsPerToken:
         adapter = sum(2.0 * lora.rank * (g.in_features + g.out_features) * g.count
                       for g in arch.lora_groups(lora.target_modules))
         backward = linear + 2.0 * adapter + 2.0 * attention  # frozen weights: input gradients only
+        if "lm_head" in lora.modules_to_save:  # a trained copy of the head also needs its weight gradient
+            backward += 2.0 * arch.vocab_size * arch.hidden_size
     else:
         backward = 2.0 * linear + 2.0 * attention
     forward = linear + adapter + attention
@@ -240,8 +242,9 @@ def predict_runtime(
     # --- optimizer update (memory bound): read param, grad, states; write param, states -----------
     if spec.resolved_lora is not None:
         lora = spec.resolved_lora
-        trainable = sum(lora.rank * (g.in_features + g.out_features) * g.count
-                        for g in arch.lora_groups(lora.target_modules)) / model_parallel
+        trainable = (sum(lora.rank * (g.in_features + g.out_features) * g.count
+                         for g in arch.lora_groups(lora.target_modules))
+                     + sum(saved_module_params(arch, lora.modules_to_save).values()) * scale) / model_parallel
     else:
         trainable = params_gpu
     sharded_states = sharding in ("zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op") and dp * cp > 1

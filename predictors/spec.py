@@ -14,8 +14,10 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -104,6 +106,14 @@ class ModelRef(BaseModel):
         )
 
 
+# Module names users give PEFT's ``modules_to_save`` in the families of the catalog, by role.
+_SAVED_MODULE_ALIASES = {
+    **dict.fromkeys(("embed_tokens", "wte", "embed_in", "word_embeddings", "tok_embeddings", "embeddings",
+                     "embedding", "shared", "transformer.wte", "model.embed_tokens"), "embed_tokens"),
+    **dict.fromkeys(("lm_head", "output", "embed_out", "output_layer"), "lm_head"),
+}
+
+
 class LoraSpec(BaseModel):
     """LoRA adapter settings (for ``lora`` and ``qlora``)."""
 
@@ -117,6 +127,35 @@ class LoraSpec(BaseModel):
         "down_proj, lm_head) or 'all-linear'",
     )
     dropout: Annotated[float, Field(ge=0, lt=1, description="LoRA dropout probability")] = 0.05
+    # Extension of v1: modules trained in full next to the adapter (PEFT ``modules_to_save``): a trainable copy
+    # of the input embedding and/or the output head, with its own gradients and optimizer states.
+    modules_to_save: list[Literal["embed_tokens", "lm_head"]] = Field(
+        default_factory=list,
+        description="modules trained in full beside the adapter (PEFT modules_to_save): embed_tokens, lm_head",
+    )
+
+    @model_serializer(mode="wrap")
+    def _drop_empty_extension(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # v1 documents have no modules_to_save: leave it out unless set, so v1 specs serialize as before
+        data: dict[str, Any] = handler(self)
+        if not self.modules_to_save:
+            data.pop("modules_to_save", None)
+        return data
+
+    @field_validator("modules_to_save", mode="before")
+    @classmethod
+    def _saved(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        names = [m.strip() for m in value.split(",") if m.strip()] if isinstance(value, str) else value
+        if not isinstance(names, list):
+            return names
+        out: list[Any] = []
+        for name in names:
+            role = _SAVED_MODULE_ALIASES.get(str(name).strip().lower(), name) if isinstance(name, str) else name
+            if role not in out:
+                out.append(role)
+        return out
 
     @field_validator("target_modules", mode="before")
     @classmethod

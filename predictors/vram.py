@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from predictors.architecture import Architecture
+from predictors.architecture import Architecture, saved_module_params
 from predictors.hardware import GpuSpec
 from predictors.spec import TrainingSpec
 
@@ -228,6 +228,11 @@ def predict_vram_without_gpu(
         trainable_gpu = params_gpu
         trainable_total = total_params
         lora_params_total = 0
+    # PEFT modules_to_save: full trainable copies of the embedding / output head (vocab x hidden each) beside the
+    # frozen originals; on different pipeline stages, the larger end counts; tensor parallel splits the vocab
+    saved = saved_module_params(arch, lora.modules_to_save if lora is not None else [])
+    saved_gpu = (max(saved.values(), default=0) if lay.pp > 1 else sum(saved.values())) * scale / lay.tp
+    trainable_total += sum(saved.values()) * scale
 
     # ---- dtypes ------------------------------------------------------------------------------
     sharded = lay.sharding in ("zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op")
@@ -313,6 +318,27 @@ def predict_vram_without_gpu(
         states = 0.0
         master = 0.0
 
+    # the saved modules' copies are kept in the dtype of the base's unquantized parameters, their gradients
+    # too, and torch optimizers keep states in the parameter's dtype
+    copies = 0.0
+    if saved_gpu:
+        copy_bytes = 4.0 if e == 4 or (mixed and not deepspeed) else 2.0
+        copy_weights = saved_gpu * copy_bytes / (dp if shard_params else 1)
+        if opt in _QUANT_STATE_BYTES:
+            copy_states = saved_gpu * _QUANT_STATE_BYTES[opt]
+        elif opt == "adafactor":  # factored second moment: a row and a column vector per matrix
+            copy_states = len(saved) * (arch.vocab_size + arch.hidden_size) * 4.0 / lay.tp
+        else:
+            copy_states = saved_gpu * _STATE_FACTOR[opt] * copy_bytes
+        if shard_states:
+            copy_states /= dp
+        if offload_states:
+            copy_states = 0.0
+        copies = copy_weights + saved_gpu * copy_bytes + copy_states
+        notes.append(f"modules_to_save {', '.join(saved)}: {int(saved_gpu):,} parameters trained in full per GPU "
+                     f"(copy {copy_weights / 2**30:.2f} GiB + gradients {saved_gpu * copy_bytes / 2**30:.2f} GiB "
+                     f"+ optimizer states {copy_states / 2**30:.2f} GiB)")
+
     # ---- buffers for communication and sharding -----------------------------------------------
     comm = 0.0
     layer_params = (linear_body + other) / max(arch.num_layers + arch.num_encoder_layers, 1) * scale / lay.tp
@@ -366,6 +392,7 @@ def predict_vram_without_gpu(
     resident = {
         "weights": weights,
         "lora_adapters": adapters if lora is not None else 0.0,
+        "saved_modules": copies,
         "master_weights": master,
         "optimizer_states": states,
         "communication_buffers": comm,

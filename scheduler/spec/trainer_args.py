@@ -157,6 +157,9 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "lora_dropout": ("lora.dropout", _same),
     **dict.fromkeys(("lora_target_modules", "lora_target"), ("lora.target_modules", _same)),
     "lora_target_linear": ("_lora_all_linear", to_bool),
+    # PEFT modules_to_save (axolotl: lora_modules_to_save; LLaMA-Factory: additional_target)
+    **dict.fromkeys(("modules_to_save", "lora_modules_to_save", "additional_target"),
+                    ("lora.modules_to_save", _same)),
     "use_peft": ("_peft", to_bool),
     "adapter": ("_adapter", _same),
     "finetuning_type": ("_finetuning_type", _same),

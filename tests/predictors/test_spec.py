@@ -122,3 +122,17 @@ def test_parse_count_suffixes() -> None:
     assert parse_count("2k", binary_k=True) == 2048
     assert parse_count("8Ki") == 8192
     assert parse_count("1T") == 10**12
+
+
+def test_modules_to_save_extension() -> None:
+    """lora.modules_to_save (an extension of v1): other families' module names map to the two roles; a v1 spec
+    without it serializes exactly as before; an unknown module is an error with its path."""
+    spec = parse_training_spec({"model": "qwen-1_8b", "method": "lora",
+                                "lora": {"modules_to_save": "wte, lm_head, output"}})
+    assert spec.lora is not None and spec.lora.modules_to_save == ["embed_tokens", "lm_head"]
+    assert spec_to_dict(spec)["lora"]["modules_to_save"] == ["embed_tokens", "lm_head"]
+    plain = parse_training_spec({"model": "qwen-1_8b", "method": "lora", "lora": {"rank": 4}})
+    assert "modules_to_save" not in spec_to_dict(plain)["lora"]
+    with pytest.raises(SpecError) as err:
+        parse_training_spec({"model": "qwen-1_8b", "method": "lora", "lora": {"modules_to_save": ["norm"]}})
+    assert "lora.modules_to_save[0]" in str(err.value) and "'norm'" in str(err.value)

@@ -81,6 +81,26 @@ def test_lora_trains_only_adapters() -> None:
     assert p.breakdown_bytes["optimizer_states"] == lora_params * 2 * 4
 
 
+def test_modules_to_save_trains_full_copies_of_embedding_and_head() -> None:
+    """PEFT modules_to_save: a trainable copy (vocab x hidden) of each module beside the frozen original, with
+    its gradients and Adam's two states, all in the base's dtype (bf16 here)."""
+    lora = {"rank": 8, "target_modules": ["q_proj", "v_proj"]}
+    plain = run(method="lora", precision="bf16-true", lora=lora)
+    saved = run(method="lora", precision="bf16-true", lora={**lora, "modules_to_save": ["embed_tokens", "lm_head"]})
+    copies = 2 * V * H
+    assert saved.params_trainable == plain.params_trainable + copies
+    assert saved.breakdown_bytes["saved_modules"] == copies * (2 + 2 + 2 * 2)
+    assert saved.breakdown_bytes["weights"] == plain.breakdown_bytes["weights"]  # the originals stay frozen
+    assert any("modules_to_save embed_tokens, lm_head" in n for n in saved.notes)
+    # ZeRO-2 over 4 GPUs shards the copies' optimizer states (not the copies or their gradients)
+    z2 = run(method="lora", precision="bf16-true", gpus=4, sharding="zero2",
+             lora={**lora, "modules_to_save": ["lm_head"]})
+    assert z2.breakdown_bytes["saved_modules"] == V * H * (2 + 2 + 2 * 2 / 4)
+    # the same module named twice, or by another family's name, is one copy
+    alias = run(method="lora", precision="bf16-true", lora={**lora, "modules_to_save": ["output", "lm_head"]})
+    assert alias.breakdown_bytes["saved_modules"] == V * H * 8
+
+
 def test_qlora_quantizes_linear_weights_but_not_head_or_embeddings() -> None:
     quantizable = L * (PER_LAYER - 2 * 64)
     rest = PARAMS - quantizable

@@ -272,6 +272,15 @@ STYLES: list[tuple[str, list[str], dict[str, str], dict[str, Any], dict[str, str
         {"model": "flag --model_name_or_path"},
     ),
     (
+        "peft-modules-to-save",
+        ["python", "train.py", "--model_name_or_path", "Qwen/Qwen-1_8B", "--use_peft", "--lora_r", "64",
+         "--modules_to_save", "wte,lm_head"],
+        {},
+        {"method": "lora", "lora": {"rank": 64, "alpha": 16.0, "target_modules": ["q_proj", "v_proj"],
+                                    "dropout": 0.05, "modules_to_save": ["embed_tokens", "lm_head"]}},
+        {"lora.modules_to_save": "flag --modules_to_save"},
+    ),
+    (
         "k8s-var-expansion",
         ["python", "train.py", "--model_name_or_path", "$(MODEL)", "--lora_r", "4"],
         {"MODEL": "gpt2"},
