@@ -156,3 +156,98 @@ def _runtime_residual_model() -> LoadedModel | None:
     from predictors.persistence import load_default_runtime_model
 
     return load_default_runtime_model()
+
+
+@dataclass(frozen=True)
+class MemoryPrediction:
+    """The memory half of a :class:`Prediction`: what placement needs to decide whether an option fits."""
+
+    gpu: GpuSpec | None
+    vram: VramPrediction
+    peak_vram_upper_bytes: int
+    extra: dict[str, Any]  # the residual's model version and correction ratio, when there is one
+
+
+class SpecPredictor:
+    """The predictions of one spec on many (GPU, count, links), in two stages and memoised.
+
+    :meth:`memory_many` gives the (corrected) VRAM and its upper bound, :meth:`predict_many` the whole
+    :class:`Prediction` with throughput and runtime. Placement asks for the memory of every candidate first and
+    for the runtime of the options that fit only; each stage handles all its requests in one batched call of
+    its residual model. Every result equals what :func:`predict_many` gives for the same request (a test
+    compares them).
+    """
+
+    def __init__(self, spec: TrainingSpec, model: ResolvedModel, residual: bool = True) -> None:
+        self.spec = spec
+        self.model = model
+        self.residual = residual
+        self._without_gpu: dict[int | None, VramPrediction] = {}
+        self._memory: dict[tuple[str | None, int | None], MemoryPrediction] = {}
+        self._full: dict[tuple[str | None, int | None, Interconnect | None], Prediction] = {}
+
+    def known_memory(self, gpu_name: str | None, gpus: int | None) -> MemoryPrediction | None:
+        """The memory prediction of ``(gpu_name, gpus)`` if it was made already, else ``None``."""
+        return self._memory.get((gpu_name, gpus))
+
+    def memory_many(self, requests: Sequence[tuple[str | None, int | None]]) -> list[MemoryPrediction]:
+        """The memory prediction of each ``(gpu_name, gpus)``; the new ones in one residual call."""
+        memory = self._memory
+        missing = list(dict.fromkeys(r for r in requests if r not in memory))
+        if missing:
+            spec, resolved = self.spec, self.model
+            gpu_specs = [resolve_gpu(spec, gpu_name) for gpu_name, _ in missing]
+            without_gpu = self._without_gpu
+            vrams = []
+            for gpu, (_, gpus) in zip(gpu_specs, missing, strict=True):
+                base = without_gpu.get(gpus)
+                if base is None:
+                    base = without_gpu[gpus] = predict_vram_without_gpu(spec, resolved.architecture, gpus,
+                                                                        resolved.params_override)
+                vrams.append(on_gpu(base, gpu))
+            loaded = _residual_model() if self.residual else None
+            if loaded is None:
+                for key, gpu, vram in zip(missing, gpu_specs, vrams, strict=True):
+                    upper = int(vram.peak_vram_bytes * (1 + DEFAULT_UPPER_MARGIN))
+                    memory[key] = MemoryPrediction(gpu, vram, upper, {})
+            else:
+                from predictors.residual import correct_vram_many
+
+                fixed = correct_vram_many(loaded.model, spec, resolved.architecture,
+                                          list(zip(gpu_specs, vrams, strict=True)))
+                for key, gpu, f in zip(missing, gpu_specs, fixed, strict=True):
+                    extra = {"model_version": loaded.version, "residual_correction_ratio": f.correction_ratio}
+                    memory[key] = MemoryPrediction(gpu, f.vram, f.upper_bytes, extra)
+        return [memory[r] for r in requests]
+
+    def predict_many(self, requests: Sequence[tuple[str | None, int | None, Interconnect | None]]
+                     ) -> list[Prediction]:
+        """The whole prediction of each ``(gpu_name, gpus, interconnect)``; the new runtimes in one residual call."""
+        full = self._full
+        missing = list(dict.fromkeys(r for r in requests if r not in full))
+        if missing:
+            from predictors.runtime_residual import runtime_prediction_fields_many
+
+            spec, resolved = self.spec, self.model
+            arch = resolved.architecture
+            memories = self.memory_many([(gpu_name, gpus) for gpu_name, gpus, _ in missing])
+            runtimes: list[RuntimePrediction | None] = []
+            timed: list[tuple[GpuSpec, int, RuntimePrediction]] = []
+            for (_, gpus, interconnect), mem in zip(missing, memories, strict=True):
+                if mem.gpu is None:
+                    runtimes.append(None)
+                    continue
+                runtime = predict_runtime(spec, arch, mem.gpu, gpus=gpus, interconnect=interconnect,
+                                          params_override=resolved.params_override)
+                n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else 1)
+                runtimes.append(runtime)
+                timed.append((mem.gpu, n_gpus, runtime))
+            fields = iter(runtime_prediction_fields_many(spec, arch, timed,
+                                                         _runtime_residual_model() if self.residual else None))
+            for key, mem, runtime in zip(missing, memories, runtimes, strict=True):
+                extra = dict(mem.extra)
+                if runtime is not None:
+                    extra.update(next(fields))
+                full[key] = Prediction(spec=spec, model=resolved, gpu=mem.gpu, vram=mem.vram,
+                                       peak_vram_upper_bytes=mem.peak_vram_upper_bytes, runtime=runtime, **extra)
+        return [full[r] for r in requests]

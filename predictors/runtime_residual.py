@@ -245,3 +245,43 @@ def runtime_prediction_fields(spec: TrainingSpec, architecture: Architecture, gp
             "throughput_lower_tokens_per_second": fixed.tokens_per_second_lower,
             "runtime_seconds": fixed.runtime_seconds, "runtime_upper_seconds": fixed.runtime_upper_seconds,
             **extra}
+
+
+# ---- batched: one call for many options of one spec (placement) ---------------------------------------
+def predict_with_lower_many(model: ResidualRuntimeRegressor, cases: Sequence[RuntimeCase]
+                            ) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`ResidualRuntimeRegressor.predict_with_lower` of ``cases`` in one pass; each row's result is
+    bit-identical to predicting it alone (the learned correction, a dot product whose rounding may depend on
+    how many rows BLAS sees at once, is taken row by row; the rest is elementwise per row)."""
+    if not hasattr(model, "regressor_"):
+        raise NotFittedError(f"this {type(model).__name__} is not fitted yet; call fit first")
+    features = runtime_feature_matrix(list(cases))
+    if model.alpha_:
+        f = model.alpha_ * np.concatenate([model.log_correction(features[i:i + 1]) for i in range(len(cases))])
+    else:
+        f = np.zeros(len(cases))
+    analytic = _analytic(cases)
+    point = analytic * np.exp(f)
+    widening = model._widening(model._neighbour_distance(features)) if model.quantile_ > 0 else 1.0
+    lower = np.minimum(point, analytic * np.exp(f - model.quantile_ * widening))
+    return point, lower
+
+
+def runtime_prediction_fields_many(spec: TrainingSpec, architecture: Architecture,
+                                   items: Sequence[tuple[GpuSpec, int, RuntimePrediction]],
+                                   loaded: LoadedModel | None) -> list[dict[str, Any]]:
+    """:func:`runtime_prediction_fields` of each ``(gpu, gpus, runtime)`` of one spec, with one call of the
+    runtime residual for all of them."""
+    if loaded is None or not items:
+        return [runtime_prediction_fields(spec, architecture, gpu, gpus, runtime, loaded)
+                for gpu, gpus, runtime in items]
+    cases = [RuntimeCase(spec, architecture, gpu, gpus, runtime) for gpu, gpus, runtime in items]
+    point, lower = predict_with_lower_many(loaded.model, cases)
+    out = []
+    for (_, _, runtime), p, lo in zip(items, point.tolist(), lower.tolist(), strict=True):
+        fixed = scale_runtime(runtime, p, lo)
+        out.append({"throughput_tokens_per_second": fixed.tokens_per_second,
+                    "throughput_lower_tokens_per_second": fixed.tokens_per_second_lower,
+                    "runtime_seconds": fixed.runtime_seconds, "runtime_upper_seconds": fixed.runtime_upper_seconds,
+                    "runtime_model_version": loaded.version, "runtime_correction_ratio": fixed.correction_ratio})
+    return out

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from predictors.catalog import ResolvedModel, resolve_model
 from predictors.hardware import lookup_gpu
-from predictors.predict import Prediction, predict_many
+from predictors.predict import Prediction, SpecPredictor
 from predictors.spec import TrainingSpec
 from predictors.units import format_bytes
 from scheduler.cost import hourly_cost_usd, job_cost_usd
@@ -179,9 +179,10 @@ def candidate_gpu_counts(spec: TrainingSpec, pool: NodePool, keep_growing: bool 
 
 # Predictions are pure functions of (spec, GPU type, count, links), so they are memoised across decisions:
 # the webhook reviews every object twice (/mutate, then /validate), re-reviews patched objects, and job
-# arrays repeat one spec. Bounded, least recently used first out.
-_CACHE_SIZE = 4096
-_cache: OrderedDict[tuple[str, str, str, int, Any], Prediction] = OrderedDict()
+# arrays repeat one spec. One SpecPredictor per spec (it memoises that spec's predictions); bounded, least
+# recently used spec first out.
+_CACHE_SIZE = 1024
+_cache: OrderedDict[tuple[str, str], SpecPredictor] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
@@ -191,97 +192,105 @@ def clear_prediction_cache() -> None:
         _cache.clear()
 
 
-class _Predictor:
-    """Predictions for one spec, shared by pools with the same GPU type, count and links, made in batches."""
-
-    def __init__(self, spec: TrainingSpec, model: ResolvedModel) -> None:
-        self.spec = spec
-        self.model = model
-        self._spec_key = spec.model_dump_json()
-
-    def many(self, wanted: Sequence[tuple[NodePool, int]]) -> list[Prediction]:
-        """The prediction of each ``(pool, gpus)``: from the cache, the others in one batched call."""
-        out: list[Prediction | None] = []
-        missing: dict[tuple[str, str, str, int, Any], list[int]] = {}  # key -> where it goes in ``out``
-        with _cache_lock:
-            for pool, gpus in wanted:
-                key = (self._spec_key, self.model.source, pool.gpu, gpus, pool.links)
-                pred = _cache.get(key)
-                if pred is None:
-                    missing.setdefault(key, []).append(len(out))
-                else:
-                    _cache.move_to_end(key)
-                out.append(pred)
-        if missing:
-            preds = predict_many(self.spec, [(gpu, gpus, links) for _, _, gpu, gpus, links in missing],
-                                 model=self.model)
-            with _cache_lock:
-                for (key, places), pred in zip(missing.items(), preds, strict=True):
-                    for i in places:
-                        out[i] = pred
-                    _cache[key] = pred
-                    if len(_cache) > _CACHE_SIZE:
-                        _cache.popitem(last=False)
-        return cast(list[Prediction], out)  # every place is filled now
+def spec_predictor(spec: TrainingSpec, model: ResolvedModel) -> SpecPredictor:
+    """The memoised :class:`SpecPredictor` of ``spec`` with ``model`` (a new one for a spec not seen lately)."""
+    key = (spec.model_dump_json(), model.source)  # once per decision: a spec is a mutable pydantic model
+    with _cache_lock:
+        predictor = _cache.get(key)
+        if predictor is not None:
+            _cache.move_to_end(key)
+            return predictor
+        predictor = _cache[key] = SpecPredictor(spec, model)
+        if len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return predictor
 
 
-# A pool's evaluation (:func:`_evaluate`) yields the GPU counts it needs predictions for, is sent each
-# prediction, and returns its option (and the prediction behind a fit).
-_Evaluation = Generator[int, Prediction, tuple[PoolOption, Prediction | None]]
+def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, deadline_seconds: float | None,
+                  predictor: SpecPredictor) -> list[tuple[PoolOption, Prediction | None]]:
+    """What every pool does with the job (its option, and the prediction behind a fit).
 
-
-def _evaluate_all(pools: list[NodePool], evaluations: list[_Evaluation], predictor: _Predictor
-                  ) -> list[tuple[PoolOption, Prediction | None]]:
-    """Run the pools' evaluations side by side: each round predicts every pool's next GPU count in one batch."""
+    Each pool tries its candidate GPU counts smallest first and takes the first whose memory upper bound fits
+    (and, with a deadline, whose runtime bound meets it). Two stages, each batched over the pools: the memory of
+    the candidates first (the first count of every pool, then all the remaining counts of the pools it did not
+    fit), then the runtime of the fitting counts only; with a deadline, a pool whose fit is too slow moves on
+    to its next fitting count in another round.
+    """
     done: dict[int, tuple[PoolOption, Prediction | None]] = {}
-    replies: dict[int, Prediction] = {}
-    pending = list(range(len(pools)))
+    usable: dict[int, int] = {}
+    counts: dict[int, list[int]] = {}
+    for i, pool in enumerate(pools):
+        usable[i] = pool.usable_bytes(headroom)
+        if spec.gpu is not None and lookup_gpu(spec.gpu).name != pool.gpu:
+            done[i] = PoolOption(pool, False, f"spec pins gpu {spec.gpu}; pool has {pool.gpu}", usable[i]), None
+            continue
+        counts[i] = candidate_gpu_counts(spec, pool, keep_growing=deadline_seconds is not None)
+        if not counts[i]:
+            wanted = spec.gpus if isinstance(spec.gpus, int) else "auto"
+            done[i] = PoolOption(pool, False, f"needs {wanted} GPUs; pool allows at most {pool.max_job_gpus} per "
+                                 "job", usable[i]), None
+    position = dict.fromkeys(counts, 0)  # the count each pool tries next
+    asked: set[int] = set()  # pools that asked for memory once: the next time they ask for all their remaining counts
+    slow: dict[int, PoolOption] = {}  # the first fit that missed the deadline
+    links = {i: pools[i].links for i in counts}
+    pending = list(counts)
     while pending:
-        asked: dict[int, int] = {}  # pool index -> the GPU count its evaluation needs next
+        # stage 1: move each pool to its next count whose memory fits (or past its last count)
+        while True:
+            wanted_memory: list[tuple[str, int]] = []
+            for i in pending:
+                pool, n_counts = pools[i], counts[i]
+                while position[i] < len(n_counts):
+                    mem = predictor.known_memory(pool.gpu, n_counts[position[i]])
+                    if mem is None:
+                        more = n_counts[position[i]:] if i in asked else n_counts[position[i]:position[i] + 1]
+                        wanted_memory.extend((pool.gpu, n) for n in more)
+                        asked.add(i)
+                        break
+                    if mem.peak_vram_upper_bytes <= usable[i]:
+                        break
+                    position[i] += 1
+            if not wanted_memory:
+                break
+            predictor.memory_many(wanted_memory)
+        # stage 2: the runtime of each pool's fitting count, all in one batch
+        fitting = [i for i in pending if position[i] < len(counts[i])]
+        preds = predictor.predict_many([(pools[i].gpu, counts[i][position[i]], links[i]) for i in fitting])
+        for i, pred in zip(fitting, preds, strict=True):
+            option = _fit_option(pools[i], counts[i][position[i]], pred, usable[i], deadline_seconds)
+            if option.meets_deadline is False:
+                slow.setdefault(i, option)  # fits but too slow at this count: try more GPUs
+                position[i] += 1
+            else:
+                done[i] = option, pred
         for i in pending:
-            try:
-                asked[i] = evaluations[i].send(replies[i]) if i in replies else next(evaluations[i])
-            except StopIteration as stop:
-                done[i] = stop.value
-        replies = dict(zip(asked, predictor.many([(pools[i], n) for i, n in asked.items()]), strict=True))
-        pending = list(asked)
+            if i not in done and position[i] >= len(counts[i]):
+                done[i] = _no_fit_option(spec, pools[i], counts[i], usable[i], headroom, deadline_seconds,
+                                         slow.get(i), predictor), None
+        pending = [i for i in pending if i not in done]
     return [done[i] for i in range(len(pools))]
 
 
-def _evaluate(spec: TrainingSpec, pool: NodePool, headroom: float, deadline_seconds: float | None) -> _Evaluation:
-    """What ``pool`` does with the job: yields each GPU count it needs a prediction for, is sent that prediction."""
-    usable = pool.usable_bytes(headroom)
-    if spec.gpu is not None and lookup_gpu(spec.gpu).name != pool.gpu:
-        return PoolOption(pool, False, f"spec pins gpu {spec.gpu}; pool has {pool.gpu}", usable), None
-    counts = candidate_gpu_counts(spec, pool, keep_growing=deadline_seconds is not None)
-    if not counts:
-        wanted = spec.gpus if isinstance(spec.gpus, int) else "auto"
-        return PoolOption(pool, False, f"needs {wanted} GPUs; pool allows at most {pool.max_job_gpus} per job",
-                          usable), None
-    last: Prediction | None = None
-    slow: PoolOption | None = None
-    for n in counts:
-        pred = yield n
-        last = pred
-        if pred.peak_vram_upper_bytes > usable:
-            continue
-        runtime = pred.runtime_seconds
-        cost = job_cost_usd(n, runtime, pool.price_usd_per_gpu_hour) if runtime is not None else None
-        # A deadline is a promise, like the memory fit: it is checked against the runtime's upper bound where the
-        # runtime residual gives one, else against the point estimate.
-        worst = pred.runtime_upper_seconds if pred.runtime_upper_seconds is not None else runtime
-        meets = None if deadline_seconds is None or worst is None else worst <= deadline_seconds
-        option = PoolOption(
-            pool, True, "fits", usable, gpus=n, nodes=pool.nodes_for(n), peak_vram_bytes=pred.vram.peak_vram_bytes,
-            peak_vram_upper_bytes=pred.peak_vram_upper_bytes, runtime_seconds=runtime,
-            runtime_upper_seconds=pred.runtime_upper_seconds,
-            throughput_tokens_per_second=pred.throughput_tokens_per_second, cost_usd=cost,
-            hourly_cost_usd=hourly_cost_usd(n, pool.price_usd_per_gpu_hour),
-            has_room=pool.free_gpus is None or pool.free_gpus >= n, meets_deadline=meets)
-        if meets is False:
-            slow = slow or option  # fits but too slow at this count: try more GPUs
-            continue
-        return option, pred
+def _fit_option(pool: NodePool, n: int, pred: Prediction, usable: int, deadline_seconds: float | None) -> PoolOption:
+    """The option of a GPU count whose memory fits: runtime, cost, room, and whether it meets the deadline."""
+    runtime = pred.runtime_seconds
+    cost = job_cost_usd(n, runtime, pool.price_usd_per_gpu_hour) if runtime is not None else None
+    # A deadline is a promise, like the memory fit: it is checked against the runtime's upper bound where the
+    # runtime residual gives one, else against the point estimate.
+    worst = pred.runtime_upper_seconds if pred.runtime_upper_seconds is not None else runtime
+    meets = None if deadline_seconds is None or worst is None else worst <= deadline_seconds
+    return PoolOption(
+        pool, True, "fits", usable, gpus=n, nodes=pool.nodes_for(n), peak_vram_bytes=pred.vram.peak_vram_bytes,
+        peak_vram_upper_bytes=pred.peak_vram_upper_bytes, runtime_seconds=runtime,
+        runtime_upper_seconds=pred.runtime_upper_seconds,
+        throughput_tokens_per_second=pred.throughput_tokens_per_second, cost_usd=cost,
+        hourly_cost_usd=hourly_cost_usd(n, pool.price_usd_per_gpu_hour),
+        has_room=pool.free_gpus is None or pool.free_gpus >= n, meets_deadline=meets)
+
+
+def _no_fit_option(spec: TrainingSpec, pool: NodePool, counts: list[int], usable: int, headroom: float,
+                   deadline_seconds: float | None, slow: PoolOption | None, predictor: SpecPredictor) -> PoolOption:
+    """Why no count of ``pool`` works: the first fit missed the deadline, or no count's memory fits."""
     if slow is not None:
         assert deadline_seconds is not None and slow.runtime_seconds is not None
         if slow.runtime_upper_seconds is not None:
@@ -291,9 +300,9 @@ def _evaluate(spec: TrainingSpec, pool: NodePool, headroom: float, deadline_seco
             takes = f"takes {_hours(slow.runtime_seconds)}"
         reason = (f"fits on {slow.gpus} GPUs but {takes} > deadline "
                   f"{_hours(deadline_seconds)}" + (" even with more GPUs" if len(counts) > 1 else ""))
-        return PoolOption(**{**slow.__dict__, "reason": reason}), None
-    assert last is not None
+        return PoolOption(**{**slow.__dict__, "reason": reason})
     n = counts[-1]
+    last = predictor.memory_many([(pool.gpu, n)])[0]
     reason = (f"needs {format_bytes(last.peak_vram_upper_bytes)} per GPU (upper bound) on {n} GPU"
               f"{'s' if n > 1 else ''}; {pool.gpu} has {format_bytes(usable)} usable "
               f"({headroom:.0%} headroom)")
@@ -301,8 +310,7 @@ def _evaluate(spec: TrainingSpec, pool: NodePool, headroom: float, deadline_seco
         reason += (f"; sharding {spec.sharding or 'ddp'} replicates the model on every GPU, so more GPUs do not "
                    "reduce per-GPU memory (set sharding: fsdp or zero3)")
     return PoolOption(pool, False, reason, usable, gpus=n, nodes=pool.nodes_for(n),
-                      peak_vram_bytes=last.vram.peak_vram_bytes,
-                      peak_vram_upper_bytes=last.peak_vram_upper_bytes), None
+                      peak_vram_bytes=last.vram.peak_vram_bytes, peak_vram_upper_bytes=last.peak_vram_upper_bytes)
 
 
 def _rank_key(objective: str, option: PoolOption) -> tuple[float, float]:
@@ -340,10 +348,7 @@ def place(
             raise ValueError("objective cheapest-within-deadline needs a deadline "
                              "(spec deadline_seconds or --deadline-hours)")
     resolved = model or resolve_model_cached(spec, base_dir)
-    predictor = _Predictor(spec, resolved)
-
-    evaluations = [_evaluate(spec, pool, headroom_fraction, deadline) for pool in pool_list]
-    evaluated = _evaluate_all(pool_list, evaluations, predictor)
+    evaluated = _evaluate_all(spec, pool_list, headroom_fraction, deadline, spec_predictor(spec, resolved))
     options = [opt for opt, _ in evaluated]
     preds = {opt.pool.name: pred for opt, pred in evaluated}
     if spec.train_tokens is None and spec.steps is None:

@@ -213,16 +213,17 @@ def test_when_no_single_change_fits_a_combination_is_suggested() -> None:
 
 
 def test_predictions_are_memoised_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import predictors.predict as predict_module
     import scheduler.placement as placement
 
-    calls: list[tuple[str, int]] = []
-    real = placement.predict_many
+    calls: list[int | None] = []  # GPU counts whose memory was predicted
+    real = predict_module.predict_vram_without_gpu
 
-    def counting(spec: TrainingSpec, requests: list[tuple[str, int, object]], **kwargs: object) -> object:
-        calls.extend((str(gpu), int(gpus)) for gpu, gpus, _ in requests)
-        return real(spec, requests, **kwargs)  # type: ignore[arg-type]
+    def counting(spec: TrainingSpec, arch: object, gpus: int | None, *args: object) -> object:
+        calls.append(gpus)
+        return real(spec, arch, gpus, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(placement, "predict_many", counting)
+    monkeypatch.setattr(predict_module, "predict_vram_without_gpu", counting)
     monkeypatch.setattr(placement, "_CACHE_SIZE", 2)
     placement.clear_prediction_cache()
     pools = [_pool("a"), _pool("b", price=3.0)]  # same GPU type: one prediction serves both
@@ -232,6 +233,6 @@ def test_predictions_are_memoised_and_bounded(monkeypatch: pytest.MonkeyPatch) -
     assert len(calls) == 1 and again.to_dict() == first.to_dict()
     place(_spec(micro_batch_size=3), pools)
     place(_spec(micro_batch_size=4), pools)
-    assert len(placement._cache) == 2  # bounded: the oldest entry went
+    assert len(placement._cache) == 2  # bounded: the oldest spec went
     place(_spec(), pools)
     assert len(calls) == 4
