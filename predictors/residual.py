@@ -265,7 +265,7 @@ class ResidualVramRegressor(ConformalResidualRegressor):
         check_is_fitted(self, "regressor_")
         features = X if isinstance(X, np.ndarray) else feature_matrix(list(X))
         if getattr(self, "compiled_", None) is not None:
-            return predict_compiled(self.compiled_, features)
+            return predict_compiled_flat(self.compiled_, features)
         return np.asarray(self.regressor_.predict(features), dtype=np.float64)
 
     def predict(self, X: Sequence[VramCase]) -> np.ndarray:
@@ -454,3 +454,69 @@ def correct_vram_many(model: ResidualVramRegressor, spec: TrainingSpec, architec
         out.append(CorrectedVram(corrected, max(int(round(upper[row + 2])), device), ratio))
         row += 3
     return out
+
+
+# ---- flat tree walk -------------------------------------------------------------------------------------
+# The arrays of compile_hist_gradient_boosting, flattened: node ``t * size + i`` is node ``i`` of tree ``t``,
+# children are global node ids, a leaf is its own child (so the walk needs no leaf test), and each level of
+# the walk is a handful of 1-D takes over all (row, tree) pairs. The leaves' values are then summed exactly as
+# predict_compiled sums them (along the trees of each row), so the two give bit-identical predictions.
+_FLAT: dict[int, tuple[dict[str, np.ndarray], dict[str, Any]]] = {}  # id(compiled) -> (compiled, flat)
+
+
+def flatten_compiled(compiled: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The flat form of ``compiled`` (memoised per compiled model)."""
+    hit = _FLAT.get(id(compiled))
+    if hit is not None and hit[0] is compiled:
+        return hit[1]
+    n_trees, size = compiled["feature"].shape
+    own = np.arange(n_trees * size).reshape(n_trees, size)
+    offset = (np.arange(n_trees) * size)[:, None]
+    leaf = compiled["is_leaf"]
+    categorical = compiled["is_categorical"] & ~leaf
+    flat: dict[str, Any] = {
+        "roots": offset.ravel().copy(),
+        "feature": np.where(leaf, 0, compiled["feature"]).ravel(),
+        "threshold": compiled["threshold"].ravel(),
+        "left": np.where(leaf, own, compiled["left"] + offset).ravel(),
+        "right": np.where(leaf, own, compiled["right"] + offset).ravel(),
+        "missing_left": compiled["missing_left"].ravel(),
+        "is_categorical": categorical.ravel(),
+        "any_categorical": bool(categorical.any()),
+        "category_left": compiled["category_left"].reshape(-1),
+        "value": compiled["value"].ravel(),
+        "depth": int(compiled["depth"]),
+        "baseline": float(compiled["baseline"]),
+    }
+    if len(_FLAT) > 16:
+        _FLAT.clear()
+    _FLAT[id(compiled)] = (compiled, flat)
+    return flat
+
+
+def predict_compiled_flat(compiled: dict[str, np.ndarray], features: np.ndarray) -> np.ndarray:
+    """:func:`predict_compiled` (the same numbers, bit for bit) by a flat, level-by-level walk of all trees
+    for all rows at once."""
+    flat = flatten_compiled(compiled)
+    features = np.ascontiguousarray(features, dtype=np.float64)
+    rows, n_columns = features.shape
+    values = features.ravel()
+    node = np.broadcast_to(flat["roots"], (rows, flat["roots"].size)).ravel()
+    row_start = np.repeat(np.arange(rows) * n_columns, flat["roots"].size)
+    feature, threshold, left, right = flat["feature"], flat["threshold"], flat["left"], flat["right"]
+    missing_left = flat["missing_left"]
+    for _ in range(flat["depth"]):
+        x = values.take(row_start + feature.take(node))
+        missing = np.isnan(x)
+        go_left = x <= threshold.take(node)  # NaN compares False; fixed below
+        if missing.any():
+            go_left = np.where(missing, missing_left.take(node), go_left)
+        if flat["any_categorical"]:
+            categorical = flat["is_categorical"].take(node)
+            if categorical.any():
+                code = np.where(missing | (x < 0) | (x >= _CATEGORY_TABLE_SIZE), -1, np.nan_to_num(x)).astype(np.intp)
+                by_code = flat["category_left"].take(node * _CATEGORY_TABLE_SIZE + np.maximum(code, 0))
+                categorical_left = np.where(code >= 0, by_code, missing_left.take(node))
+                go_left = np.where(categorical, categorical_left, go_left)
+        node = np.where(go_left, left.take(node), right.take(node))
+    return flat["baseline"] + flat["value"].take(node).reshape(rows, -1).sum(axis=1)
