@@ -118,7 +118,11 @@ class VramCase:
 
 
 def resident_bytes(vram: VramPrediction) -> int:
-    return sum(vram.breakdown_bytes.get(k, 0) for k in RESIDENT_COMPONENTS)
+    get = vram.breakdown_bytes.get  # called several times per row: no generator
+    total = 0
+    for k in RESIDENT_COMPONENTS:
+        total += get(k, 0)
+    return total
 
 
 def _log2(x: float) -> float:

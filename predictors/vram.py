@@ -21,7 +21,7 @@ Sources for the constants are given where they are defined.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from predictors.architecture import Architecture, saved_module_params
 from predictors.hardware import GpuSpec
@@ -170,7 +170,9 @@ def on_gpu(vram: VramPrediction, gpu: GpuSpec | None) -> VramPrediction:
     family = gpu.family if gpu is not None else "ampere"
     context = _CUDA_CONTEXT_BYTES[family] + _CUBLAS_WORKSPACE_BYTES
     breakdown = {**vram.breakdown_bytes, "cuda_context": int(round(context))}
-    return replace(vram, peak_vram_bytes=int(sum(breakdown.values())), breakdown_bytes=breakdown)
+    # the constructor, not dataclasses.replace: placement calls this for every GPU type and count it tries
+    return VramPrediction(vram.peak_allocated_bytes, vram.peak_reserved_bytes, int(sum(breakdown.values())),
+                          breakdown, vram.peak_phase, vram.params_total, vram.params_trainable, vram.gpus, vram.notes)
 
 
 def predict_vram_without_gpu(
