@@ -162,35 +162,59 @@ def _spec_features(spec: TrainingSpec, arch: Architecture) -> dict[str, float]:
     }
 
 
-def _row(case: VramCase, shared: dict[str, float]) -> list[float]:
-    """The features of ``case`` in the order of :data:`FEATURE_NAMES`; ``shared``: its spec's."""
+_INDEX: dict[str, int] = {name: i for i, name in enumerate(FEATURE_NAMES)}
+_SPEC_FEATURES: tuple[str, ...] = ("log2_hidden_size", "log2_num_layers", "log2_vocab_size", "log2_lora_rank",
+                                   "log2_seq_len", "log2_micro_batch_size", "log2_tokens_per_micro_batch", "method",
+                                   "precision", "optimizer", "gradient_checkpointing", "attention", "offload",
+                                   "quantization", "task")
+# the row's own features, in the order _row computes them
+(_I_PARAMS_TOTAL, _I_PARAMS_TRAINABLE, _I_TRAINABLE_FRACTION, _I_GPUS, _I_GPU_MEMORY, _I_RESIDENT, _I_WEIGHTS_SHARE,
+ _I_OPTIMIZER_SHARE, _I_TRANSIENT, _I_TRANSIENT_SHARE, _I_FIXED_SHARE, _I_BACKWARD, _I_SHARDING, _I_GPU_FAMILY,
+ _I_METRIC) = (_INDEX[name] for name in (
+    "log2_params_total", "log2_params_trainable", "trainable_fraction", "log2_gpus", "log2_gpu_memory_bytes",
+    "log2_resident_bytes", "weights_share_of_resident", "optimizer_share_of_resident", "log2_transient_bytes",
+    "transient_share", "fixed_share", "backward_phase", "sharding", "gpu_family", "metric"))
+
+
+def _template(shared: dict[str, float]) -> list[float]:
+    """A row with the spec's own features in place (the others are filled per row)."""
+    row = [0.0] * len(FEATURE_NAMES)
+    for name in _SPEC_FEATURES:
+        row[_INDEX[name]] = shared[name]
+    return row
+
+
+def _row(case: VramCase, shared: dict[str, float] | list[float]) -> list[float]:
+    """The features of ``case`` in the order of :data:`FEATURE_NAMES`; ``shared``: its spec's (as returned by
+    :func:`_spec_features`, or its :func:`_template`)."""
     spec, vram = case.spec, case.vram
     b = vram.breakdown_bytes
-    level = max(case.level_bytes, 1)
+    get = b.get
+    level_name = LEVEL_FOR_METRIC[case.metric]
+    level = max(int(getattr(vram, level_name)), 1)
     resident = resident_bytes(vram)
-    transient = sum(b.get(k, 0) for k in TRANSIENT_COMPONENTS)
+    transient = get("activations", 0) + get("logits", 0) + get("quantization_workspace", 0)  # TRANSIENT_COMPONENTS
     # context and NCCL count only where the level includes them (nvml)
-    fixed = sum(b.get(k, 0) for k in FIXED_COMPONENTS) if case.level == "peak_vram_bytes" else 0
-    optimizer = b.get("optimizer_states", 0) + b.get("master_weights", 0)
-    values = {
-        **shared,
-        "log2_params_total": _log2(vram.params_total),
-        "log2_params_trainable": _log2(vram.params_trainable),
-        "trainable_fraction": vram.params_trainable / max(vram.params_total, 1),
-        "log2_gpus": _log2(vram.gpus),
-        "log2_gpu_memory_bytes": _log2(case.gpu.memory_bytes) if case.gpu is not None else math.nan,
-        "log2_resident_bytes": _log2(resident),
-        "weights_share_of_resident": b.get("weights", 0) / max(resident, 1),
-        "optimizer_share_of_resident": optimizer / max(resident, 1),
-        "log2_transient_bytes": _log2(transient),
-        "transient_share": transient / level,
-        "fixed_share": fixed / level,
-        "backward_phase": 1.0 if vram.peak_phase == "backward" else 0.0,
-        "sharding": _code("sharding", spec.resolved_sharding(vram.gpus)),
-        "gpu_family": _code("gpu_family", case.gpu.family if case.gpu is not None else "unknown"),
-        "metric": _code("metric", case.metric),
-    }
-    return [values[name] for name in FEATURE_NAMES]
+    fixed = (get("cuda_context", 0) + get("nccl_buffers", 0) + get("paged_optimizer_states", 0)  # FIXED_COMPONENTS
+             if level_name == "peak_vram_bytes" else 0)
+    optimizer = get("optimizer_states", 0) + get("master_weights", 0)
+    row = (_template(shared) if isinstance(shared, dict) else list(shared))
+    row[_I_PARAMS_TOTAL] = _log2(vram.params_total)
+    row[_I_PARAMS_TRAINABLE] = _log2(vram.params_trainable)
+    row[_I_TRAINABLE_FRACTION] = vram.params_trainable / max(vram.params_total, 1)
+    row[_I_GPUS] = _log2(vram.gpus)
+    row[_I_GPU_MEMORY] = _log2(case.gpu.memory_bytes) if case.gpu is not None else math.nan
+    row[_I_RESIDENT] = _log2(resident)
+    row[_I_WEIGHTS_SHARE] = get("weights", 0) / max(resident, 1)
+    row[_I_OPTIMIZER_SHARE] = optimizer / max(resident, 1)
+    row[_I_TRANSIENT] = _log2(transient)
+    row[_I_TRANSIENT_SHARE] = transient / level
+    row[_I_FIXED_SHARE] = fixed / level
+    row[_I_BACKWARD] = 1.0 if vram.peak_phase == "backward" else 0.0
+    row[_I_SHARDING] = _code("sharding", spec.resolved_sharding(vram.gpus))
+    row[_I_GPU_FAMILY] = _code("gpu_family", case.gpu.family if case.gpu is not None else "unknown")
+    row[_I_METRIC] = _code("metric", case.metric)
+    return row
 
 
 def case_features(case: VramCase) -> np.ndarray:
@@ -205,11 +229,11 @@ def feature_matrix(cases: list[VramCase]) -> np.ndarray:
     """
     if not cases:
         return np.empty((0, len(FEATURE_NAMES)), dtype=np.float64)
-    shared: dict[tuple[int, int], dict[str, float]] = {}  # by identity: the cases keep them alive
+    shared: dict[tuple[int, int], list[float]] = {}  # by identity: the cases keep them alive
     rows = []
     for case in cases:
         key = (id(case.spec), id(case.architecture))
         if key not in shared:
-            shared[key] = _spec_features(case.spec, case.architecture)
+            shared[key] = _template(_spec_features(case.spec, case.architecture))
         rows.append(_row(case, shared[key]))
     return np.asarray(rows, dtype=np.float64)
