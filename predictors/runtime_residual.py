@@ -46,7 +46,7 @@ from sklearn.utils.validation import check_is_fitted
 from predictors.architecture import Architecture
 from predictors.hardware import GpuSpec
 from predictors.persistence import LoadedModel
-from predictors.residual import ConformalResidualRegressor, calibration_folds
+from predictors.residual import ConformalResidualRegressor, calibration_folds, fit_weighted
 from predictors.runtime import RuntimePrediction
 from predictors.runtime_features import RUNTIME_NUMERIC, RuntimeCase, runtime_feature_matrix
 from predictors.spec import TrainingSpec
@@ -93,37 +93,35 @@ class ResidualRuntimeRegressor(ConformalResidualRegressor):
         self.n_features_in_ = features.shape[1]
         self.scaling_ = fit_scaling(features)
         self.train_distance_rows_ = scale_features(features, self.scaling_, clip=False)
-        own = self._neighbour_distance(features, exclude_self=True)
-        self.distance_ref_ = float(np.median(own)) if own.size and np.median(own) > 0 else 1.0
+        self._fit_distance_reference(features, groups)
+        weights = self._case_weights(groups, len(cases))
         rows = scale_features(features, self.scaling_)
-        self.regressor_ = self._new_regressor().fit(rows, target)
+        self.regressor_ = fit_weighted(self._new_regressor(), rows, target, weights)
         self.linear_ = _linear_form(self.regressor_, rows)
-        self._calibrate(features, target, groups)
+        self._calibrate(features, target, [c.spec for c in cases], groups, weights)
         return self
 
-    def _neighbour_distance(self, features: np.ndarray, exclude_self: bool = False,
-                            train_rows: np.ndarray | None = None) -> np.ndarray:
-        """Mean Euclidean distance of each row to its nearest training cases (standardized, unclipped: a
-        case beyond the training range is far from it)."""
+    def _pairwise_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
+        """Euclidean distances to the training cases (standardized, unclipped: a case beyond the training
+        range is far from it)."""
         train = self.train_distance_rows_ if train_rows is None else self.train_distance_rows_[train_rows]
         diff = scale_features(features, self.scaling_, clip=False)[:, None, :] - train[None, :, :]
-        dist = np.sqrt((diff * diff).sum(axis=2))
-        if exclude_self:
-            np.fill_diagonal(dist, np.inf)
-        k = max(1, min(self.n_neighbors, dist.shape[1] - (1 if exclude_self else 0)))
-        return np.sort(dist, axis=1)[:, :k].mean(axis=1)
+        return np.sqrt((diff * diff).sum(axis=2))
 
-    def _calibrate(self, features: np.ndarray, target: np.ndarray, groups: Sequence[str] | None) -> None:
+    def _calibrate(self, features: np.ndarray, target: np.ndarray, specs: Sequence[TrainingSpec],
+                   groups: Sequence[str] | None, weights: np.ndarray | None) -> None:
         n = len(target)
         out_of_fold = np.empty(n)
         widening = np.empty(n)
         for train_rows, held_rows in calibration_folds(n, groups, self.cv, self.random_state):
             # the fold's model sees only its own training rows' range and scale, as a fresh fit would
             scaling = fit_scaling(features[train_rows])
-            model = self._new_regressor().fit(scale_features(features[train_rows], scaling), target[train_rows])
+            fold_weights = None if weights is None else weights[train_rows]
+            model = fit_weighted(self._new_regressor(), scale_features(features[train_rows], scaling),
+                                 target[train_rows], fold_weights)
             out_of_fold[held_rows] = model.predict(scale_features(features[held_rows], scaling))
             widening[held_rows] = self._widening(self._neighbour_distance(features[held_rows], train_rows=train_rows))
-        self._set_shrinkage_and_quantile(target, out_of_fold, widening, lower=True)
+        self._set_shrinkage_and_quantile(target, out_of_fold, widening, specs, groups, lower=True)
 
     # ---- prediction ---------------------------------------------------------------------------------
     def log_correction(self, X: Sequence[RuntimeCase] | np.ndarray) -> np.ndarray:
@@ -154,9 +152,11 @@ class ResidualRuntimeRegressor(ConformalResidualRegressor):
         f = self.alpha_ * self.log_correction(features) if self.alpha_ else np.zeros(len(cases))
         analytic = _analytic(cases)
         point = analytic * np.exp(f)
+        margin = self._margins([c.spec for c in cases])
         # widen only a positive margin: a negative quantile (the model under-predicts) is not made worse
-        widening = self._widening(self._neighbour_distance(features)) if self.quantile_ > 0 else 1.0
-        lower = np.minimum(point, analytic * np.exp(f - self.quantile_ * widening))
+        if np.any(margin > 0):
+            margin = np.where(margin > 0, margin * self._widening(self._neighbour_distance(features)), margin)
+        lower = np.minimum(point, analytic * np.exp(f - margin))
         return point, lower
 
 
