@@ -9,22 +9,31 @@ Notation for one case ``x`` (a :class:`~predictors.features.VramCase`): ``a(x)``
 level its metric is compared with, ``m(x)`` the resident model states (weights, adapters, master weights,
 optimizer states: the floor), ``F(x)`` its feature vector, ``w(x) >= 1`` its widening.
 
-* ``fit(X, y)``: ``r_i = ln(y_i / a(x_i))``; ``regressor_ = clone(regressor).fit(F(X), r)``.
-  Calibration (cross-conformal): the cases are split into folds (one fold per group when ``groups`` are
-  given, so a fold is a source the fold's model never saw); each fold is predicted by a clone fitted on
-  the other folds (``f_-i``). The shrinkage ``alpha_`` in [0, 1] minimises the median of
-  ``|r_i - alpha * f_-i(x_i)|`` over those out-of-fold predictions: a correction that does not carry over
-  to unseen folds is shrunk towards the analytic model (``alpha_ = 0``). Scores
-  ``s_i = (r_i - alpha_ * f_-i(x_i)) / w_-i(x_i)``; ``quantile_`` is their ``ceil((n + 1) * coverage) / n``
-  empirical quantile.
+* ``fit(X, y, groups)``: ``r_i = ln(y_i / a(x_i))``; ``regressor_ = clone(regressor).fit(F(X), r, v)`` with
+  case weights ``v_i = 1 / (cases of x_i's group)`` (``group_weighting``: every source weighs the same, so
+  the two sources with 66 and 44 runs do not decide the model alone). Calibration (cross-conformal): the
+  cases are split into folds (one fold per group when ``groups`` are given, so a fold is a source the fold's
+  model never saw); each fold is predicted by a clone fitted on the other folds (``f_-i``). The shrinkage
+  ``alpha_`` in [0, 1] minimises the weighted median of ``|r_i - alpha * f_-i(x_i)|`` over those
+  out-of-fold predictions, and is 0 unless it also keeps the weighted 90th percentile of that error and
+  lowers the median error of most sources: a correction that does not carry over to unseen sources is
+  dropped (``alpha_ = 0``, the analytic model). Scores ``s_i = (r_i - alpha_ * f_-i(x_i)) / w_-i(x_i)``.
+  Margins: ``quantile_`` over all scores, and ``margin_quantiles_`` over the scores of full fine-tuning and
+  of adapter methods separately (``margin_by_method``; their errors spread differently). With groups, each
+  is a weighted quantile (every source the same) at the level chosen by
+  :func:`source_calibrated_quantile` (the quantile of the other sources covers ``coverage`` of a held-out
+  source's cases); without, the ``ceil((n + 1) * coverage) / n`` empirical quantile.
 * ``predict(X) = max(m(x), a(x) * exp(alpha_ * f(x)))`` with ``f = regressor_.predict``.
-* ``predict_upper(X) = max(predict(X), a(x) * exp(alpha_ * f(x) + quantile_ * w(x)))``.
+* ``predict_upper(X) = max(predict(X), a(x) * exp(alpha_ * f(x) + q(x) * w(x)))``, ``q(x)`` the margin of
+  ``x``'s method group (``quantile_`` where a group had too few sources to calibrate its own).
 
 ``w(x) = min(max_widening, 1 + distance_weight * max(0, d(x) / d_ref - 1))`` where ``d(x)`` is the mean
 distance of ``x`` to its ``n_neighbors`` nearest training cases (standardized numeric features, plus one
-per differing categorical setting) and ``d_ref`` the median of that distance among the training cases
-themselves: a spec far from everything the model was trained on gets a proportionally wider bound, up to
-``max_widening`` times the calibrated margin (an unbounded margin would make an unusual spec unschedulable).
+per differing categorical setting) and ``d_ref`` the ``ordinary_distance`` (90 %) quantile of the training
+cases' distances to the *other* sources' cases: a spec no farther from the training data than a typical
+new source keeps the calibrated margin, one far from everything the model was trained on gets a
+proportionally wider bound, up to ``max_widening`` times the margin (an unbounded margin would make an
+unusual spec unschedulable).
 """
 
 from __future__ import annotations
@@ -263,8 +272,12 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
         return cases, measured
 
     def _case_weights(self, groups: Sequence[str] | None, n: int) -> np.ndarray | None:
-        """Per-case weights of the fit (``None``: unweighted)."""
-        return group_weights(groups, n) if self.group_weighting and groups is not None else None
+        """Per-case weights of the regressor's fit (``None``: unweighted), scaled to a mean of 1 so that a
+        regressor's penalty keeps its scale in cases."""
+        if not self.group_weighting or groups is None:
+            return None
+        weights = group_weights(groups, n)
+        return weights * (n / weights.sum())
 
     # ---- distance to the training data ----------------------------------------------------------------
     def _pairwise_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:

@@ -181,10 +181,11 @@ def test_evaluate_cv_source_output(runs_subset: RunsSubset, capsys: pytest.Captu
         assert {"median_ape", "p90_ape", "coverage", "median_slack"} <= set(block["residual"])
 
 
-# Leave-one-source-out on the dev runs, as measured when this model was written (see the commit message).
+# Leave-one-source-out on the dev runs, as measured when this model was written (README, "Accuracy").
 LOSO_MEDIAN_APE = 0.134
-LOSO_P90_APE = 0.426
-LOSO_COVERAGE = 0.886
+LOSO_P90_APE = 0.412
+LOSO_COVERAGE = 0.948
+LOSO_MEDIAN_SLACK = 0.509
 
 
 def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[TrainingRow]) -> None:
@@ -192,7 +193,8 @@ def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[TrainingRow]
     print(f"LOSO residual: {figures}")
     assert figures["median_ape"] <= LOSO_MEDIAN_APE + 0.005
     assert figures["p90_ape"] <= LOSO_P90_APE + 0.01
-    assert figures["coverage"] >= LOSO_COVERAGE - 0.01
+    assert figures["coverage"] >= LOSO_COVERAGE - 0.006  # one row of 193 is 0.005
+    assert figures["median_slack"] <= LOSO_MEDIAN_SLACK + 0.02
 
 
 def test_replace_keeps_vram_frozen(small_rows: list[TrainingRow]) -> None:

@@ -266,14 +266,15 @@ def test_leave_one_source_out_on_a_small_set(dev_rows: list[RuntimeTrainingRow])
 
 
 # Leave-one-source-out on the 63 dev runs, as measured when this model was written (README, "Runtime residual").
-REPORTED_LOSO = {"median_ape": 0.179, "p90_ape": 0.727, "coverage": 0.889}
+REPORTED_LOSO = {"median_ape": 0.190, "p90_ape": 0.622, "coverage": 0.937, "median_slack": 0.843}
 
 
 def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[RuntimeTrainingRow]) -> None:
     got = summarize_runtime(runtime_leave_one_source_out(dev_rows))["residual"]
     assert got["median_ape"] - 0.005 <= REPORTED_LOSO["median_ape"], got
     assert got["p90_ape"] - 0.01 <= REPORTED_LOSO["p90_ape"], got
-    assert got["coverage"] + 0.01 >= REPORTED_LOSO["coverage"], got
+    assert got["coverage"] + 0.01 >= REPORTED_LOSO["coverage"], got  # one run of 63 is 0.016
+    assert got["median_slack"] - 0.03 <= REPORTED_LOSO["median_slack"], got
 
 
 @needs_dev
