@@ -182,9 +182,9 @@ def test_evaluate_cv_source_output(runs_subset: RunsSubset, capsys: pytest.Captu
 
 
 # Leave-one-source-out on the dev runs, as measured when this model was written (see the commit message).
-LOSO_MEDIAN_APE = 0.134
-LOSO_P90_APE = 0.426
-LOSO_COVERAGE = 0.886
+LOSO_MEDIAN_APE = 0.130
+LOSO_P90_APE = 0.424
+LOSO_COVERAGE = 0.876
 
 
 def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[TrainingRow]) -> None:
