@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,12 +103,17 @@ def predict_many(
     base_dir: Path | None = None,
     model: ResolvedModel | None = None,
     residual: bool = True,
+    needs_runtime: Callable[[int, int], bool] | None = None,
 ) -> list[Prediction]:
     """:func:`predict` of one spec for each ``(gpu_name, gpus, interconnect)`` of ``requests``.
 
     Each prediction is the one :func:`predict` gives alone. Placement asks for every pool's GPU at once, so
     the GPU-independent part of the VRAM model is computed once per GPU count, and the residual model sees
     all requests in one batched pass (whose fixed cost dominates).
+
+    ``needs_runtime(i, peak_vram_upper_bytes)``: whether request ``i`` needs its runtime, asked once its memory
+    is known (placement needs none where the job does not fit); a request it declines keeps ``runtime`` and
+    the runtime fields ``None``. Default: every request with a GPU.
     """
     resolved = model or resolve_model(spec, base_dir)
     arch = resolved.architecture
@@ -130,8 +135,8 @@ def predict_many(
     # runtimes of the requests with a GPU, then their residual in one batched pass
     runtimes: list[RuntimePrediction | None] = []
     timed: list[tuple[GpuSpec, int, RuntimePrediction]] = []
-    for gpu, (_, gpus, interconnect) in zip(gpu_specs, requests, strict=True):
-        if gpu is None:
+    for i, (gpu, (_, gpus, interconnect), upper) in enumerate(zip(gpu_specs, requests, uppers, strict=True)):
+        if gpu is None or (needs_runtime is not None and not needs_runtime(i, upper)):
             runtimes.append(None)
             continue
         runtime = predict_runtime(spec, arch, gpu, gpus=gpus, interconnect=interconnect,
