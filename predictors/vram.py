@@ -382,8 +382,9 @@ def predict_vram_without_gpu(
     # Autocast with an fp32 model (AMP without FSDP/DeepSpeed casting the model itself): every linear casts its
     # fp32 weight to 16 bits per call, and that 16-bit copy is what autograd keeps to compute the input's
     # gradient, so a 16-bit copy of the linear weights is live from the forward until backward reaches each
-    # layer ("the model is now present on the GPU in both 16-bit and 32-bit precision (1.5x the original
-    # model)": huggingface.co/docs/transformers/perf_train_gpu_one, mixed precision). Frozen LoRA bases cast
+    # layer (the Hugging Face single-GPU training guide, huggingface.co/docs/transformers/perf_train_gpu_one,
+    # mixed-precision section, counts mixed precision as holding the model in both precisions, 1.5x its size,
+    # hence more memory than fp32 at small batches). Frozen LoRA bases cast
     # as well (autocast caches no frozen weight, so nothing is shared). Checkpointed blocks drop theirs after
     # the forward and recompute one block at a time in backward; the output head runs outside the blocks and
     # keeps its copy. 4-bit layers dequantize into a temporary that autograd does not keep.
