@@ -18,8 +18,8 @@ optimizer states: the floor), ``F(x)`` its feature vector, ``w(x) >= 1`` its wid
   out-of-fold predictions, and is 0 unless it also keeps the weighted 90th percentile of that error and
   lowers the median error of most sources: a correction that does not carry over to unseen sources is
   dropped (``alpha_ = 0``, the analytic model). Scores ``s_i = (r_i - alpha_ * f_-i(x_i)) / w_-i(x_i)``.
-  Margins: ``quantile_`` over all scores, and ``margin_quantiles_`` over the scores of full fine-tuning and
-  of adapter methods separately (``margin_by_method``; their errors spread differently). With groups, each
+  Margins: ``quantile_`` over all scores, and ``class_quantiles_`` over the scores of full fine-tuning and
+  of adapter methods separately (``mondrian``; their errors spread differently). With groups, each
   is a weighted quantile (every source the same) at the level chosen by
   :func:`source_calibrated_quantile` (the quantile of the other sources covers ``coverage`` of a held-out
   source's cases); without, the ``ceil((n + 1) * coverage) / n`` empirical quantile.
@@ -225,7 +225,7 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
         With ``groups``, weigh every group (source) the same in the regressor's fit, the shrinkage and the
         conformal quantile (each case ``1 / rows of its group``), so that a source with many runs does not
         decide the model alone; ``False``: every case the same.
-    margin_by_method:
+    mondrian:
         Calibrate separate conformal margins for full fine-tuning and adapter methods (``MARGIN_GROUPS``).
     random_state:
         Seed of the default regressor (where it has one) and of shuffled folds.
@@ -242,7 +242,7 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
         ordinary_distance: float = 0.9,
         shrinkage: float | None = None,
         group_weighting: bool = True,
-        margin_by_method: bool = True,
+        mondrian: bool = True,
         random_state: int = 0,
     ) -> None:
         self.regressor = regressor
@@ -254,7 +254,7 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
         self.ordinary_distance = ordinary_distance
         self.shrinkage = shrinkage
         self.group_weighting = group_weighting
-        self.margin_by_method = margin_by_method
+        self.mondrian = mondrian
         self.random_state = random_state
 
     def _checked_measurements(self, X: Sequence[Any], y: Sequence[float], not_positive: str
@@ -320,7 +320,7 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
                                     specs: Sequence[TrainingSpec], groups: Sequence[str] | None,
                                     lower: bool = False) -> None:
         """``alpha_`` (fixed, or from the out-of-fold predictions), the scores, their pooled ``quantile_`` and
-        the per-method ``margin_quantiles_``: by how much the measurement exceeds the shrunk prediction
+        the per-method ``class_quantiles_``: by how much the measurement exceeds the shrunk prediction
         (``lower``: falls short of it), per widening.
 
         With ``group_weighting`` and ``groups`` the quantiles are weighted (every group the same in total;
@@ -338,15 +338,15 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
         self.calibration_scores_ = scores
         labels = np.asarray(list(groups)) if groups is not None else None
         self.quantile_ = self._quantile(scores, labels)
-        self.margin_quantiles_: dict[str, float] = {}
-        if not self.margin_by_method:
+        self.class_quantiles_: dict[str, float] = {}
+        if not self.mondrian:
             return
         methods = np.asarray([margin_group(spec) for spec in specs])
         for name in MARGIN_GROUPS:
             rows = methods == name
             support = len(set(labels[rows].tolist())) if labels is not None else int(rows.sum()) // 10
             if support >= MIN_MARGIN_SOURCES:
-                self.margin_quantiles_[name] = self._quantile(scores[rows], None if labels is None else labels[rows])
+                self.class_quantiles_[name] = self._quantile(scores[rows], None if labels is None else labels[rows])
 
     def _quantile(self, scores: np.ndarray, labels: np.ndarray | None) -> float:
         if self.group_weighting and labels is not None:
@@ -355,7 +355,7 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
 
     def _margins(self, specs: Sequence[TrainingSpec]) -> np.ndarray:
         """The calibrated margin (before widening) of each case: its method group's, else the pooled one."""
-        margins = getattr(self, "margin_quantiles_", None) or {}
+        margins = getattr(self, "class_quantiles_", None) or {}
         return np.asarray([margins.get(margin_group(spec), self.quantile_) for spec in specs], dtype=np.float64)
 
 

@@ -234,14 +234,28 @@ def runtime_prediction_fields(spec: TrainingSpec, architecture: Architecture, gp
     by ``loaded``, the runtime residual, when there is one), their bounds, and the model's version and
     correction ratio. Without a model the bound is the analytic runtime times
     ``1 + DEFAULT_RUNTIME_UPPER_MARGIN``."""
+    return runtime_prediction_fields_many(spec, architecture, [(gpu, gpus, runtime)], loaded)[0]
+
+
+def runtime_prediction_fields_many(spec: TrainingSpec, architecture: Architecture,
+                                   items: Sequence[tuple[GpuSpec, int, RuntimePrediction]],
+                                   loaded: LoadedModel | None) -> list[dict[str, Any]]:
+    """:func:`runtime_prediction_fields` of one spec for several ``(gpu, gpus, analytic runtime)`` in one
+    batched pass of the runtime residual (rows are independent: each result is the one it gets alone;
+    placement asks for every pool at once and pays the fixed cost of the numpy calls once)."""
+    if not items:
+        return []
     if loaded is None:
-        fixed = scale_runtime(runtime, runtime.tokens_per_second,
-                              runtime.tokens_per_second / (1 + DEFAULT_RUNTIME_UPPER_MARGIN))
-        extra: dict[str, Any] = {}
+        fixed = [scale_runtime(r, r.tokens_per_second, r.tokens_per_second / (1 + DEFAULT_RUNTIME_UPPER_MARGIN))
+                 for _, _, r in items]
+        extras: list[dict[str, Any]] = [{} for _ in items]
     else:
-        fixed = correct_runtime(loaded.model, RuntimeCase(spec, architecture, gpu, gpus, runtime))
-        extra = {"runtime_model_version": loaded.version, "runtime_correction_ratio": fixed.correction_ratio}
-    return {"throughput_tokens_per_second": fixed.tokens_per_second,
-            "throughput_lower_tokens_per_second": fixed.tokens_per_second_lower,
-            "runtime_seconds": fixed.runtime_seconds, "runtime_upper_seconds": fixed.runtime_upper_seconds,
-            **extra}
+        cases = [RuntimeCase(spec, architecture, gpu, gpus, r) for gpu, gpus, r in items]
+        point, lower = loaded.model.predict_with_lower(cases)
+        fixed = [scale_runtime(c.runtime, float(p), float(lo)) for c, p, lo in zip(cases, point, lower, strict=True)]
+        extras = [{"runtime_model_version": loaded.version, "runtime_correction_ratio": f.correction_ratio}
+                  for f in fixed]
+    return [{"throughput_tokens_per_second": f.tokens_per_second,
+             "throughput_lower_tokens_per_second": f.tokens_per_second_lower,
+             "runtime_seconds": f.runtime_seconds, "runtime_upper_seconds": f.runtime_upper_seconds, **extra}
+            for f, extra in zip(fixed, extras, strict=True)]

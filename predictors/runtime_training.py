@@ -36,7 +36,7 @@ DEFAULT_RUNTIME_COVERAGE = 0.9
 # separate margins for full and adapter methods lower it (85.7 %: 8 sources are too few to calibrate two
 # margins), and so does widening only beyond the 90 % quantile of the distance to the other sources (87.3 %;
 # the median, as before, widens half of the held-out runs).
-DEFAULT_RUNTIME_PARAMS: dict[str, Any] = {"coverage": DEFAULT_RUNTIME_COVERAGE, "margin_by_method": False,
+DEFAULT_RUNTIME_PARAMS: dict[str, Any] = {"coverage": DEFAULT_RUNTIME_COVERAGE, "mondrian": False,
                                           "ordinary_distance": 0.5}
 
 

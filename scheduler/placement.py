@@ -191,12 +191,23 @@ def clear_prediction_cache() -> None:
         _cache.clear()
 
 
-class _Predictor:
-    """Predictions for one spec, shared by pools with the same GPU type, count and links, made in batches."""
+def _lacks_runtime(pred: Prediction) -> bool:
+    """A prediction made without its runtime because no pool it was made for could hold the job."""
+    return pred.gpu is not None and pred.runtime is None
 
-    def __init__(self, spec: TrainingSpec, model: ResolvedModel) -> None:
+
+class _Predictor:
+    """Predictions for one spec, shared by pools with the same GPU type, count and links, made in batches.
+
+    Two stages: memory for every request, the runtime only where some pool asking for it can hold the job
+    (a pool that cannot needs no runtime, cost or deadline check). A cached memory-only prediction is made
+    again, with its runtime, when a pool that can hold it asks.
+    """
+
+    def __init__(self, spec: TrainingSpec, model: ResolvedModel, headroom_fraction: float) -> None:
         self.spec = spec
         self.model = model
+        self.headroom_fraction = headroom_fraction
         self._spec_key = spec.model_dump_json()
 
     def many(self, wanted: Sequence[tuple[NodePool, int]]) -> list[Prediction]:
@@ -207,14 +218,19 @@ class _Predictor:
             for pool, gpus in wanted:
                 key = (self._spec_key, self.model.source, pool.gpu, gpus, pool.links)
                 pred = _cache.get(key)
+                if pred is not None and _lacks_runtime(pred) and self._fits(pool, pred.peak_vram_upper_bytes):
+                    pred = None
                 if pred is None:
                     missing.setdefault(key, []).append(len(out))
                 else:
                     _cache.move_to_end(key)
                 out.append(pred)
         if missing:
+            # the largest usable memory among the pools waiting for each request: the runtime is needed if it fits
+            roomiest = [max(wanted[i][0].usable_bytes(self.headroom_fraction) for i in places)
+                        for places in missing.values()]
             preds = predict_many(self.spec, [(gpu, gpus, links) for _, _, gpu, gpus, links in missing],
-                                 model=self.model)
+                                 model=self.model, needs_runtime=lambda i, upper: upper <= roomiest[i])
             with _cache_lock:
                 for (key, places), pred in zip(missing.items(), preds, strict=True):
                     for i in places:
@@ -223,6 +239,9 @@ class _Predictor:
                     if len(_cache) > _CACHE_SIZE:
                         _cache.popitem(last=False)
         return cast(list[Prediction], out)  # every place is filled now
+
+    def _fits(self, pool: NodePool, upper_bytes: int) -> bool:
+        return upper_bytes <= pool.usable_bytes(self.headroom_fraction)
 
 
 # A pool's evaluation (:func:`_evaluate`) yields the GPU counts it needs predictions for, is sent each
@@ -340,7 +359,7 @@ def place(
             raise ValueError("objective cheapest-within-deadline needs a deadline "
                              "(spec deadline_seconds or --deadline-hours)")
     resolved = model or resolve_model_cached(spec, base_dir)
-    predictor = _Predictor(spec, resolved)
+    predictor = _Predictor(spec, resolved, headroom_fraction)
 
     evaluations = [_evaluate(spec, pool, headroom_fraction, deadline) for pool in pool_list]
     evaluated = _evaluate_all(pool_list, evaluations, predictor)
