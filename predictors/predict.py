@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,12 +103,17 @@ def predict_many(
     base_dir: Path | None = None,
     model: ResolvedModel | None = None,
     residual: bool = True,
+    needs_runtime: Callable[[int, int], bool] | None = None,
 ) -> list[Prediction]:
     """:func:`predict` of one spec for each ``(gpu_name, gpus, interconnect)`` of ``requests``.
 
     Each prediction is the one :func:`predict` gives alone. Placement asks for every pool's GPU at once, so
     the GPU-independent part of the VRAM model is computed once per GPU count, and the residual model sees
     all requests in one batched pass (whose fixed cost dominates).
+
+    ``needs_runtime(i, peak_vram_upper_bytes)``: whether request ``i`` needs its runtime, asked once its memory
+    is known (placement needs none where the job does not fit); a request it declines keeps ``runtime`` and
+    the runtime fields ``None``. Default: every request with a GPU.
     """
     resolved = model or resolve_model(spec, base_dir)
     arch = resolved.architecture
@@ -127,21 +132,29 @@ def predict_many(
         fixed = correct_vram_many(loaded.model, spec, arch, list(zip(gpu_specs, vrams, strict=True)))
         vrams, uppers = [f.vram for f in fixed], [f.upper_bytes for f in fixed]
         extras = [{"model_version": loaded.version, "residual_correction_ratio": f.correction_ratio} for f in fixed]
-    out: list[Prediction] = []
-    rows = zip(gpu_specs, requests, vrams, uppers, extras, strict=True)
-    for gpu, (_, gpus, interconnect), vram, upper, extra in rows:
-        runtime = None
-        if gpu is not None:
-            from predictors.runtime_residual import runtime_prediction_fields
+    # runtimes of the requests with a GPU, then their residual in one batched pass
+    runtimes: list[RuntimePrediction | None] = []
+    timed: list[tuple[GpuSpec, int, RuntimePrediction]] = []
+    for i, (gpu, (_, gpus, interconnect), upper) in enumerate(zip(gpu_specs, requests, uppers, strict=True)):
+        if gpu is None or (needs_runtime is not None and not needs_runtime(i, upper)):
+            runtimes.append(None)
+            continue
+        runtime = predict_runtime(spec, arch, gpu, gpus=gpus, interconnect=interconnect,
+                                  params_override=resolved.params_override)
+        runtimes.append(runtime)
+        n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else 1)
+        timed.append((gpu, n_gpus, runtime))
+    if timed:
+        from predictors.runtime_residual import runtime_prediction_fields_many
 
-            runtime = predict_runtime(spec, arch, gpu, gpus=gpus, interconnect=interconnect,
-                                      params_override=resolved.params_override)
-            n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else 1)
-            extra.update(runtime_prediction_fields(spec, arch, gpu, n_gpus, runtime,
-                                                   _runtime_residual_model() if residual else None))
-        out.append(Prediction(spec=spec, model=resolved, gpu=gpu, vram=vram, peak_vram_upper_bytes=upper,
-                              runtime=runtime, **extra))
-    return out
+        fields = iter(runtime_prediction_fields_many(spec, arch, timed,
+                                                     _runtime_residual_model() if residual else None))
+        for extra, runtime in zip(extras, runtimes, strict=True):
+            if runtime is not None:
+                extra.update(next(fields))
+    return [Prediction(spec=spec, model=resolved, gpu=gpu, vram=vram, peak_vram_upper_bytes=upper, runtime=runtime,
+                       **extra)
+            for gpu, vram, upper, runtime, extra in zip(gpu_specs, vrams, uppers, runtimes, extras, strict=True)]
 
 
 def _residual_model():  # type: ignore[no-untyped-def]

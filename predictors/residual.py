@@ -9,22 +9,31 @@ Notation for one case ``x`` (a :class:`~predictors.features.VramCase`): ``a(x)``
 level its metric is compared with, ``m(x)`` the resident model states (weights, adapters, master weights,
 optimizer states: the floor), ``F(x)`` its feature vector, ``w(x) >= 1`` its widening.
 
-* ``fit(X, y)``: ``r_i = ln(y_i / a(x_i))``; ``regressor_ = clone(regressor).fit(F(X), r)``.
-  Calibration (cross-conformal): the cases are split into folds (one fold per group when ``groups`` are
-  given, so a fold is a source the fold's model never saw); each fold is predicted by a clone fitted on
-  the other folds (``f_-i``). The shrinkage ``alpha_`` in [0, 1] minimises the median of
-  ``|r_i - alpha * f_-i(x_i)|`` over those out-of-fold predictions: a correction that does not carry over
-  to unseen folds is shrunk towards the analytic model (``alpha_ = 0``). Scores
-  ``s_i = (r_i - alpha_ * f_-i(x_i)) / w_-i(x_i)``; ``quantile_`` is their ``ceil((n + 1) * coverage) / n``
-  empirical quantile.
+* ``fit(X, y, groups)``: ``r_i = ln(y_i / a(x_i))``; ``regressor_ = clone(regressor).fit(F(X), r, v)`` with
+  case weights ``v_i = 1 / (cases of x_i's group)`` (``group_weighting``: every source weighs the same, so
+  the two sources with 66 and 44 runs do not decide the model alone). Calibration (cross-conformal): the
+  cases are split into folds (one fold per group when ``groups`` are given, so a fold is a source the fold's
+  model never saw); each fold is predicted by a clone fitted on the other folds (``f_-i``). The shrinkage
+  ``alpha_`` in [0, 1] minimises the weighted median of ``|r_i - alpha * f_-i(x_i)|`` over those
+  out-of-fold predictions, and is 0 unless it also keeps the weighted 90th percentile of that error and
+  lowers the median error of most sources: a correction that does not carry over to unseen sources is
+  dropped (``alpha_ = 0``, the analytic model). Scores ``s_i = (r_i - alpha_ * f_-i(x_i)) / w_-i(x_i)``.
+  Margins: ``quantile_`` over all scores, and ``class_quantiles_`` over the scores of full fine-tuning and
+  of adapter methods separately (``mondrian``; their errors spread differently). With groups, each
+  is a weighted quantile (every source the same) at the level chosen by
+  :func:`source_calibrated_quantile` (the quantile of the other sources covers ``coverage`` of a held-out
+  source's cases); without, the ``ceil((n + 1) * coverage) / n`` empirical quantile.
 * ``predict(X) = max(m(x), a(x) * exp(alpha_ * f(x)))`` with ``f = regressor_.predict``.
-* ``predict_upper(X) = max(predict(X), a(x) * exp(alpha_ * f(x) + quantile_ * w(x)))``.
+* ``predict_upper(X) = max(predict(X), a(x) * exp(alpha_ * f(x) + q(x) * w(x)))``, ``q(x)`` the margin of
+  ``x``'s method group (``quantile_`` where a group had too few sources to calibrate its own).
 
 ``w(x) = min(max_widening, 1 + distance_weight * max(0, d(x) / d_ref - 1))`` where ``d(x)`` is the mean
 distance of ``x`` to its ``n_neighbors`` nearest training cases (standardized numeric features, plus one
-per differing categorical setting) and ``d_ref`` the median of that distance among the training cases
-themselves: a spec far from everything the model was trained on gets a proportionally wider bound, up to
-``max_widening`` times the calibrated margin (an unbounded margin would make an unusual spec unschedulable).
+per differing categorical setting) and ``d_ref`` the ``ordinary_distance`` (90 %) quantile of the training
+cases' distances to the *other* sources' cases: a spec no farther from the training data than a typical
+new source keeps the calibrated margin, one far from everything the model was trained on gets a
+proportionally wider bound, up to ``max_widening`` times the margin (an unbounded margin would make an
+unusual spec unschedulable).
 """
 
 from __future__ import annotations
@@ -91,12 +100,80 @@ def calibration_folds(n: int, groups: Sequence[str] | None, cv: int | None, rand
     return list(KFold(n_splits=splits, shuffle=True, random_state=random_state).split(index))
 
 
-def shrinkage_from_out_of_fold(target: np.ndarray, out_of_fold: np.ndarray) -> float:
-    """The ``alpha`` in 0, 0.1, ..., 1 that minimises the median of ``|target - alpha * out_of_fold|``
-    (ties: the smaller correction)."""
+def group_weights(groups: Sequence[str] | np.ndarray | None, n: int) -> np.ndarray:
+    """``1 / (rows of its group)`` for each row, so every group (source) weighs the same in total; ones
+    without groups."""
+    if groups is None:
+        return np.ones(n)
+    labels = np.asarray(list(groups))
+    _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    return 1.0 / counts[inverse]
+
+
+def weighted_quantile(values: np.ndarray, weights: np.ndarray, level: float) -> float:
+    """The smallest value whose cumulative share of the total weight reaches ``level``."""
+    order = np.argsort(values, kind="stable")
+    share = np.cumsum(weights[order]) / weights.sum()
+    at = int(np.searchsorted(share, level - 1e-12))
+    return float(values[order][min(at, len(values) - 1)])
+
+
+def shrinkage_from_out_of_fold(target: np.ndarray, out_of_fold: np.ndarray, groups: Sequence[str] | None = None,
+                               weights: np.ndarray | None = None) -> float:
+    """The ``alpha`` in 0, 0.1, ..., 1 that minimises the (weighted) median of ``|target - alpha * out_of_fold|``
+    (ties: the smaller correction); 0 unless that ``alpha`` carries over: it must not make the (weighted)
+    90th percentile of the error worse than the analytic model's, and with ``groups`` it must lower the
+    median error of more than half of the groups (sources) on its own, not just the pooled median."""
+    w = np.ones(len(target)) if weights is None else weights
     grid = np.linspace(0.0, 1.0, 11)
-    errors = [float(np.median(np.abs(target - alpha * out_of_fold))) for alpha in grid]
-    return float(grid[int(np.argmin(errors))])
+    errors = [np.abs(target - alpha * out_of_fold) for alpha in grid]
+    best = int(np.argmin([weighted_quantile(e, w, 0.5) for e in errors]))
+    if not best or weighted_quantile(errors[best], w, 0.9) > weighted_quantile(errors[0], w, 0.9):
+        return 0.0
+    if groups is not None:
+        labels = np.asarray(list(groups))
+        names = np.unique(labels)
+        better = sum(np.median(errors[best][labels == g]) < np.median(errors[0][labels == g]) for g in names)
+        if 2 * better <= len(names):
+            return 0.0
+    return float(grid[best])
+
+
+# How much a held-out source's own coverage counts in the choice of the conformal level: n / (n + this) for
+# a source with n cases, so a source with one or two runs (covered 0 % or 100 %) does not decide it alone.
+SOURCE_RELIABILITY_CASES = 5.0
+
+
+def source_calibrated_quantile(scores: np.ndarray, groups: np.ndarray, coverage: float) -> tuple[float, float]:
+    """A quantile of ``scores`` (each group weighing the same) that covers ``coverage`` of a group it did not
+    see, and the level it was taken at.
+
+    The level is the smallest of ``coverage, coverage + 0.0025, ..., 1`` at which the share of each group
+    ``g``'s scores at or below the level's weighted quantile of the *other* groups' scores reaches
+    ``coverage`` on average over the groups (group ``g`` with ``n_g`` cases weighing
+    ``n_g / (n_g + SOURCE_RELIABILITY_CASES)``): a jackknife over sources, since a new source's errors are
+    not exchangeable with the cases of the sources already seen (a source's worst runs come in clusters).
+    """
+    names, counts = np.unique(groups, return_counts=True)
+    weights = group_weights(groups, len(scores))
+    if len(names) < 2:
+        return weighted_quantile(scores, weights, coverage), coverage
+    reliability = counts / (counts + SOURCE_RELIABILITY_CASES)
+    held = [(groups == g, groups != g) for g in names]
+    others = [(scores[o], group_weights(groups[o], int(o.sum()))) for _, o in held]
+    for level in np.arange(coverage, 1.0 + 1e-9, 0.0025):
+        covered = [np.mean(scores[h] <= weighted_quantile(s, w, level))
+                   for (h, _), (s, w) in zip(held, others, strict=True)]
+        if np.average(covered, weights=reliability) >= coverage:
+            return weighted_quantile(scores, weights, level), float(min(level, 1.0))
+    return float(np.max(scores)), 1.0
+
+
+def fit_weighted(regressor: Any, features: np.ndarray, target: np.ndarray, weights: np.ndarray | None) -> Any:
+    """``regressor.fit``, with ``sample_weight`` only when there are weights (not every regressor takes one)."""
+    if weights is None:
+        return regressor.fit(features, target)
+    return regressor.fit(features, target, sample_weight=weights)
 
 
 def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
@@ -106,10 +183,22 @@ def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
     return float(np.sort(scores)[rank - 1])
 
 
+# Conformal margins are calibrated separately for full fine-tuning and for adapter methods (LoRA, QLoRA):
+# their errors spread differently. A margin group needs calibration cases from this many groups (sources),
+# or 10 times as many cases without groups; with fewer it takes the pooled margin.
+MARGIN_GROUPS: tuple[str, ...] = ("full", "adapter")
+MIN_MARGIN_SOURCES = 3
+
+
+def margin_group(spec: TrainingSpec) -> str:
+    """The conformal margin group of a spec: ``full`` fine-tuning or an ``adapter`` method."""
+    return "full" if spec.method == "full" else "adapter"
+
+
 class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
-    """What the residual estimators share: their parameters, the checks of ``fit``'s inputs, the widening of
-    the bound with the distance to the training data, and the choice of shrinkage and conformal quantile
-    from out-of-fold predictions.
+    """What the residual estimators share: their parameters, the checks of ``fit``'s inputs, the per-source
+    weights, the widening of the bound with the distance to the training data, and the choice of shrinkage
+    and conformal margins from out-of-fold predictions.
 
     Parameters
     ----------
@@ -126,8 +215,18 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
         How fast the bound widens with the distance to the training data (0: no widening).
     max_widening:
         Cap of that widening factor.
+    ordinary_distance:
+        Quantile of the training cases' distances to the other groups' cases (to the other cases without
+        groups) beyond which the bound widens: a spec no farther from the training data than most sources
+        are from each other is ordinary and keeps the calibrated margin.
     shrinkage:
         Fixed ``alpha`` for the correction; ``None``: chosen from out-of-fold predictions at fit time.
+    group_weighting:
+        With ``groups``, weigh every group (source) the same in the regressor's fit, the shrinkage and the
+        conformal quantile (each case ``1 / rows of its group``), so that a source with many runs does not
+        decide the model alone; ``False``: every case the same.
+    mondrian:
+        Calibrate separate conformal margins for full fine-tuning and adapter methods (``MARGIN_GROUPS``).
     random_state:
         Seed of the default regressor (where it has one) and of shuffled folds.
     """
@@ -140,7 +239,10 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
         n_neighbors: int = 5,
         distance_weight: float = 0.5,
         max_widening: float = 2.0,
+        ordinary_distance: float = 0.9,
         shrinkage: float | None = None,
+        group_weighting: bool = True,
+        mondrian: bool = True,
         random_state: int = 0,
     ) -> None:
         self.regressor = regressor
@@ -149,13 +251,18 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
         self.n_neighbors = n_neighbors
         self.distance_weight = distance_weight
         self.max_widening = max_widening
+        self.ordinary_distance = ordinary_distance
         self.shrinkage = shrinkage
+        self.group_weighting = group_weighting
+        self.mondrian = mondrian
         self.random_state = random_state
 
     def _checked_measurements(self, X: Sequence[Any], y: Sequence[float], not_positive: str
                               ) -> tuple[list[Any], np.ndarray]:
         if not 0 < self.coverage < 1:
             raise ValueError(f"coverage must be in (0, 1); got {self.coverage}")
+        if not 0 < self.ordinary_distance <= 1:
+            raise ValueError(f"ordinary_distance must be in (0, 1]; got {self.ordinary_distance}")
         cases = list(X)
         measured = np.asarray(y, dtype=np.float64)
         if len(cases) != len(measured) or len(cases) < 2:
@@ -164,22 +271,92 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(not_positive)
         return cases, measured
 
+    def _case_weights(self, groups: Sequence[str] | None, n: int) -> np.ndarray | None:
+        """Per-case weights of the regressor's fit (``None``: unweighted), scaled to a mean of 1 so that a
+        regressor's penalty keeps its scale in cases."""
+        if not self.group_weighting or groups is None:
+            return None
+        weights = group_weights(groups, n)
+        return weights * (n / weights.sum())
+
+    # ---- distance to the training data ----------------------------------------------------------------
+    def _pairwise_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
+        """Distances of each row of ``features`` to the (selected) training cases; subclasses define it."""
+        raise NotImplementedError
+
+    def _neighbour_distance(self, features: np.ndarray, exclude: np.ndarray | None = None,
+                            train_rows: np.ndarray | None = None) -> np.ndarray:
+        """Mean distance of each row of ``features`` to its ``n_neighbors`` nearest training cases, leaving
+        out the pairs where ``exclude`` (rows x training cases) is true."""
+        dist = self._pairwise_distance(features, train_rows)
+        if exclude is not None:
+            dist = np.where(exclude, np.inf, dist)
+        available = int(np.isfinite(dist).sum(axis=1).min()) if dist.size else 0
+        k = max(1, min(self.n_neighbors, available))
+        nearest = np.partition(dist, k - 1, axis=1)[:, :k]
+        return nearest.mean(axis=1)
+
+    def _fit_distance_reference(self, features: np.ndarray, groups: Sequence[str] | None) -> None:
+        """``distance_ref_``: the ``ordinary_distance`` quantile of the training cases' distances to the
+        other groups' cases (each case to the others without groups), i.e. of how far a held-out source
+        typically is from the rest."""
+        n = features.shape[0]
+        if groups is not None and len(set(groups)) >= 2:
+            labels = np.asarray(list(groups))
+            exclude = labels[:, None] == labels[None, :]
+        else:
+            exclude = np.eye(n, dtype=bool)
+        own = self._neighbour_distance(features, exclude=exclude)
+        own = own[np.isfinite(own)]
+        ref = float(np.quantile(own, self.ordinary_distance)) if own.size else 0.0
+        self.distance_ref_ = ref if ref > 0 else 1.0
+
     def _widening(self, distance: np.ndarray) -> np.ndarray:
         raw = 1.0 + self.distance_weight * np.maximum(0.0, distance / self.distance_ref_ - 1.0)
         return np.minimum(raw, self.max_widening)
 
+    # ---- calibration ----------------------------------------------------------------------------------
     def _set_shrinkage_and_quantile(self, target: np.ndarray, out_of_fold: np.ndarray, widening: np.ndarray,
+                                    specs: Sequence[TrainingSpec], groups: Sequence[str] | None,
                                     lower: bool = False) -> None:
-        """``alpha_`` (fixed, or from the out-of-fold predictions), the scores and their ``quantile_``: by how
-        much the measurement exceeds the shrunk prediction (``lower``: falls short of it), per widening."""
+        """``alpha_`` (fixed, or from the out-of-fold predictions), the scores, their pooled ``quantile_`` and
+        the per-method ``class_quantiles_``: by how much the measurement exceeds the shrunk prediction
+        (``lower``: falls short of it), per widening.
+
+        With ``group_weighting`` and ``groups`` the quantiles are weighted (every group the same in total;
+        no finite-sample correction: with 15 sources, ``(S + 1) / S * coverage`` would ask for more than
+        the largest score), else the split-conformal ``ceil((n + 1) * coverage) / n`` quantile.
+        """
+        n = len(target)
+        weights = self._case_weights(groups, n)
         if self.shrinkage is None:
-            self.alpha_ = shrinkage_from_out_of_fold(target, out_of_fold)
+            self.alpha_ = shrinkage_from_out_of_fold(target, out_of_fold, groups, weights)
         else:
             self.alpha_ = float(self.shrinkage)
         excess = target - self.alpha_ * out_of_fold
         scores = (-excess if lower else excess) / widening
         self.calibration_scores_ = scores
-        self.quantile_ = conformal_quantile(scores, self.coverage)
+        labels = np.asarray(list(groups)) if groups is not None else None
+        self.quantile_ = self._quantile(scores, labels)
+        self.class_quantiles_: dict[str, float] = {}
+        if not self.mondrian:
+            return
+        methods = np.asarray([margin_group(spec) for spec in specs])
+        for name in MARGIN_GROUPS:
+            rows = methods == name
+            support = len(set(labels[rows].tolist())) if labels is not None else int(rows.sum()) // 10
+            if support >= MIN_MARGIN_SOURCES:
+                self.class_quantiles_[name] = self._quantile(scores[rows], None if labels is None else labels[rows])
+
+    def _quantile(self, scores: np.ndarray, labels: np.ndarray | None) -> float:
+        if self.group_weighting and labels is not None:
+            return source_calibrated_quantile(scores, labels, self.coverage)[0]
+        return conformal_quantile(scores, self.coverage)
+
+    def _margins(self, specs: Sequence[TrainingSpec]) -> np.ndarray:
+        """The calibrated margin (before widening) of each case: its method group's, else the pooled one."""
+        margins = getattr(self, "class_quantiles_", None) or {}
+        return np.asarray([margins.get(margin_group(spec), self.quantile_) for spec in specs], dtype=np.float64)
 
 
 class ResidualVramRegressor(ConformalResidualRegressor):
@@ -203,15 +380,16 @@ class ResidualVramRegressor(ConformalResidualRegressor):
         analytic = np.asarray([max(c.level_bytes, 1) for c in cases], dtype=np.float64)
         target = np.log(y_bytes / analytic)
         self.n_features_in_ = features.shape[1]
-        self._fit_distance(features)
+        self._fit_distance(features, groups)
+        weights = self._case_weights(groups, len(cases))
         # a few hundred rows: thread start-up costs more than it saves
         with threadpool_limits(1):
-            self.regressor_ = self._new_regressor().fit(features, target)
-            self._calibrate(features, target, groups)
+            self.regressor_ = fit_weighted(self._new_regressor(), features, target, weights)
+            self._calibrate(features, target, [c.spec for c in cases], groups, weights)
         self.compiled_ = compile_hist_gradient_boosting(self.regressor_)
         return self
 
-    def _fit_distance(self, features: np.ndarray) -> None:
+    def _fit_distance(self, features: np.ndarray, groups: Sequence[str] | None) -> None:
         numeric = features[:, ~_CATEGORICAL]
         mean = np.nanmean(numeric, axis=0)
         std = np.nanstd(numeric, axis=0)
@@ -219,18 +397,15 @@ class ResidualVramRegressor(ConformalResidualRegressor):
         self.numeric_scale_ = np.where(np.isfinite(std) & (std > 0), std, 1.0)
         self.train_numeric_ = self._standardize(features)
         self.train_codes_ = features[:, _CATEGORICAL]
-        # reference distance: each training case to the others (leave itself out)
-        own = self._neighbour_distance(features, exclude_self=True)
-        self.distance_ref_ = float(np.median(own)) if own.size and np.median(own) > 0 else 1.0
+        self._fit_distance_reference(features, groups)
 
     def _standardize(self, features: np.ndarray) -> np.ndarray:
         z = (features[:, _NUMERIC_COLUMNS] - self.numeric_mean_) / self.numeric_scale_
         z[np.isnan(z)] = 0.0  # np.nan_to_num(z, nan=0.0), without its per-call overhead
         return np.clip(z, -_FLOAT_MAX, _FLOAT_MAX, out=z)
 
-    def _neighbour_distance(self, features: np.ndarray, exclude_self: bool = False,
-                            train_rows: np.ndarray | None = None) -> np.ndarray:
-        """Mean distance of each row of ``features`` to its nearest training cases."""
+    def _pairwise_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
+        """Standardized numeric distance plus one per differing categorical setting."""
         z = self._standardize(features)
         train_z, train_c = self.train_numeric_, self.train_codes_
         if train_rows is not None:
@@ -238,25 +413,22 @@ class ResidualVramRegressor(ConformalResidualRegressor):
         codes = features[:, _CATEGORICAL_COLUMNS]
         sq = ((z[:, None, :] - train_z[None, :, :]) ** 2).sum(axis=2)
         mismatch = (codes[:, None, :] != train_c[None, :, :]).sum(axis=2)
-        dist = np.sqrt(sq + mismatch)
-        if exclude_self:
-            np.fill_diagonal(dist, np.inf)
-        k = max(1, min(self.n_neighbors, dist.shape[1] - (1 if exclude_self else 0)))
-        nearest = np.partition(dist, k - 1, axis=1)[:, :k]
-        return nearest.mean(axis=1)
+        return np.sqrt(sq + mismatch)
 
     def _folds(self, n: int, groups: Sequence[str] | None) -> list[tuple[np.ndarray, np.ndarray]]:
         return calibration_folds(n, groups, self.cv, self.random_state)
 
-    def _calibrate(self, features: np.ndarray, target: np.ndarray, groups: Sequence[str] | None) -> None:
+    def _calibrate(self, features: np.ndarray, target: np.ndarray, specs: Sequence[TrainingSpec],
+                   groups: Sequence[str] | None, weights: np.ndarray | None) -> None:
         n = len(target)
         out_of_fold = np.empty(n)
         widening = np.empty(n)
         for train_rows, held_rows in self._folds(n, groups):
-            model = self._new_regressor().fit(features[train_rows], target[train_rows])
+            fold_weights = None if weights is None else weights[train_rows]
+            model = fit_weighted(self._new_regressor(), features[train_rows], target[train_rows], fold_weights)
             out_of_fold[held_rows] = model.predict(features[held_rows])
             widening[held_rows] = self._widening(self._neighbour_distance(features[held_rows], train_rows=train_rows))
-        self._set_shrinkage_and_quantile(target, out_of_fold, widening)
+        self._set_shrinkage_and_quantile(target, out_of_fold, widening, specs, groups)
 
     # ---- prediction ---------------------------------------------------------------------------------
     def log_correction(self, X: Sequence[VramCase] | np.ndarray) -> np.ndarray:
@@ -286,9 +458,12 @@ class ResidualVramRegressor(ConformalResidualRegressor):
         analytic = np.asarray([max(c.level_bytes, 1) for c in cases], dtype=np.float64)
         floor = np.asarray([c.floor_bytes for c in cases], dtype=np.float64)
         point = np.maximum(floor, analytic * np.exp(f))
+        margin = self._margins([c.spec for c in cases])
         # widen only a positive margin: a negative quantile (the model over-predicts) is not made worse
-        widening = self._widening(self._neighbour_distance(features)) if self.quantile_ > 0 else 1.0
-        width = self.quantile_ * widening
+        if np.any(margin > 0):
+            width = np.where(margin > 0, margin * self._widening(self._neighbour_distance(features)), margin)
+        else:
+            width = margin
         upper = np.maximum(point, analytic * np.exp(f + width))
         return point, upper
 

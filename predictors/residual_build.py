@@ -108,7 +108,8 @@ class ResidualKind:
 
 
 VRAM = ResidualKind("residual", "usable runs", training_rows, fit_residual, score_rows, summarize,
-                    leave_one_source_out, build_metadata, load_default_model, default_model_path)
+                    leave_one_source_out, build_metadata, load_default_model, default_model_path,
+                    extra_metadata=lambda model: {"class_quantiles": dict(getattr(model, "class_quantiles_", {}))})
 RUNTIME = ResidualKind(
     "runtime-residual", "usable runs with tokens_per_second", runtime_training_rows, fit_runtime_residual,
     score_runtime_rows, summarize_runtime, runtime_leave_one_source_out, build_runtime_metadata,

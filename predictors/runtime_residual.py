@@ -46,7 +46,7 @@ from sklearn.utils.validation import check_is_fitted
 from predictors.architecture import Architecture
 from predictors.hardware import GpuSpec
 from predictors.persistence import LoadedModel
-from predictors.residual import ConformalResidualRegressor, calibration_folds
+from predictors.residual import ConformalResidualRegressor, calibration_folds, fit_weighted
 from predictors.runtime import RuntimePrediction
 from predictors.runtime_features import RUNTIME_NUMERIC, RuntimeCase, runtime_feature_matrix
 from predictors.spec import TrainingSpec
@@ -93,37 +93,35 @@ class ResidualRuntimeRegressor(ConformalResidualRegressor):
         self.n_features_in_ = features.shape[1]
         self.scaling_ = fit_scaling(features)
         self.train_distance_rows_ = scale_features(features, self.scaling_, clip=False)
-        own = self._neighbour_distance(features, exclude_self=True)
-        self.distance_ref_ = float(np.median(own)) if own.size and np.median(own) > 0 else 1.0
+        self._fit_distance_reference(features, groups)
+        weights = self._case_weights(groups, len(cases))
         rows = scale_features(features, self.scaling_)
-        self.regressor_ = self._new_regressor().fit(rows, target)
+        self.regressor_ = fit_weighted(self._new_regressor(), rows, target, weights)
         self.linear_ = _linear_form(self.regressor_, rows)
-        self._calibrate(features, target, groups)
+        self._calibrate(features, target, [c.spec for c in cases], groups, weights)
         return self
 
-    def _neighbour_distance(self, features: np.ndarray, exclude_self: bool = False,
-                            train_rows: np.ndarray | None = None) -> np.ndarray:
-        """Mean Euclidean distance of each row to its nearest training cases (standardized, unclipped: a
-        case beyond the training range is far from it)."""
+    def _pairwise_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
+        """Euclidean distances to the training cases (standardized, unclipped: a case beyond the training
+        range is far from it)."""
         train = self.train_distance_rows_ if train_rows is None else self.train_distance_rows_[train_rows]
         diff = scale_features(features, self.scaling_, clip=False)[:, None, :] - train[None, :, :]
-        dist = np.sqrt((diff * diff).sum(axis=2))
-        if exclude_self:
-            np.fill_diagonal(dist, np.inf)
-        k = max(1, min(self.n_neighbors, dist.shape[1] - (1 if exclude_self else 0)))
-        return np.sort(dist, axis=1)[:, :k].mean(axis=1)
+        return np.sqrt((diff * diff).sum(axis=2))
 
-    def _calibrate(self, features: np.ndarray, target: np.ndarray, groups: Sequence[str] | None) -> None:
+    def _calibrate(self, features: np.ndarray, target: np.ndarray, specs: Sequence[TrainingSpec],
+                   groups: Sequence[str] | None, weights: np.ndarray | None) -> None:
         n = len(target)
         out_of_fold = np.empty(n)
         widening = np.empty(n)
         for train_rows, held_rows in calibration_folds(n, groups, self.cv, self.random_state):
             # the fold's model sees only its own training rows' range and scale, as a fresh fit would
             scaling = fit_scaling(features[train_rows])
-            model = self._new_regressor().fit(scale_features(features[train_rows], scaling), target[train_rows])
+            fold_weights = None if weights is None else weights[train_rows]
+            model = fit_weighted(self._new_regressor(), scale_features(features[train_rows], scaling),
+                                 target[train_rows], fold_weights)
             out_of_fold[held_rows] = model.predict(scale_features(features[held_rows], scaling))
             widening[held_rows] = self._widening(self._neighbour_distance(features[held_rows], train_rows=train_rows))
-        self._set_shrinkage_and_quantile(target, out_of_fold, widening, lower=True)
+        self._set_shrinkage_and_quantile(target, out_of_fold, widening, specs, groups, lower=True)
 
     # ---- prediction ---------------------------------------------------------------------------------
     def log_correction(self, X: Sequence[RuntimeCase] | np.ndarray) -> np.ndarray:
@@ -154,9 +152,11 @@ class ResidualRuntimeRegressor(ConformalResidualRegressor):
         f = self.alpha_ * self.log_correction(features) if self.alpha_ else np.zeros(len(cases))
         analytic = _analytic(cases)
         point = analytic * np.exp(f)
+        margin = self._margins([c.spec for c in cases])
         # widen only a positive margin: a negative quantile (the model under-predicts) is not made worse
-        widening = self._widening(self._neighbour_distance(features)) if self.quantile_ > 0 else 1.0
-        lower = np.minimum(point, analytic * np.exp(f - self.quantile_ * widening))
+        if np.any(margin > 0):
+            margin = np.where(margin > 0, margin * self._widening(self._neighbour_distance(features)), margin)
+        lower = np.minimum(point, analytic * np.exp(f - margin))
         return point, lower
 
 
@@ -234,54 +234,40 @@ def runtime_prediction_fields(spec: TrainingSpec, architecture: Architecture, gp
     by ``loaded``, the runtime residual, when there is one), their bounds, and the model's version and
     correction ratio. Without a model the bound is the analytic runtime times
     ``1 + DEFAULT_RUNTIME_UPPER_MARGIN``."""
-    if loaded is None:
-        fixed = scale_runtime(runtime, runtime.tokens_per_second,
-                              runtime.tokens_per_second / (1 + DEFAULT_RUNTIME_UPPER_MARGIN))
-        extra: dict[str, Any] = {}
-    else:
-        fixed = correct_runtime(loaded.model, RuntimeCase(spec, architecture, gpu, gpus, runtime))
-        extra = {"runtime_model_version": loaded.version, "runtime_correction_ratio": fixed.correction_ratio}
-    return {"throughput_tokens_per_second": fixed.tokens_per_second,
-            "throughput_lower_tokens_per_second": fixed.tokens_per_second_lower,
-            "runtime_seconds": fixed.runtime_seconds, "runtime_upper_seconds": fixed.runtime_upper_seconds,
-            **extra}
-
-
-# ---- batched: one call for many options of one spec (placement) ---------------------------------------
-def predict_with_lower_many(model: ResidualRuntimeRegressor, cases: Sequence[RuntimeCase]
-                            ) -> tuple[np.ndarray, np.ndarray]:
-    """:meth:`ResidualRuntimeRegressor.predict_with_lower` of ``cases`` in one pass; each row's result is
-    bit-identical to predicting it alone (the learned correction, a dot product whose rounding may depend on
-    how many rows BLAS sees at once, is taken row by row; the rest is elementwise per row)."""
-    if not hasattr(model, "regressor_"):
-        raise NotFittedError(f"this {type(model).__name__} is not fitted yet; call fit first")
-    features = runtime_feature_matrix(list(cases))
-    if model.alpha_:
-        f = model.alpha_ * np.concatenate([model.log_correction(features[i:i + 1]) for i in range(len(cases))])
-    else:
-        f = np.zeros(len(cases))
-    analytic = _analytic(cases)
-    point = analytic * np.exp(f)
-    widening = model._widening(model._neighbour_distance(features)) if model.quantile_ > 0 else 1.0
-    lower = np.minimum(point, analytic * np.exp(f - model.quantile_ * widening))
-    return point, lower
+    return runtime_prediction_fields_many(spec, architecture, [(gpu, gpus, runtime)], loaded)[0]
 
 
 def runtime_prediction_fields_many(spec: TrainingSpec, architecture: Architecture,
                                    items: Sequence[tuple[GpuSpec, int, RuntimePrediction]],
                                    loaded: LoadedModel | None) -> list[dict[str, Any]]:
-    """:func:`runtime_prediction_fields` of each ``(gpu, gpus, runtime)`` of one spec, with one call of the
-    runtime residual for all of them."""
-    if loaded is None or not items:
-        return [runtime_prediction_fields(spec, architecture, gpu, gpus, runtime, loaded)
-                for gpu, gpus, runtime in items]
-    cases = [RuntimeCase(spec, architecture, gpu, gpus, runtime) for gpu, gpus, runtime in items]
-    point, lower = predict_with_lower_many(loaded.model, cases)
-    out = []
-    for (_, _, runtime), p, lo in zip(items, point.tolist(), lower.tolist(), strict=True):
-        fixed = scale_runtime(runtime, p, lo)
-        out.append({"throughput_tokens_per_second": fixed.tokens_per_second,
-                    "throughput_lower_tokens_per_second": fixed.tokens_per_second_lower,
-                    "runtime_seconds": fixed.runtime_seconds, "runtime_upper_seconds": fixed.runtime_upper_seconds,
-                    "runtime_model_version": loaded.version, "runtime_correction_ratio": fixed.correction_ratio})
-    return out
+    """:func:`runtime_prediction_fields` of one spec for several ``(gpu, gpus, analytic runtime)`` in one
+    batched pass of the runtime residual (rows are independent: each result is the one it gets alone;
+    placement asks for every pool at once and pays the fixed cost of the numpy calls once)."""
+    if not items:
+        return []
+    if loaded is None:
+        fixed = [scale_runtime(r, r.tokens_per_second, r.tokens_per_second / (1 + DEFAULT_RUNTIME_UPPER_MARGIN))
+                 for _, _, r in items]
+        extras: list[dict[str, Any]] = [{} for _ in items]
+    else:
+        cases = [RuntimeCase(spec, architecture, gpu, gpus, r) for gpu, gpus, r in items]
+        point, lower = predict_with_lower_exact(loaded.model, cases)
+        fixed = [scale_runtime(c.runtime, float(p), float(lo)) for c, p, lo in zip(cases, point, lower, strict=True)]
+        extras = [{"runtime_model_version": loaded.version, "runtime_correction_ratio": f.correction_ratio}
+                  for f in fixed]
+    return [{"throughput_tokens_per_second": f.tokens_per_second,
+             "throughput_lower_tokens_per_second": f.tokens_per_second_lower,
+             "runtime_seconds": f.runtime_seconds, "runtime_upper_seconds": f.runtime_upper_seconds, **extra}
+            for f, extra in zip(fixed, extras, strict=True)]
+
+
+def predict_with_lower_exact(model: ResidualRuntimeRegressor, cases: Sequence[RuntimeCase]
+                             ) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`ResidualRuntimeRegressor.predict_with_lower` of ``cases``, each row bit-identical to predicting it
+    alone: in one batched pass when the learned correction is off (``alpha_ == 0``; every other step is
+    elementwise per row), else row by row, because the correction's dot product (BLAS) may round differently
+    with the number of rows it sees (placement compares its batched decisions with single predictions)."""
+    if not getattr(model, "alpha_", 0.0) or len(cases) < 2:
+        return model.predict_with_lower(cases)
+    rows = [model.predict_with_lower([case]) for case in cases]
+    return np.concatenate([p for p, _ in rows]), np.concatenate([lo for _, lo in rows])

@@ -29,8 +29,15 @@ from predictors.training import DEFAULT_QUALITIES, bound_summary, predict_each_s
 
 # Target coverage of the shipped runtime bound: a P90 runtime for deadlines. With 63 runs from 8 sources a
 # 95 % quantile rests on the 3 worst runs (leave-one-source-out: coverage 94 % at a median slack of 162 %,
-# against 89 % at 62 % for 90 %).
+# against 89 % at 62 % for 90 %, both before per-source weighting).
 DEFAULT_RUNTIME_COVERAGE = 0.9
+# Calibration settings of the runtime residual that differ from the VRAM one's, from leave-one-source-out on
+# the 63 dev runs: per-source weighting (the default) lifts coverage of the 90 % bound from 88.9 % to 93.7 %;
+# separate margins for full and adapter methods lower it (85.7 %: 8 sources are too few to calibrate two
+# margins), and so does widening only beyond the 90 % quantile of the distance to the other sources (87.3 %;
+# the median, as before, widens half of the held-out runs).
+DEFAULT_RUNTIME_PARAMS: dict[str, Any] = {"coverage": DEFAULT_RUNTIME_COVERAGE, "mondrian": False,
+                                          "ordinary_distance": 0.5}
 
 
 @dataclass(frozen=True)
@@ -56,9 +63,9 @@ def runtime_training_rows(runs: Iterable[ReferenceRun], qualities: Iterable[str]
 
 
 def fit_runtime_residual(rows: Sequence[RuntimeTrainingRow], **params: Any) -> ResidualRuntimeRegressor:
-    """Fit a :class:`ResidualRuntimeRegressor` on ``rows``, calibrated leave-one-source-out (coverage
-    :data:`DEFAULT_RUNTIME_COVERAGE` unless ``params`` say otherwise)."""
-    model = ResidualRuntimeRegressor(**{"coverage": DEFAULT_RUNTIME_COVERAGE, **params})
+    """Fit a :class:`ResidualRuntimeRegressor` on ``rows``, calibrated leave-one-source-out
+    (:data:`DEFAULT_RUNTIME_PARAMS` unless ``params`` say otherwise)."""
+    model = ResidualRuntimeRegressor(**{**DEFAULT_RUNTIME_PARAMS, **params})
     return model.fit([r.case for r in rows], [r.measured_tokens_per_second for r in rows],
                      groups=[r.source for r in rows])
 

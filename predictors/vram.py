@@ -381,6 +381,23 @@ def predict_vram_without_gpu(
         biggest = max((g.in_features * g.out_features for g in arch.linears if g.role != "lm_head"), default=0)
         quant_work = biggest * 2.0 * 2 / lay.tp
 
+    # Autocast with an fp32 model (AMP without FSDP/DeepSpeed casting the model itself): every linear casts its
+    # fp32 weight to 16 bits per call, and that 16-bit copy is what autograd keeps to compute the input's
+    # gradient, so a 16-bit copy of the linear weights is live from the forward until backward reaches each
+    # layer (the Hugging Face single-GPU training guide, huggingface.co/docs/transformers/perf_train_gpu_one,
+    # mixed-precision section, counts mixed precision as holding the model in both precisions, 1.5x its size,
+    # hence more memory than fp32 at small batches). Frozen LoRA bases cast
+    # as well (autocast caches no frozen weight, so nothing is shared). Checkpointed blocks drop theirs after
+    # the forward and recompute one block at a time in backward; the output head runs outside the blocks and
+    # keeps its copy. 4-bit layers dequantize into a temporary that autograd does not keep.
+    amp_copies = 0.0
+    if mixed and lay.sharding in ("none", "ddp") and e == 2:
+        body = 0.0 if method == "qlora" else linear_body * layer_frac
+        if spec.gradient_checkpointing == "full":
+            body /= max(per_stage_layers, 1)
+        head = arch.vocab_size * arch.hidden_size if spec.task in ("causal-lm", "masked-lm") else 0
+        amp_copies = (body + head) * scale / lay.tp * e
+
     # optimizer-step temporaries: torch.optim's foreach AdamW allocates one state-sized buffer
     # (torch/optim/adamw.py, _multi_tensor_adamw: exp_avg_sq_sqrt); 8-bit/paged/fused kernels do not.
     step_tmp = 0.0
@@ -416,13 +433,14 @@ def predict_vram_without_gpu(
         "activations": act,
         "logits": logits,
         "quantization_workspace": quant_work,
+        "autocast_weight_copies": amp_copies,
     }
     step_phase = {**resident, "gradients": grads, "optimizer_step_workspace": step_tmp}
     b_total = sum(backward_phase.values())
     s_total = sum(step_phase.values())
     if b_total >= s_total:
         phase, comps = "backward", backward_phase
-        transient = act + logits + quant_work + gathered
+        transient = act + logits + quant_work + gathered + amp_copies
     else:
         phase, comps = "optimizer_step", step_phase
         transient = step_tmp + grads * 0.5

@@ -95,6 +95,27 @@ def test_conformal_coverage_on_synthetic_noise(small_rows: list[TrainingRow]) ->
     assert 0.85 <= covered <= 0.97
 
 
+def test_full_and_adapter_methods_get_their_own_margins(small_rows: list[TrainingRow]) -> None:
+    rng = np.random.default_rng(1)
+    cases = [r.case for r in small_rows] * 3
+    level = np.asarray([c.level_bytes for c in cases], dtype=float)
+    full = np.asarray([c.spec.method == "full" for c in cases])
+    assert 20 < full.sum() < len(cases) - 20
+    noise = np.where(full, rng.normal(0, 0.02, len(cases)), rng.normal(0, 0.3, len(cases)))
+    model = ResidualVramRegressor(coverage=0.9, distance_weight=0.0, shrinkage=0.0)
+    model.fit(cases, level * np.exp(noise))
+    assert set(model.class_quantiles_) == {"full", "adapter"}
+    assert model.class_quantiles_["full"] < 0.1 < model.class_quantiles_["adapter"]
+    margin = np.log(model.predict_upper(cases) / level)
+    assert np.allclose(margin[full], model.class_quantiles_["full"])
+    assert np.allclose(margin[~full], model.class_quantiles_["adapter"])
+    # without Mondrian margins one pooled quantile serves every case
+    pooled = ResidualVramRegressor(coverage=0.9, distance_weight=0.0, shrinkage=0.0, mondrian=False)
+    pooled.fit(cases, level * np.exp(noise))
+    assert pooled.class_quantiles_ == {}
+    assert np.allclose(np.log(pooled.predict_upper(cases) / level), pooled.quantile_)
+
+
 def test_compiled_trees_match_sklearn(small_rows: list[TrainingRow]) -> None:
     X = feature_matrix([r.case for r in small_rows])
     y = np.log(np.asarray([r.measured_bytes / r.case.level_bytes for r in small_rows]))
@@ -182,9 +203,10 @@ def test_evaluate_cv_source_output(runs_subset: RunsSubset, capsys: pytest.Captu
 
 
 # Leave-one-source-out on the dev runs, as measured when this model was written (see the commit message).
-LOSO_MEDIAN_APE = 0.134
-LOSO_P90_APE = 0.426
-LOSO_COVERAGE = 0.886
+LOSO_MEDIAN_APE = 0.130
+LOSO_P90_APE = 0.412
+LOSO_COVERAGE = 0.948
+LOSO_MEDIAN_SLACK = 0.518
 
 
 def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[TrainingRow]) -> None:
@@ -192,7 +214,8 @@ def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[TrainingRow]
     print(f"LOSO residual: {figures}")
     assert figures["median_ape"] <= LOSO_MEDIAN_APE + 0.005
     assert figures["p90_ape"] <= LOSO_P90_APE + 0.01
-    assert figures["coverage"] >= LOSO_COVERAGE - 0.01
+    assert figures["coverage"] >= LOSO_COVERAGE - 0.006  # one row of 193 is 0.005
+    assert figures["median_slack"] <= LOSO_MEDIAN_SLACK + 0.02
 
 
 def test_replace_keeps_vram_frozen(small_rows: list[TrainingRow]) -> None:

@@ -266,14 +266,15 @@ def test_leave_one_source_out_on_a_small_set(dev_rows: list[RuntimeTrainingRow])
 
 
 # Leave-one-source-out on the 63 dev runs, as measured when this model was written (README, "Runtime residual").
-REPORTED_LOSO = {"median_ape": 0.179, "p90_ape": 0.727, "coverage": 0.889}
+REPORTED_LOSO = {"median_ape": 0.190, "p90_ape": 0.622, "coverage": 0.937, "median_slack": 0.843}
 
 
 def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[RuntimeTrainingRow]) -> None:
     got = summarize_runtime(runtime_leave_one_source_out(dev_rows))["residual"]
     assert got["median_ape"] - 0.005 <= REPORTED_LOSO["median_ape"], got
     assert got["p90_ape"] - 0.01 <= REPORTED_LOSO["p90_ape"], got
-    assert got["coverage"] + 0.01 >= REPORTED_LOSO["coverage"], got
+    assert got["coverage"] + 0.01 >= REPORTED_LOSO["coverage"], got  # one run of 63 is 0.016
+    assert got["median_slack"] - 0.03 <= REPORTED_LOSO["median_slack"], got
 
 
 @needs_dev
@@ -312,3 +313,22 @@ def test_evaluate_shows_runtime_residual(runs_subset: RunsSubset, capsys: pytest
     for block in (side["overall"], *side["by_source"].values()):
         assert set(block) == {"analytic", "residual"}
         assert {"median_ape", "p90_ape", "coverage", "median_slack"} <= set(block["residual"])
+
+
+def test_predict_many_batches_to_the_same_answers_as_one_at_a_time() -> None:
+    """One spec on several GPUs, counts and links in one call: each prediction is the one it gets alone."""
+    from predictors.predict import predict, predict_many
+    from predictors.runtime import Interconnect
+    from predictors.spec import parse_training_spec
+
+    spec = parse_training_spec({"model": "llama-3.1-8b", "method": "full", "sharding": "fsdp", "gpus": 8,
+                                "train_tokens": "1e9"})
+    pcie = Interconnect(gpus_per_node=4, intra_node_bytes_per_second=32e9, inter_node_bytes_per_second=12.5e9)
+    requests = [("H100-80GB", 8, None), ("L40S", 8, pcie), ("A100-80GB", 16, None), (None, 4, None),
+                ("H100-80GB", 8, pcie)]
+    batched = predict_many(spec, requests)
+    for (gpu, gpus, links), together in zip(requests, batched, strict=True):
+        alone = predict(spec, gpu_name=gpu, gpus=gpus, interconnect=links)
+        assert together.to_dict() == alone.to_dict()
+    assert batched[3].runtime_seconds is None and batched[0].runtime_upper_seconds is not None
+    assert batched[0].runtime_seconds != batched[4].runtime_seconds  # the links matter

@@ -54,6 +54,24 @@ def test_full_amp_keeps_fp32_model_grads_and_states() -> None:
     assert p.breakdown_bytes["optimizer_step_workspace"] == PARAMS * 4
 
 
+def test_amp_keeps_16bit_copies_of_linear_weights_until_backward() -> None:
+    linear_per_layer = PER_LAYER - 2 * H  # every weight of a layer but its two norms
+    head = V * H
+    p = run(method="lora", precision="bf16-mixed", seq_len=512)
+    assert p.peak_phase == "backward"
+    assert p.breakdown_bytes["autocast_weight_copies"] == (L * linear_per_layer + head) * 2
+    # checkpointed blocks recompute one block at a time; the head stays outside the blocks
+    p = run(method="lora", precision="bf16-mixed", seq_len=512, gradient_checkpointing="full")
+    assert p.breakdown_bytes["autocast_weight_copies"] == (linear_per_layer + head) * 2
+    # 4-bit layers keep no dequantized copy, only the 16-bit cast of the (unquantized) head
+    p = run(method="qlora", precision="bf16-mixed", seq_len=512)
+    assert p.breakdown_bytes["autocast_weight_copies"] == head * 2
+    # no autocast: a 16-bit model, or FSDP / DeepSpeed casting the model themselves
+    for fields in ({"precision": "bf16-true"}, {"gpus": 2, "sharding": "fsdp"}, {"gpus": 2, "sharding": "zero2"}):
+        p = run(method="lora", seq_len=512, **{"precision": "bf16-mixed", **fields})
+        assert "autocast_weight_copies" not in p.breakdown_bytes
+
+
 def test_deepspeed_mixed_keeps_16bit_model_and_fp32_master() -> None:
     p = run(precision="bf16-mixed", gpus=4, sharding="zero2", seq_len=8)
     assert p.breakdown_bytes["weights"] == PARAMS * 2
