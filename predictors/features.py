@@ -117,12 +117,16 @@ class VramCase:
         return resident_bytes(self.vram)
 
 
-def resident_bytes(vram: VramPrediction) -> int:
-    get = vram.breakdown_bytes.get  # called several times per row: no generator
+def _total(breakdown: dict[str, int], keys: tuple[str, ...]) -> int:
+    """The sum of ``keys`` in ``breakdown`` (a plain loop: called several times per row, no generator)."""
     total = 0
-    for k in RESIDENT_COMPONENTS:
-        total += get(k, 0)
+    for k in keys:
+        total += breakdown.get(k, 0)
     return total
+
+
+def resident_bytes(vram: VramPrediction) -> int:
+    return _total(vram.breakdown_bytes, RESIDENT_COMPONENTS)
 
 
 def _log2(x: float) -> float:
@@ -190,13 +194,12 @@ def _row(case: VramCase, shared: dict[str, float] | list[float]) -> list[float]:
     spec, vram = case.spec, case.vram
     b = vram.breakdown_bytes
     get = b.get
-    level_name = LEVEL_FOR_METRIC[case.metric]
-    level = max(int(getattr(vram, level_name)), 1)
+    level_name = case.level
+    level = max(case.level_bytes, 1)
     resident = resident_bytes(vram)
-    transient = get("activations", 0) + get("logits", 0) + get("quantization_workspace", 0)  # TRANSIENT_COMPONENTS
+    transient = _total(b, TRANSIENT_COMPONENTS)
     # context and NCCL count only where the level includes them (nvml)
-    fixed = (get("cuda_context", 0) + get("nccl_buffers", 0) + get("paged_optimizer_states", 0)  # FIXED_COMPONENTS
-             if level_name == "peak_vram_bytes" else 0)
+    fixed = _total(b, FIXED_COMPONENTS) if level_name == "peak_vram_bytes" else 0
     optimizer = get("optimizer_states", 0) + get("master_weights", 0)
     row = (_template(shared) if isinstance(shared, dict) else list(shared))
     row[_I_PARAMS_TOTAL] = _log2(vram.params_total)

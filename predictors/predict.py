@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,58 +103,15 @@ def predict_many(
     base_dir: Path | None = None,
     model: ResolvedModel | None = None,
     residual: bool = True,
-    needs_runtime: Callable[[int, int], bool] | None = None,
 ) -> list[Prediction]:
     """:func:`predict` of one spec for each ``(gpu_name, gpus, interconnect)`` of ``requests``.
 
-    Each prediction is the one :func:`predict` gives alone. Placement asks for every pool's GPU at once, so
-    the GPU-independent part of the VRAM model is computed once per GPU count, and the residual model sees
-    all requests in one batched pass (whose fixed cost dominates).
-
-    ``needs_runtime(i, peak_vram_upper_bytes)``: whether request ``i`` needs its runtime, asked once its memory
-    is known (placement needs none where the job does not fit); a request it declines keeps ``runtime`` and
-    the runtime fields ``None``. Default: every request with a GPU.
+    Each prediction is the one :func:`predict` gives alone. The GPU-independent part of the VRAM model is
+    computed once per GPU count, and each residual model sees all requests in one batched pass (whose fixed
+    cost dominates): a fresh :class:`SpecPredictor`.
     """
     resolved = model or resolve_model(spec, base_dir)
-    arch = resolved.architecture
-    gpu_specs = [resolve_gpu(spec, gpu_name) for gpu_name, _, _ in requests]
-    without_gpu: dict[int | None, VramPrediction] = {}  # all but the CUDA context: once per GPU count
-    for _, gpus, _ in requests:
-        if gpus not in without_gpu:
-            without_gpu[gpus] = predict_vram_without_gpu(spec, arch, gpus, resolved.params_override)
-    vrams = [on_gpu(without_gpu[gpus], gpu) for gpu, (_, gpus, _) in zip(gpu_specs, requests, strict=True)]
-    uppers = [int(vram.peak_vram_bytes * (1 + DEFAULT_UPPER_MARGIN)) for vram in vrams]
-    extras: list[dict[str, Any]] = [{} for _ in requests]
-    loaded = _residual_model() if residual else None
-    if loaded is not None:
-        from predictors.residual import correct_vram_many
-
-        fixed = correct_vram_many(loaded.model, spec, arch, list(zip(gpu_specs, vrams, strict=True)))
-        vrams, uppers = [f.vram for f in fixed], [f.upper_bytes for f in fixed]
-        extras = [{"model_version": loaded.version, "residual_correction_ratio": f.correction_ratio} for f in fixed]
-    # runtimes of the requests with a GPU, then their residual in one batched pass
-    runtimes: list[RuntimePrediction | None] = []
-    timed: list[tuple[GpuSpec, int, RuntimePrediction]] = []
-    for i, (gpu, (_, gpus, interconnect), upper) in enumerate(zip(gpu_specs, requests, uppers, strict=True)):
-        if gpu is None or (needs_runtime is not None and not needs_runtime(i, upper)):
-            runtimes.append(None)
-            continue
-        runtime = predict_runtime(spec, arch, gpu, gpus=gpus, interconnect=interconnect,
-                                  params_override=resolved.params_override)
-        runtimes.append(runtime)
-        n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else 1)
-        timed.append((gpu, n_gpus, runtime))
-    if timed:
-        from predictors.runtime_residual import runtime_prediction_fields_many
-
-        fields = iter(runtime_prediction_fields_many(spec, arch, timed,
-                                                     _runtime_residual_model() if residual else None))
-        for extra, runtime in zip(extras, runtimes, strict=True):
-            if runtime is not None:
-                extra.update(next(fields))
-    return [Prediction(spec=spec, model=resolved, gpu=gpu, vram=vram, peak_vram_upper_bytes=upper, runtime=runtime,
-                       **extra)
-            for gpu, vram, upper, runtime, extra in zip(gpu_specs, vrams, uppers, runtimes, extras, strict=True)]
+    return SpecPredictor(spec, resolved, residual).predict_many(requests)
 
 
 def _residual_model():  # type: ignore[no-untyped-def]
@@ -187,8 +144,8 @@ class SpecPredictor:
     :meth:`memory_many` gives the (corrected) VRAM and its upper bound, :meth:`predict_many` the whole
     :class:`Prediction` with throughput and runtime. Placement asks for the memory of every candidate first and
     for the runtime of the options that fit only; each stage handles all its requests in one batched call of
-    its residual model. Every result equals what :func:`predict_many` gives for the same request (a test
-    compares them).
+    its residual model. :func:`predict_many` is a fresh one; ``tests/scheduler/test_placement_batched.py``
+    checks that a memoised one answers as :func:`predict` does for each request alone.
     """
 
     def __init__(self, spec: TrainingSpec, model: ResolvedModel, residual: bool = True) -> None:

@@ -208,12 +208,6 @@ class CorrectedRuntime:
     correction_ratio: float  # corrected / analytic tokens/s
 
 
-def correct_runtime(model: ResidualRuntimeRegressor, case: RuntimeCase) -> CorrectedRuntime:
-    """Apply ``model`` to one analytic runtime prediction (runtime scales with 1 / throughput)."""
-    point, lower = model.predict_with_lower([case])
-    return scale_runtime(case.runtime, float(point[0]), float(lower[0]))
-
-
 def scale_runtime(runtime: RuntimePrediction, tokens_per_second: float, tokens_per_second_lower: float
                   ) -> CorrectedRuntime:
     """Runtime and its upper bound for a throughput and a lower bound of it (work / throughput)."""
@@ -228,21 +222,14 @@ def scale_runtime(runtime: RuntimePrediction, tokens_per_second: float, tokens_p
     )
 
 
-def runtime_prediction_fields(spec: TrainingSpec, architecture: Architecture, gpu: GpuSpec, gpus: int,
-                              runtime: RuntimePrediction, loaded: LoadedModel | None) -> dict[str, Any]:
-    """The runtime fields of a :class:`~predictors.predict.Prediction`: throughput and runtime (corrected
-    by ``loaded``, the runtime residual, when there is one), their bounds, and the model's version and
-    correction ratio. Without a model the bound is the analytic runtime times
-    ``1 + DEFAULT_RUNTIME_UPPER_MARGIN``."""
-    return runtime_prediction_fields_many(spec, architecture, [(gpu, gpus, runtime)], loaded)[0]
-
-
 def runtime_prediction_fields_many(spec: TrainingSpec, architecture: Architecture,
                                    items: Sequence[tuple[GpuSpec, int, RuntimePrediction]],
                                    loaded: LoadedModel | None) -> list[dict[str, Any]]:
-    """:func:`runtime_prediction_fields` of one spec for several ``(gpu, gpus, analytic runtime)`` in one
-    batched pass of the runtime residual (rows are independent: each result is the one it gets alone;
-    placement asks for every pool at once and pays the fixed cost of the numpy calls once)."""
+    """The runtime fields of a :class:`~predictors.predict.Prediction` for each ``(gpu, gpus, analytic runtime)``
+    of one spec: throughput and runtime (corrected by ``loaded``, the runtime residual, when there is one),
+    their bounds, and the model's version and correction ratio; without a model the bound is the analytic
+    runtime times ``1 + DEFAULT_RUNTIME_UPPER_MARGIN``. One batched pass of the residual (rows are
+    independent: each result is the one it gets alone)."""
     if not items:
         return []
     if loaded is None:

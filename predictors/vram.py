@@ -171,8 +171,10 @@ def on_gpu(vram: VramPrediction, gpu: GpuSpec | None) -> VramPrediction:
     context = _CUDA_CONTEXT_BYTES[family] + _CUBLAS_WORKSPACE_BYTES
     breakdown = {**vram.breakdown_bytes, "cuda_context": int(round(context))}
     # the constructor, not dataclasses.replace: placement calls this for every GPU type and count it tries
-    return VramPrediction(vram.peak_allocated_bytes, vram.peak_reserved_bytes, int(sum(breakdown.values())),
-                          breakdown, vram.peak_phase, vram.params_total, vram.params_trainable, vram.gpus, vram.notes)
+    return VramPrediction(
+        peak_allocated_bytes=vram.peak_allocated_bytes, peak_reserved_bytes=vram.peak_reserved_bytes,
+        peak_vram_bytes=int(sum(breakdown.values())), breakdown_bytes=breakdown, peak_phase=vram.peak_phase,
+        params_total=vram.params_total, params_trainable=vram.params_trainable, gpus=vram.gpus, notes=vram.notes)
 
 
 def predict_vram_without_gpu(
@@ -386,10 +388,10 @@ def predict_vram_without_gpu(
     # gradient, so a 16-bit copy of the linear weights is live from the forward until backward reaches each
     # layer (the Hugging Face single-GPU training guide, huggingface.co/docs/transformers/perf_train_gpu_one,
     # mixed-precision section, counts mixed precision as holding the model in both precisions, 1.5x its size,
-    # hence more memory than fp32 at small batches). Frozen LoRA bases cast
-    # as well (autocast caches no frozen weight, so nothing is shared). Checkpointed blocks drop theirs after
-    # the forward and recompute one block at a time in backward; the output head runs outside the blocks and
-    # keeps its copy. 4-bit layers dequantize into a temporary that autograd does not keep.
+    # hence more memory than fp32 at small batches). Frozen LoRA bases cast as well (autocast caches no frozen
+    # weight, so nothing is shared). Checkpointed blocks drop theirs after the forward and recompute one block
+    # at a time in backward; the output head runs outside the blocks and keeps its copy. 4-bit layers
+    # dequantize into a temporary that autograd does not keep.
     amp_copies = 0.0
     if mixed and lay.sharding in ("none", "ddp") and e == 2:
         body = 0.0 if method == "qlora" else linear_body * layer_frac

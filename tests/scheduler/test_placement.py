@@ -238,50 +238,6 @@ def test_predictions_are_memoised_and_bounded(monkeypatch: pytest.MonkeyPatch) -
     assert len(calls) == 4
 
 
-def _predict_everything(monkeypatch: pytest.MonkeyPatch, pools: PoolsConfig) -> None:
-    """Make placement predict every runtime, fit or not (the one-stage reference): each memory prediction it
-    asks for also predicts the runtime on every pool's links."""
-    from predictors.predict import SpecPredictor
-
-    real = SpecPredictor.memory_many
-    links = list(dict.fromkeys(p.links for p in pools.pools))
-
-    def with_runtimes(self: SpecPredictor, requests: Any) -> Any:
-        out = real(self, requests)
-        if not getattr(self, "_everything", False):  # predict_many asks memory_many again
-            self._everything = True  # type: ignore[attr-defined]
-            try:
-                self.predict_many([(gpu, n, link) for gpu, n in requests for link in links])
-            finally:
-                self._everything = False  # type: ignore[attr-defined]
-        return out
-
-    monkeypatch.setattr(SpecPredictor, "memory_many", with_runtimes)
-
-
-def test_runtimes_only_where_the_job_fits_change_no_decision(monkeypatch: pytest.MonkeyPatch) -> None:
-    import scheduler.placement as placement
-
-    pools = PoolsConfig(pools=[*default_pools().pools, _pool("small", gpu="L4", price=0.7, free_gpus=4),
-                               _pool("t4", gpu="T4", price=0.3)])
-    specs = [_spec(model=m, method=method, gpus=g, sharding=sh, micro_batch_size=b, seq_len=s,
-                   deadline_seconds=dl)
-             for m in ("llama-3.2-1b", "llama-3.1-8b", "qwen2.5-14b", "llama-3.1-70b")
-             for method in ("full", "lora", "qlora")
-             for g, sh in ((1, "none"), ("auto", "fsdp"), (4, "zero3"))
-             for b, s, dl in ((1, 2048, None), (4, 4096, 3600 * 30))]
-    objectives = ("cheapest", "fastest", "cheapest-within-deadline")
-    placement.clear_prediction_cache()
-    two_stage = [place(s, pools, objective=o, suggest=False).to_dict()
-                 for s in specs for o in objectives if o != "cheapest-within-deadline" or s.deadline_seconds]
-    _predict_everything(monkeypatch, pools)
-    placement.clear_prediction_cache()
-    reference = [place(s, pools, objective=o, suggest=False).to_dict()
-                 for s in specs for o in objectives if o != "cheapest-within-deadline" or s.deadline_seconds]
-    assert two_stage == reference
-    assert {d["decision"] for d in reference} == {"placed", "unschedulable"}
-
-
 def test_a_memory_only_prediction_gets_its_runtime_when_a_roomier_pool_asks() -> None:
     import scheduler.placement as placement
 
