@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,6 +154,7 @@ class SpecPredictor:
         self.model = model
         self.residual = residual
         self._without_gpu: dict[int | None, VramPrediction] = {}
+        self._analytic: dict[tuple[str | None, int | None], tuple[GpuSpec | None, VramPrediction]] = {}
         self._memory: dict[tuple[str | None, int | None], MemoryPrediction] = {}
         self._full: dict[tuple[str | None, int | None, Interconnect | None], Prediction] = {}
 
@@ -160,21 +162,42 @@ class SpecPredictor:
         """The memory prediction of ``(gpu_name, gpus)`` if it was made already, else ``None``."""
         return self._memory.get((gpu_name, gpus))
 
+    def analytic(self, gpu_name: str | None, gpus: int | None) -> tuple[GpuSpec | None, VramPrediction]:
+        """The GPU and the analytic VRAM prediction of ``(gpu_name, gpus)`` (the GPU-independent part once per
+        count)."""
+        key = (gpu_name, gpus)
+        hit = self._analytic.get(key)
+        if hit is None:
+            base = self._without_gpu.get(gpus)
+            if base is None:
+                base = self._without_gpu[gpus] = predict_vram_without_gpu(
+                    self.spec, self.model.architecture, gpus, self.model.params_override)
+            gpu = resolve_gpu(self.spec, gpu_name)
+            hit = self._analytic[key] = (gpu, on_gpu(base, gpu))
+        return hit
+
+    def upper_floor_bytes(self, gpu_name: str | None, gpus: int | None) -> int:
+        """Bytes that the memory prediction's ``peak_vram_upper_bytes`` of ``(gpu_name, gpus)`` is never below,
+        from the analytic prediction alone: cheap, for skipping GPU counts that surely do not fit."""
+        known = self._memory.get((gpu_name, gpus))
+        if known is not None:
+            return known.peak_vram_upper_bytes
+        _, vram = self.analytic(gpu_name, gpus)
+        loaded = _residual_model() if self.residual else None
+        if loaded is None:
+            return int(vram.peak_vram_bytes * (1 + DEFAULT_UPPER_MARGIN))
+        # a hair below the float floor: the bound itself is rounded to whole bytes
+        return math.floor(loaded.model.upper_floor_bytes(self.spec, vram) * (1 - 1e-9))
+
     def memory_many(self, requests: Sequence[tuple[str | None, int | None]]) -> list[MemoryPrediction]:
         """The memory prediction of each ``(gpu_name, gpus)``; the new ones in one residual call."""
         memory = self._memory
         missing = list(dict.fromkeys(r for r in requests if r not in memory))
         if missing:
             spec, resolved = self.spec, self.model
-            gpu_specs = [resolve_gpu(spec, gpu_name) for gpu_name, _ in missing]
-            without_gpu = self._without_gpu
-            vrams = []
-            for gpu, (_, gpus) in zip(gpu_specs, missing, strict=True):
-                base = without_gpu.get(gpus)
-                if base is None:
-                    base = without_gpu[gpus] = predict_vram_without_gpu(spec, resolved.architecture, gpus,
-                                                                        resolved.params_override)
-                vrams.append(on_gpu(base, gpu))
+            analytic = [self.analytic(gpu_name, gpus) for gpu_name, gpus in missing]
+            gpu_specs = [gpu for gpu, _ in analytic]
+            vrams = [vram for _, vram in analytic]
             loaded = _residual_model() if self.residual else None
             if loaded is None:
                 for key, gpu, vram in zip(missing, gpu_specs, vrams, strict=True):

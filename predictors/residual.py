@@ -467,6 +467,22 @@ class ResidualVramRegressor(ConformalResidualRegressor):
         upper = np.maximum(point, analytic * np.exp(f + width))
         return point, upper
 
+    def upper_floor_bytes(self, spec: TrainingSpec, vram: VramPrediction) -> float:
+        """A number the calibrated bound that :func:`correct_vram` gives ``vram`` is never below, from the
+        analytic prediction alone (no features, no tree walk, no distance).
+
+        With a shrinkage of 0 the bound is ``analytic * exp(margin * w)`` (or the analytic peak if larger) with
+        a widening ``w >= 1``: so at least ``analytic * exp(max(margin, 0))``. With a learned correction the
+        point may fall below the analytic peak, but never below the resident model states. Placement uses it to
+        skip GPU counts that surely do not fit.
+        """
+        check_is_fitted(self, "regressor_")
+        if self.alpha_:
+            return float(resident_bytes(vram))
+        margin = float(self._margins([spec])[0])
+        lowest_widening = min(1.0, self.max_widening) if self.distance_weight >= 0 else 0.0
+        return vram.peak_vram_bytes * math.exp(max(margin, 0.0) * lowest_widening)
+
 
 # ---- fast single-row prediction -----------------------------------------------------------------------
 # scikit-learn's HistGradientBoostingRegressor.predict validates its input and starts an OpenMP region per

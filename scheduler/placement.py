@@ -212,9 +212,9 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
 
     Each pool tries its candidate GPU counts smallest first and takes the first whose memory upper bound fits
     (and, with a deadline, whose runtime bound meets it). Two stages, each batched over the pools: the memory of
-    the candidates first (the first count of every pool, then all the remaining counts of the pools it did not
-    fit), then the runtime of the fitting counts only; with a deadline, a pool whose fit is too slow moves on
-    to its next fitting count in another round.
+    the candidates first (per pool, the first count whose analytic floor does not already rule it out; again for
+    the pools whose candidate did not fit), then the runtime of the fitting counts only; with a deadline, a pool
+    whose fit is too slow moves on to its next fitting count in another round.
     """
     done: dict[int, tuple[PoolOption, Prediction | None]] = {}
     usable: dict[int, int] = {}
@@ -230,22 +230,26 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
             done[i] = PoolOption(pool, False, f"needs {wanted} GPUs; pool allows at most {pool.max_job_gpus} per "
                                  "job", usable[i]), None
     position = dict.fromkeys(counts, 0)  # the count each pool tries next
-    asked: set[int] = set()  # pools that asked for memory once: the next time they ask for all their remaining counts
     slow: dict[int, PoolOption] = {}  # the first fit that missed the deadline
     links = {i: pools[i].links for i in counts}
     pending = list(counts)
     while pending:
-        # stage 1: move each pool to its next count whose memory fits (or past its last count)
+        # stage 1: move each pool to its next count whose memory fits (or past its last count). A count whose
+        # bound is surely too big (by the analytic floor under it) is skipped without the residual's features;
+        # a pool's last count is always predicted in full, for the figures of its no-fit reason.
         while True:
             wanted_memory: list[tuple[str, int]] = []
             for i in pending:
                 pool, n_counts = pools[i], counts[i]
                 while position[i] < len(n_counts):
-                    mem = predictor.known_memory(pool.gpu, n_counts[position[i]])
+                    n = n_counts[position[i]]
+                    mem = predictor.known_memory(pool.gpu, n)
                     if mem is None:
-                        more = n_counts[position[i]:] if i in asked else n_counts[position[i]:position[i] + 1]
-                        wanted_memory.extend((pool.gpu, n) for n in more)
-                        asked.add(i)
+                        if (position[i] + 1 < len(n_counts)
+                                and predictor.upper_floor_bytes(pool.gpu, n) > usable[i]):
+                            position[i] += 1
+                            continue
+                        wanted_memory.append((pool.gpu, n))
                         break
                     if mem.peak_vram_upper_bytes <= usable[i]:
                         break
