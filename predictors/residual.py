@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.ensemble import HistGradientBoostingRegressor
+from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GroupKFold, KFold, LeaveOneGroupOut
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
@@ -294,7 +295,7 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
         available = int(np.isfinite(dist).sum(axis=1).min()) if dist.size else 0
         k = max(1, min(self.n_neighbors, available))
         nearest = np.partition(dist, k - 1, axis=1)[:, :k]
-        return nearest.mean(axis=1)
+        return nearest.sum(axis=1) / k  # the mean, without ndarray.mean's per-call overhead
 
     def _fit_distance_reference(self, features: np.ndarray, groups: Sequence[str] | None) -> None:
         """``distance_ref_``: the ``ordinary_distance`` quantile of the training cases' distances to the
@@ -352,6 +353,16 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
         if self.group_weighting and labels is not None:
             return source_calibrated_quantile(scores, labels, self.coverage)[0]
         return conformal_quantile(scores, self.coverage)
+
+    def _require_fitted(self) -> None:
+        """``check_is_fitted`` for the per-decision paths (sklearn's costs more than a one-row prediction)."""
+        if not hasattr(self, "regressor_"):
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
+
+    def _margin(self, spec: TrainingSpec) -> float:
+        """The calibrated margin (before widening) of ``spec``: its method group's, else the pooled one."""
+        margins = getattr(self, "class_quantiles_", None) or {}
+        return float(margins.get(margin_group(spec), self.quantile_))
 
     def _margins(self, specs: Sequence[TrainingSpec]) -> np.ndarray:
         """The calibrated margin (before widening) of each case: its method group's, else the pooled one."""
@@ -450,7 +461,7 @@ class ResidualVramRegressor(ConformalResidualRegressor):
 
     def predict_with_upper(self, X: Sequence[VramCase]) -> tuple[np.ndarray, np.ndarray]:
         """Point prediction and upper bound (bytes) in one pass over the features."""
-        check_is_fitted(self, "regressor_")
+        self._require_fitted()
         cases = list(X)
         features = feature_matrix(cases)
         # a shrinkage of 0 (the correction did not carry over to held-out sources) skips the tree walk
@@ -476,10 +487,10 @@ class ResidualVramRegressor(ConformalResidualRegressor):
         point may fall below the analytic peak, but never below the resident model states. Placement uses it to
         skip GPU counts that surely do not fit.
         """
-        check_is_fitted(self, "regressor_")
+        self._require_fitted()
         if self.alpha_:
             return float(resident_bytes(vram))
-        margin = float(self._margins([spec])[0])
+        margin = self._margin(spec)
         lowest_widening = min(1.0, self.max_widening) if self.distance_weight >= 0 else 0.0
         return vram.peak_vram_bytes * math.exp(max(margin, 0.0) * lowest_widening)
 
@@ -608,6 +619,14 @@ def correct_vram(model: ResidualVramRegressor, spec: TrainingSpec, architecture:
     return correct_vram_many(model, spec, architecture, [(gpu, vram)])[0]
 
 
+def _with_breakdown(vram: VramPrediction, breakdown: dict[str, int]) -> VramPrediction:
+    """``replace(vram, breakdown_bytes=breakdown)`` by the constructor (cheaper, once per placement option)."""
+    return VramPrediction(
+        peak_allocated_bytes=vram.peak_allocated_bytes, peak_reserved_bytes=vram.peak_reserved_bytes,
+        peak_vram_bytes=vram.peak_vram_bytes, breakdown_bytes=breakdown, peak_phase=vram.peak_phase,
+        params_total=vram.params_total, params_trainable=vram.params_trainable, gpus=vram.gpus, notes=vram.notes)
+
+
 def correct_vram_many(model: ResidualVramRegressor, spec: TrainingSpec, architecture: Architecture,
                       items: Sequence[tuple[GpuSpec | None, VramPrediction]]) -> list[CorrectedVram]:
     """:func:`correct_vram` of one spec on several (GPU, analytic prediction) pairs in one batched pass.
@@ -630,7 +649,7 @@ def correct_vram_many(model: ResidualVramRegressor, spec: TrainingSpec, architec
     for (_, vram), alone in zip(items, device_only, strict=True):
         if alone:
             breakdown = {**vram.breakdown_bytes, "residual_correction": 0}
-            out.append(CorrectedVram(replace(vram, breakdown_bytes=breakdown),
+            out.append(CorrectedVram(_with_breakdown(vram, breakdown),
                                      max(int(round(upper[row])), vram.peak_vram_bytes), 1.0))
             row += 1
             continue

@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import clone
-from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import Ridge
 from sklearn.utils.validation import check_is_fitted
 
@@ -144,8 +143,7 @@ class ResidualRuntimeRegressor(ConformalResidualRegressor):
 
     def predict_with_lower(self, X: Sequence[RuntimeCase]) -> tuple[np.ndarray, np.ndarray]:
         """Point prediction and lower bound of the job's tokens/s in one pass over the features."""
-        if not hasattr(self, "regressor_"):  # check_is_fitted costs more than the rest for one row
-            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
+        self._require_fitted()
         cases = list(X)
         features = runtime_feature_matrix(cases)
         # a shrinkage of 0 (the correction did not carry over to held-out sources) skips the regressor
