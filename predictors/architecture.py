@@ -136,13 +136,25 @@ class Architecture:
         """
         return sum(g.weight_params for g in self.linears if g.role != "lm_head")
 
-    def lora_groups(self, target_modules: list[str] | str) -> list[LinearGroup]:
-        """The linear groups a LoRA adapter attaches to."""
-        if target_modules == "all-linear":
-            # PEFT's "all-linear": every linear layer except the output layer.
-            return [g for g in self.linears if g.role not in ("lm_head", "router")]
-        wanted = {_ROLE_ALIASES.get(m, m) for m in target_modules}
-        return [g for g in self.linears if g.role in wanted]
+    @cached_property
+    def _lora_groups_memo(self) -> dict[tuple[str, ...] | str, tuple[LinearGroup, ...]]:
+        return {}
+
+    def lora_groups(self, target_modules: list[str] | str) -> tuple[LinearGroup, ...]:
+        """The linear groups a LoRA adapter attaches to (memoised: the predictors ask several times per
+        prediction)."""
+        key = target_modules if isinstance(target_modules, str) else tuple(target_modules)
+        memo = self._lora_groups_memo
+        hit = memo.get(key)
+        if hit is None:
+            if target_modules == "all-linear":
+                # PEFT's "all-linear": every linear layer except the output layer.
+                hit = tuple(g for g in self.linears if g.role not in ("lm_head", "router"))
+            else:
+                wanted = {_ROLE_ALIASES.get(m, m) for m in target_modules}
+                hit = tuple(g for g in self.linears if g.role in wanted)
+            memo[key] = hit
+        return hit
 
 
 def saved_module_params(arch: Architecture, modules: list[str]) -> dict[str, int]:

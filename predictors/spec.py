@@ -115,9 +115,9 @@ _SAVED_MODULE_ALIASES = {
 
 
 class LoraSpec(BaseModel):
-    """LoRA adapter settings (for ``lora`` and ``qlora``)."""
+    """LoRA adapter settings (for ``lora`` and ``qlora``); immutable once validated."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     rank: Annotated[int, Field(gt=0, le=65536, description="LoRA rank r")] = 8
     alpha: Annotated[float, Field(gt=0, description="LoRA alpha (scaling = alpha / rank)")] = 16
@@ -173,6 +173,10 @@ class LoraSpec(BaseModel):
             raise ValueError("must name at least one module, or be 'all-linear'")
         return value
 
+
+
+# the adapter settings of a lora/qlora spec that names none (shared: LoraSpec is frozen)
+_DEFAULT_LORA = LoraSpec()
 
 class TrainingSpec(BaseModel):
     """One training job, described well enough to predict its peak VRAM per GPU and its runtime."""
@@ -269,7 +273,7 @@ class TrainingSpec(BaseModel):
     def resolved_lora(self) -> LoraSpec | None:
         if self.method == "full":
             return None
-        return self.lora or LoraSpec()
+        return self.lora or _DEFAULT_LORA
 
     @property
     def resolved_quantization(self) -> str | None:
