@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from predictors.catalog import ResolvedModel, resolve_model
+from predictors.features import resident_bytes
 from predictors.hardware import GpuSpec, lookup_gpu
 from predictors.runtime import Interconnect, RuntimePrediction, predict_runtime
 from predictors.spec import TrainingSpec
-from predictors.vram import VramPrediction, on_gpu, predict_vram_without_gpu
+from predictors.vram import VramPrediction, device_peak_on_gpu, on_gpu, predict_vram_without_gpu
 
 if TYPE_CHECKING:
     from predictors.persistence import LoadedModel
@@ -168,13 +169,16 @@ class SpecPredictor:
         key = (gpu_name, gpus)
         hit = self._analytic.get(key)
         if hit is None:
-            base = self._without_gpu.get(gpus)
-            if base is None:
-                base = self._without_gpu[gpus] = predict_vram_without_gpu(
-                    self.spec, self.model.architecture, gpus, self.model.params_override)
             gpu = resolve_gpu(self.spec, gpu_name)
-            hit = self._analytic[key] = (gpu, on_gpu(base, gpu))
+            hit = self._analytic[key] = (gpu, on_gpu(self._base(gpus), gpu))
         return hit
+
+    def _base(self, gpus: int | None) -> VramPrediction:
+        base = self._without_gpu.get(gpus)
+        if base is None:
+            base = self._without_gpu[gpus] = predict_vram_without_gpu(
+                self.spec, self.model.architecture, gpus, self.model.params_override)
+        return base
 
     def upper_floor_bytes(self, gpu_name: str | None, gpus: int | None) -> int:
         """Bytes that the memory prediction's ``peak_vram_upper_bytes`` of ``(gpu_name, gpus)`` is never below,
@@ -182,12 +186,13 @@ class SpecPredictor:
         known = self._memory.get((gpu_name, gpus))
         if known is not None:
             return known.peak_vram_upper_bytes
-        _, vram = self.analytic(gpu_name, gpus)
+        base = self._base(gpus)
+        device = device_peak_on_gpu(base, resolve_gpu(self.spec, gpu_name))
         loaded = _residual_model() if self.residual else None
         if loaded is None:
-            return int(vram.peak_vram_bytes * (1 + DEFAULT_UPPER_MARGIN))
+            return int(device * (1 + DEFAULT_UPPER_MARGIN))
         # a hair below the float floor: the bound itself is rounded to whole bytes
-        return math.floor(loaded.model.upper_floor_bytes(self.spec, vram) * (1 - 1e-9))
+        return math.floor(loaded.model.upper_floor_bytes(self.spec, device, resident_bytes(base)) * (1 - 1e-9))
 
     def memory_many(self, requests: Sequence[tuple[str | None, int | None]]) -> list[MemoryPrediction]:
         """The memory prediction of each ``(gpu_name, gpus)``; the new ones in one residual call."""

@@ -478,9 +478,10 @@ class ResidualVramRegressor(ConformalResidualRegressor):
         upper = np.maximum(point, analytic * np.exp(f + width))
         return point, upper
 
-    def upper_floor_bytes(self, spec: TrainingSpec, vram: VramPrediction) -> float:
-        """A number the calibrated bound that :func:`correct_vram` gives ``vram`` is never below, from the
-        analytic prediction alone (no features, no tree walk, no distance).
+    def upper_floor_bytes(self, spec: TrainingSpec, device_bytes: int, resident: int) -> float:
+        """A number the calibrated bound that :func:`correct_vram` gives an analytic prediction of ``spec`` is
+        never below, from its device peak ``device_bytes`` and resident model states ``resident`` alone (no
+        features, no tree walk, no distance).
 
         With a shrinkage of 0 the bound is ``analytic * exp(margin * w)`` (or the analytic peak if larger) with
         a widening ``w >= 1``: so at least ``analytic * exp(max(margin, 0))``. With a learned correction the
@@ -489,10 +490,10 @@ class ResidualVramRegressor(ConformalResidualRegressor):
         """
         self._require_fitted()
         if self.alpha_:
-            return float(resident_bytes(vram))
+            return float(resident)
         margin = self._margin(spec)
         lowest_widening = min(1.0, self.max_widening) if self.distance_weight >= 0 else 0.0
-        return vram.peak_vram_bytes * math.exp(max(margin, 0.0) * lowest_widening)
+        return device_bytes * math.exp(max(margin, 0.0) * lowest_widening)
 
 
 # ---- fast single-row prediction -----------------------------------------------------------------------

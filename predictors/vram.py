@@ -165,11 +165,20 @@ def predict_vram(
     return on_gpu(predict_vram_without_gpu(spec, arch, gpus, params_override), gpu)
 
 
+def _context_bytes(gpu: GpuSpec | None) -> int:
+    family = gpu.family if gpu is not None else "ampere"
+    return int(round(_CUDA_CONTEXT_BYTES[family] + _CUBLAS_WORKSPACE_BYTES))
+
+
+def device_peak_on_gpu(vram: VramPrediction, gpu: GpuSpec | None) -> int:
+    """``on_gpu(vram, gpu).peak_vram_bytes`` without building the prediction."""
+    breakdown = vram.breakdown_bytes
+    return int(sum(breakdown.values()) - breakdown.get("cuda_context", 0) + _context_bytes(gpu))
+
+
 def on_gpu(vram: VramPrediction, gpu: GpuSpec | None) -> VramPrediction:
     """``vram`` from :func:`predict_vram_without_gpu` with the CUDA context of ``gpu`` (None: ampere's)."""
-    family = gpu.family if gpu is not None else "ampere"
-    context = _CUDA_CONTEXT_BYTES[family] + _CUBLAS_WORKSPACE_BYTES
-    breakdown = {**vram.breakdown_bytes, "cuda_context": int(round(context))}
+    breakdown = {**vram.breakdown_bytes, "cuda_context": _context_bytes(gpu)}
     # the constructor, not dataclasses.replace: placement calls this for every GPU type and count it tries
     return VramPrediction(
         peak_allocated_bytes=vram.peak_allocated_bytes, peak_reserved_bytes=vram.peak_reserved_bytes,

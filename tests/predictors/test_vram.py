@@ -261,3 +261,18 @@ def test_moe_counts_active_experts() -> None:
     assert arch.params_active_per_token < arch.params_total
     spec = parse_training_spec({"model": {"config": moe}, "precision": "bf16-true"})
     assert predict_vram(spec, arch).breakdown_bytes["weights"] == arch.params_total * 2
+
+
+@pytest.mark.parametrize("gpu", [None, "T4", "A100-80GB", "H100-80GB", "B200"])
+def test_device_peak_on_gpu_is_the_device_level_of_on_gpu(gpu: str | None) -> None:
+    from predictors.catalog import resolve_model
+    from predictors.vram import device_peak_on_gpu, on_gpu, predict_vram_without_gpu
+
+    spec = parse_training_spec({"model": "llama-3.1-8b", "method": "full", "gpus": 4, "sharding": "fsdp"})
+    model = resolve_model(spec)
+    base = predict_vram_without_gpu(spec, model.architecture, 4)
+    gpu_spec = lookup_gpu(gpu) if gpu else None
+    assert device_peak_on_gpu(base, gpu_spec) == on_gpu(base, gpu_spec).peak_vram_bytes
+    # and on a prediction that already has a context (placed twice)
+    placed = on_gpu(base, lookup_gpu("T4"))
+    assert device_peak_on_gpu(placed, gpu_spec) == on_gpu(placed, gpu_spec).peak_vram_bytes
