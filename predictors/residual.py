@@ -465,17 +465,19 @@ class ResidualVramRegressor(ConformalResidualRegressor):
         cases = list(X)
         features = feature_matrix(cases)
         # a shrinkage of 0 (the correction did not carry over to held-out sources) skips the tree walk
-        f = self.alpha_ * self.log_correction(features) if self.alpha_ else np.zeros(len(cases))
-        analytic = np.asarray([max(c.level_bytes, 1) for c in cases], dtype=np.float64)
-        floor = np.asarray([c.floor_bytes for c in cases], dtype=np.float64)
-        point = np.maximum(floor, analytic * np.exp(f))
-        margin = self._margins([c.spec for c in cases])
+        f = (self.alpha_ * self.log_correction(features)).tolist() if self.alpha_ else [0.0] * len(cases)
+        margins = [self._margin(c.spec) for c in cases]
         # widen only a positive margin: a negative quantile (the model over-predicts) is not made worse
-        if np.any(margin > 0):
-            width = np.where(margin > 0, margin * self._widening(self._neighbour_distance(features)), margin)
-        else:
-            width = margin
-        upper = np.maximum(point, analytic * np.exp(f + width))
+        widening = (self._widening(self._neighbour_distance(features)).tolist() if any(m > 0 for m in margins)
+                    else None)
+        # per row in plain floats: placement sends a handful of rows, for which numpy's per-call cost dominates
+        point = np.empty(len(cases))
+        upper = np.empty(len(cases))
+        for i, case in enumerate(cases):
+            analytic = float(max(case.level_bytes, 1))
+            point[i] = p = max(float(case.floor_bytes), analytic * math.exp(f[i]))
+            width = margins[i] * widening[i] if widening is not None and margins[i] > 0 else margins[i]
+            upper[i] = max(p, analytic * math.exp(f[i] + width))
         return point, upper
 
     def upper_floor_bytes(self, spec: TrainingSpec, device_bytes: int, resident: int) -> float:

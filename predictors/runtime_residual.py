@@ -33,6 +33,7 @@ training data gets a wider bound, at most ``max_widening`` times the calibrated 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -147,14 +148,19 @@ class ResidualRuntimeRegressor(ConformalResidualRegressor):
         cases = list(X)
         features = runtime_feature_matrix(cases)
         # a shrinkage of 0 (the correction did not carry over to held-out sources) skips the regressor
-        f = self.alpha_ * self.log_correction(features) if self.alpha_ else np.zeros(len(cases))
-        analytic = _analytic(cases)
-        point = analytic * np.exp(f)
-        margin = self._margins([c.spec for c in cases])
+        f = (self.alpha_ * self.log_correction(features)).tolist() if self.alpha_ else [0.0] * len(cases)
+        margins = [self._margin(c.spec) for c in cases]
         # widen only a positive margin: a negative quantile (the model under-predicts) is not made worse
-        if np.any(margin > 0):
-            margin = np.where(margin > 0, margin * self._widening(self._neighbour_distance(features)), margin)
-        lower = np.minimum(point, analytic * np.exp(f - margin))
+        widening = (self._widening(self._neighbour_distance(features)).tolist() if any(m > 0 for m in margins)
+                    else None)
+        # per row in plain floats: placement sends a handful of rows, for which numpy's per-call cost dominates
+        point = np.empty(len(cases))
+        lower = np.empty(len(cases))
+        for i, case in enumerate(cases):
+            analytic = max(case.analytic_tokens_per_second, 1e-30)
+            point[i] = p = analytic * math.exp(f[i])
+            width = margins[i] * widening[i] if widening is not None and margins[i] > 0 else margins[i]
+            lower[i] = min(p, analytic * math.exp(f[i] - width))
         return point, lower
 
 
