@@ -354,6 +354,26 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
             return source_calibrated_quantile(scores, labels, self.coverage)[0]
         return conformal_quantile(scores, self.coverage)
 
+    def _row_terms(self, features: np.ndarray, specs: Sequence[TrainingSpec]) -> tuple[list[float], list[float]]:
+        """Per row: the shrunk learned log correction ``alpha_ * f(x)`` and the widened margin of the bound.
+
+        A shrinkage of 0 (the correction did not carry over to held-out sources) skips the regressor; only a
+        positive margin is widened (a negative quantile, where the model errs on the safe side, is not made
+        worse). Plain floats: placement sends a handful of rows, for which numpy's per-call cost dominates the
+        arithmetic that follows.
+        """
+        n = len(specs)
+        f = (self.alpha_ * self.log_correction(features)).tolist() if self.alpha_ else [0.0] * n
+        margins = [self._margin(spec) for spec in specs]
+        if not any(m > 0 for m in margins):
+            return f, margins
+        widening = self._widening(self._neighbour_distance(features)).tolist()
+        return f, [m * w if m > 0 else m for m, w in zip(margins, widening, strict=True)]
+
+    def log_correction(self, X: Any) -> np.ndarray:
+        """``f(x)``, the learned log correction of each feature row; subclasses define it."""
+        raise NotImplementedError
+
     def _require_fitted(self) -> None:
         """``check_is_fitted`` for the per-decision paths (sklearn's costs more than a one-row prediction)."""
         if not hasattr(self, "regressor_"):
@@ -463,21 +483,13 @@ class ResidualVramRegressor(ConformalResidualRegressor):
         """Point prediction and upper bound (bytes) in one pass over the features."""
         self._require_fitted()
         cases = list(X)
-        features = feature_matrix(cases)
-        # a shrinkage of 0 (the correction did not carry over to held-out sources) skips the tree walk
-        f = (self.alpha_ * self.log_correction(features)).tolist() if self.alpha_ else [0.0] * len(cases)
-        margins = [self._margin(c.spec) for c in cases]
-        # widen only a positive margin: a negative quantile (the model over-predicts) is not made worse
-        widening = (self._widening(self._neighbour_distance(features)).tolist() if any(m > 0 for m in margins)
-                    else None)
-        # per row in plain floats: placement sends a handful of rows, for which numpy's per-call cost dominates
+        f, width = self._row_terms(feature_matrix(cases), [c.spec for c in cases])
         point = np.empty(len(cases))
         upper = np.empty(len(cases))
         for i, case in enumerate(cases):
             analytic = float(max(case.level_bytes, 1))
             point[i] = p = max(float(case.floor_bytes), analytic * math.exp(f[i]))
-            width = margins[i] * widening[i] if widening is not None and margins[i] > 0 else margins[i]
-            upper[i] = max(p, analytic * math.exp(f[i] + width))
+            upper[i] = max(p, analytic * math.exp(f[i] + width[i]))
         return point, upper
 
     def upper_floor_bytes(self, spec: TrainingSpec, device_bytes: int, resident: int) -> float:

@@ -146,21 +146,13 @@ class ResidualRuntimeRegressor(ConformalResidualRegressor):
         """Point prediction and lower bound of the job's tokens/s in one pass over the features."""
         self._require_fitted()
         cases = list(X)
-        features = runtime_feature_matrix(cases)
-        # a shrinkage of 0 (the correction did not carry over to held-out sources) skips the regressor
-        f = (self.alpha_ * self.log_correction(features)).tolist() if self.alpha_ else [0.0] * len(cases)
-        margins = [self._margin(c.spec) for c in cases]
-        # widen only a positive margin: a negative quantile (the model under-predicts) is not made worse
-        widening = (self._widening(self._neighbour_distance(features)).tolist() if any(m > 0 for m in margins)
-                    else None)
-        # per row in plain floats: placement sends a handful of rows, for which numpy's per-call cost dominates
+        f, width = self._row_terms(runtime_feature_matrix(cases), [c.spec for c in cases])
         point = np.empty(len(cases))
         lower = np.empty(len(cases))
         for i, case in enumerate(cases):
             analytic = max(case.analytic_tokens_per_second, 1e-30)
             point[i] = p = analytic * math.exp(f[i])
-            width = margins[i] * widening[i] if widening is not None and margins[i] > 0 else margins[i]
-            lower[i] = min(p, analytic * math.exp(f[i] - width))
+            lower[i] = min(p, analytic * math.exp(f[i] - width[i]))
         return point, lower
 
 
