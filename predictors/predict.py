@@ -157,7 +157,15 @@ class SpecPredictor:
         self._without_gpu: dict[int | None, VramPrediction] = {}
         self._analytic: dict[tuple[str | None, int | None], tuple[GpuSpec | None, VramPrediction]] = {}
         self._memory: dict[tuple[str | None, int | None], MemoryPrediction] = {}
+        # the shipped residual models, looked up once per spec (each lookup is a call through the loader's cache)
+        self._vram_model = _residual_model() if residual else None
+        self._runtime_model: LoadedModel | None = None  # looked up at the first runtime (VRAM-only asks need none)
         self._full: dict[tuple[str | None, int | None, Interconnect | None], Prediction] = {}
+
+    def _runtime_residual(self) -> LoadedModel | None:
+        if self._runtime_model is None and self.residual:
+            self._runtime_model = _runtime_residual_model()
+        return self._runtime_model
 
     def known_memory(self, gpu_name: str | None, gpus: int | None) -> MemoryPrediction | None:
         """The memory prediction of ``(gpu_name, gpus)`` if it was made already, else ``None``."""
@@ -188,7 +196,7 @@ class SpecPredictor:
             return known.peak_vram_upper_bytes
         base = self._base(gpus)
         device = device_peak_on_gpu(base, resolve_gpu(self.spec, gpu_name))
-        loaded = _residual_model() if self.residual else None
+        loaded = self._vram_model
         if loaded is None:
             return int(device * (1 + DEFAULT_UPPER_MARGIN))
         # a hair below the float floor: the bound itself is rounded to whole bytes
@@ -203,7 +211,7 @@ class SpecPredictor:
             analytic = [self.analytic(gpu_name, gpus) for gpu_name, gpus in missing]
             gpu_specs = [gpu for gpu, _ in analytic]
             vrams = [vram for _, vram in analytic]
-            loaded = _residual_model() if self.residual else None
+            loaded = self._vram_model
             if loaded is None:
                 for key, gpu, vram in zip(missing, gpu_specs, vrams, strict=True):
                     upper = int(vram.peak_vram_bytes * (1 + DEFAULT_UPPER_MARGIN))
@@ -241,7 +249,7 @@ class SpecPredictor:
                 runtimes.append(runtime)
                 timed.append((mem.gpu, n_gpus, runtime))
             fields = iter(runtime_prediction_fields_many(spec, arch, timed,
-                                                         _runtime_residual_model() if self.residual else None))
+                                                         self._runtime_residual()))
             for key, mem, runtime in zip(missing, memories, runtimes, strict=True):
                 extra = dict(mem.extra)
                 if runtime is not None:
