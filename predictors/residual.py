@@ -384,11 +384,6 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
         margins = getattr(self, "class_quantiles_", None) or {}
         return float(margins.get(margin_group(spec), self.quantile_))
 
-    def _margins(self, specs: Sequence[TrainingSpec]) -> np.ndarray:
-        """The calibrated margin (before widening) of each case: its method group's, else the pooled one."""
-        margins = getattr(self, "class_quantiles_", None) or {}
-        return np.asarray([margins.get(margin_group(spec), self.quantile_) for spec in specs], dtype=np.float64)
-
 
 class ResidualVramRegressor(ConformalResidualRegressor):
     """Analytic peak VRAM times a learned correction, floored at the resident model states.

@@ -174,9 +174,9 @@ class LoraSpec(BaseModel):
         return value
 
 
-
 # the adapter settings of a lora/qlora spec that names none (shared: LoraSpec is frozen)
 _DEFAULT_LORA = LoraSpec()
+
 
 class TrainingSpec(BaseModel):
     """One training job, described well enough to predict its peak VRAM per GPU and its runtime."""
