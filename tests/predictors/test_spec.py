@@ -26,6 +26,18 @@ def test_derived_defaults() -> None:
     assert spec.data_parallel() == 4
 
 
+def test_the_default_lora_settings_are_shared_and_cannot_be_changed() -> None:
+    """Specs without a lora block share one default LoraSpec, so it must be immutable."""
+    import pydantic
+
+    a = parse_training_spec({"model": "x", "method": "lora"})
+    b = parse_training_spec({"model": "y", "method": "qlora"})
+    assert a.resolved_lora is b.resolved_lora
+    with pytest.raises(pydantic.ValidationError):
+        a.resolved_lora.rank = 64  # type: ignore[union-attr]
+    assert b.resolved_lora is not None and b.resolved_lora.rank == 8
+
+
 @pytest.mark.parametrize(
     ("field", "value", "expected"),
     [
