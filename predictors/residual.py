@@ -55,7 +55,7 @@ from predictors.architecture import Architecture
 from predictors.features import CATEGORICAL_MASK, MONOTONIC_CST, VramCase, feature_matrix, resident_bytes
 from predictors.hardware import GpuSpec
 from predictors.spec import TrainingSpec
-from predictors.vram import VramPrediction
+from predictors.vram import VramPrediction, with_breakdown
 
 _CATEGORICAL = np.asarray(CATEGORICAL_MASK, dtype=bool)
 _NUMERIC_COLUMNS = np.flatnonzero(~_CATEGORICAL)
@@ -629,14 +629,6 @@ def correct_vram(model: ResidualVramRegressor, spec: TrainingSpec, architecture:
     return correct_vram_many(model, spec, architecture, [(gpu, vram)])[0]
 
 
-def _with_breakdown(vram: VramPrediction, breakdown: dict[str, int]) -> VramPrediction:
-    """``replace(vram, breakdown_bytes=breakdown)`` by the constructor (cheaper, once per placement option)."""
-    return VramPrediction(
-        peak_allocated_bytes=vram.peak_allocated_bytes, peak_reserved_bytes=vram.peak_reserved_bytes,
-        peak_vram_bytes=vram.peak_vram_bytes, breakdown_bytes=breakdown, peak_phase=vram.peak_phase,
-        params_total=vram.params_total, params_trainable=vram.params_trainable, gpus=vram.gpus, notes=vram.notes)
-
-
 def correct_vram_many(model: ResidualVramRegressor, spec: TrainingSpec, architecture: Architecture,
                       items: Sequence[tuple[GpuSpec | None, VramPrediction]]) -> list[CorrectedVram]:
     """:func:`correct_vram` of one spec on several (GPU, analytic prediction) pairs in one batched pass.
@@ -659,7 +651,7 @@ def correct_vram_many(model: ResidualVramRegressor, spec: TrainingSpec, architec
     for (_, vram), alone in zip(items, device_only, strict=True):
         if alone:
             breakdown = {**vram.breakdown_bytes, "residual_correction": 0}
-            out.append(CorrectedVram(_with_breakdown(vram, breakdown),
+            out.append(CorrectedVram(with_breakdown(vram, breakdown),
                                      max(int(round(upper[row])), vram.peak_vram_bytes), 1.0))
             row += 1
             continue

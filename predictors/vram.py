@@ -176,14 +176,21 @@ def device_peak_on_gpu(vram: VramPrediction, gpu: GpuSpec | None) -> int:
     return int(sum(breakdown.values()) - breakdown.get("cuda_context", 0) + _context_bytes(gpu))
 
 
+def with_breakdown(vram: VramPrediction, breakdown: dict[str, int], peak_vram_bytes: int | None = None
+                   ) -> VramPrediction:
+    """``vram`` with another breakdown (and device peak): ``dataclasses.replace`` by the constructor, which costs
+    less; placement makes one per GPU type and count it tries."""
+    return VramPrediction(
+        peak_allocated_bytes=vram.peak_allocated_bytes, peak_reserved_bytes=vram.peak_reserved_bytes,
+        peak_vram_bytes=vram.peak_vram_bytes if peak_vram_bytes is None else peak_vram_bytes,
+        breakdown_bytes=breakdown, peak_phase=vram.peak_phase, params_total=vram.params_total,
+        params_trainable=vram.params_trainable, gpus=vram.gpus, notes=vram.notes)
+
+
 def on_gpu(vram: VramPrediction, gpu: GpuSpec | None) -> VramPrediction:
     """``vram`` from :func:`predict_vram_without_gpu` with the CUDA context of ``gpu`` (None: ampere's)."""
     breakdown = {**vram.breakdown_bytes, "cuda_context": _context_bytes(gpu)}
-    # the constructor, not dataclasses.replace: placement calls this for every GPU type and count it tries
-    return VramPrediction(
-        peak_allocated_bytes=vram.peak_allocated_bytes, peak_reserved_bytes=vram.peak_reserved_bytes,
-        peak_vram_bytes=int(sum(breakdown.values())), breakdown_bytes=breakdown, peak_phase=vram.peak_phase,
-        params_total=vram.params_total, params_trainable=vram.params_trainable, gpus=vram.gpus, notes=vram.notes)
+    return with_breakdown(vram, breakdown, int(sum(breakdown.values())))
 
 
 def predict_vram_without_gpu(

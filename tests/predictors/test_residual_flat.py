@@ -43,18 +43,3 @@ def test_flat_walk_equals_compiled_walk(max_depth: int) -> None:
         assert np.array_equal(predict_compiled_flat(compiled, probe[i:i + 1]), want[i:i + 1])
     np.testing.assert_allclose(want, reg.predict(probe), atol=1e-12)
 
-
-def test_copying_a_prediction_by_its_constructor_keeps_every_field() -> None:
-    """on_gpu and the residual's device-only path copy a VramPrediction field by field (cheaper than
-    dataclasses.replace): a field added later must be added there too."""
-    import dataclasses
-
-    from predictors.residual import _with_breakdown
-    from predictors.vram import VramPrediction
-
-    assert [f.name for f in dataclasses.fields(VramPrediction)] == [
-        "peak_allocated_bytes", "peak_reserved_bytes", "peak_vram_bytes", "breakdown_bytes", "peak_phase",
-        "params_total", "params_trainable", "gpus", "notes"]
-    vram = VramPrediction(1, 2, 3, {"weights": 3}, "backward", 10, 5, 2, ("a note",))
-    assert _with_breakdown(vram, {"weights": 3, "x": 0}) == dataclasses.replace(vram, breakdown_bytes={"weights": 3,
-                                                                                                       "x": 0})

@@ -276,3 +276,19 @@ def test_device_peak_on_gpu_is_the_device_level_of_on_gpu(gpu: str | None) -> No
     # and on a prediction that already has a context (placed twice)
     placed = on_gpu(base, lookup_gpu("T4"))
     assert device_peak_on_gpu(placed, gpu_spec) == on_gpu(placed, gpu_spec).peak_vram_bytes
+
+
+def test_with_breakdown_keeps_every_other_field() -> None:
+    """on_gpu and the residual copy a VramPrediction field by field (cheaper than dataclasses.replace): a field
+    added later must be added to with_breakdown too."""
+    import dataclasses
+
+    from predictors.vram import with_breakdown
+
+    assert [f.name for f in dataclasses.fields(VramPrediction)] == [
+        "peak_allocated_bytes", "peak_reserved_bytes", "peak_vram_bytes", "breakdown_bytes", "peak_phase",
+        "params_total", "params_trainable", "gpus", "notes"]
+    vram = VramPrediction(1, 2, 3, {"weights": 3}, "backward", 10, 5, 2, ("a note",))
+    new = {"weights": 3, "x": 0}
+    assert with_breakdown(vram, new) == dataclasses.replace(vram, breakdown_bytes=new)
+    assert with_breakdown(vram, new, 7) == dataclasses.replace(vram, breakdown_bytes=new, peak_vram_bytes=7)
