@@ -75,14 +75,17 @@ def _lower(value: Any) -> Any:
 
 
 PositiveCount = Annotated[int, _count(), Field(gt=0)]
-SeqLen = Annotated[int, _count(binary_k=True), Field(gt=0)]
+# 16M tokens: beyond the longest context windows published (10M); a larger value is a typo, and the quadratic
+# terms of the model would turn it into meaningless numbers
+MAX_SEQ_LEN = 2**24
+SeqLen = Annotated[int, _count(binary_k=True), Field(gt=0, le=MAX_SEQ_LEN)]
 Tokens = Annotated[float, BeforeValidator(_float_count), Field(gt=0)]
 
 
 class ModelRef(BaseModel):
     """A model given as a mapping: a catalog name, an inline HF config, or a path to a config.json."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str | None = Field(None, description="Catalog name or Hugging Face id, or a free label")
     config: dict[str, Any] | None = Field(None, description="Hugging Face config.json fields, inline")
@@ -117,7 +120,7 @@ _SAVED_MODULE_ALIASES = {
 class LoraSpec(BaseModel):
     """LoRA adapter settings (for ``lora`` and ``qlora``); immutable once validated."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     rank: Annotated[int, Field(gt=0, le=65536, description="LoRA rank r")] = 8
     alpha: Annotated[float, Field(gt=0, description="LoRA alpha (scaling = alpha / rank)")] = 16
@@ -181,7 +184,7 @@ _DEFAULT_LORA = LoraSpec()
 class TrainingSpec(BaseModel):
     """One training job, described well enough to predict its peak VRAM per GPU and its runtime."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     api_version: Literal["vramfit/v1"] | None = Field(None, alias="apiVersion", description="Optional")
     kind: Literal["TrainingSpec"] | None = Field(None, description="Optional")
@@ -352,14 +355,21 @@ def _problem(err: Any, prefix: str) -> FieldProblem:
 def problems_from_validation(exc: ValidationError, prefix: str = "spec") -> list[FieldProblem]:
     """Turn pydantic's errors into our one message shape, merging the union-branch duplicates."""
     seen: dict[str, FieldProblem] = {}
+    literal_branch: set[str] = set()  # keys of problems from a union's literal branch (`gpus: count | 'auto'`)
     for err in exc.errors():
         loc = tuple(err.get("loc", ()))
         # `model` is a union (str | ModelRef): report the mapping branch only when a mapping was given.
         if loc and loc[0] == "model" and len(loc) > 1 and loc[1] == "str":
             continue
         problem = _problem(err, prefix)
-        seen.setdefault(problem.path + problem.message, problem)
-    return list(seen.values())
+        key = problem.path + problem.message
+        seen.setdefault(key, problem)
+        if any(str(item).startswith("literal[") for item in loc[1:]):
+            literal_branch.add(key)
+    # A union with a literal (`gpus: 0`) fails in both branches; the literal's "must be 'auto'" repeats what
+    # the hint already says, so it is kept only where it is the field's only problem.
+    other_paths = {p.path for k, p in seen.items() if k not in literal_branch}
+    return [p for k, p in seen.items() if k not in literal_branch or p.path not in other_paths]
 
 
 def parse_training_spec(data: Any, source: str = "", prefix: str = "spec") -> TrainingSpec:

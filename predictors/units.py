@@ -37,11 +37,21 @@ def _split(value: object, what: str) -> tuple[float, str]:
     match = _QUANTITY_RE.match(value.replace("_", "").replace(",", ""))
     if not match:
         raise QuantityError(f"{what} must be a number with an optional unit suffix; got {value!r}")
-    return float(match.group(1)), match.group(2)
+    number = float(match.group(1))
+    if not math.isfinite(number):  # "1e400" reads as infinity
+        raise QuantityError(f"{what} must be a finite number; got {value!r}")
+    return number, match.group(2)
+
+
+def _finite(number: float, what: str, original: object) -> float:
+    """``number`` (a value times its unit), or an error where the product overflowed to infinity."""
+    if not math.isfinite(number):
+        raise QuantityError(f"{what} is too large to be a number; got {original!r}")
+    return number
 
 
 def _to_int(number: float, what: str, original: object) -> int:
-    rounded = round(number)
+    rounded = round(_finite(number, what, original))
     if abs(number - rounded) > 1e-6 * max(1.0, abs(number)):
         raise QuantityError(f"{what} must be a whole number; got {original!r}")
     return int(rounded)
@@ -71,7 +81,7 @@ def parse_float_count(value: object, what: str = "value") -> float:
     key = suffix.lower()
     if key not in _DECIMAL:
         raise QuantityError(f"{what} has an unknown suffix {suffix!r} (use k, M, B/G or T)")
-    return number * _DECIMAL[key]
+    return _finite(number * _DECIMAL[key], what, value)
 
 
 def parse_bytes(value: object, what: str = "size") -> int:

@@ -212,6 +212,11 @@ def predict_vram_without_gpu(
     lora = spec.resolved_lora
     quant = spec.resolved_quantization
 
+    if 0 < arch.max_position_embeddings < spec.seq_len:
+        notes.append(f"seq_len {spec.seq_len:,} is beyond the model's max_position_embeddings "
+                     f"{arch.max_position_embeddings:,}: learned position tables cannot take it, rotary ones were "
+                     "not trained for it")
+
     scale = 1.0
     total_params = arch.params_total
     if params_override and params_override != total_params:

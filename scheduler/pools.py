@@ -25,7 +25,7 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 class Toleration(BaseModel):
     """A Kubernetes toleration the job's pods need to land on this pool."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     key: str | None = Field(None, description="Taint key (empty with Exists: tolerate everything)")
     operator: Literal["Equal", "Exists"] = Field("Equal", description="Equal or Exists")
@@ -36,7 +36,7 @@ class Toleration(BaseModel):
 class InterconnectOverride(BaseModel):
     """Link bandwidths of a pool when they differ from the GPU's defaults (per GPU, one direction)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     intra_node_bytes_per_second: float | None = Field(
         None, gt=0, description="GPU-to-GPU inside a node (default: NVLink if the GPU has it, else PCIe)")
@@ -47,7 +47,7 @@ class InterconnectOverride(BaseModel):
 class NodePool(BaseModel):
     """One pool of identical GPU nodes."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(..., description="Pool name (lowercase letters, digits, '-')")
     gpu: str = Field(..., description="GPU type: a catalog name or alias (`vramfit gpus`)")
@@ -115,7 +115,7 @@ class NodePool(BaseModel):
 class PoolsConfig(BaseModel):
     """A pools file: ``pools: [...]`` and optionally the memory headroom placement keeps free."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     pools: list[NodePool] = Field(..., min_length=1, description="The node pools")
     headroom_fraction: float | None = Field(
@@ -171,7 +171,7 @@ def parse_pools(data: Any, source: str = "<pools>") -> PoolsConfig:
 def parse_pools_text(text: str, source: str = "<pools>") -> PoolsConfig:
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise SpecError.one("", f"is not valid YAML{where}", "fix the syntax", source) from None

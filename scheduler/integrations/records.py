@@ -30,7 +30,7 @@ SOURCE_PRIORITY: tuple[str, ...] = ("manual", "reporter", "kubernetes", "dcgm")
 class DecisionIn(BaseModel):
     """A placement decision as the webhook (or any caller of ``POST /v1/decisions``) records it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     decision_id: str | None = Field(None, min_length=1, max_length=253,
                                     description="Id the webhook wrote into the job's annotations; defaults to uid")
@@ -92,7 +92,7 @@ class ActualIn(BaseModel):
     """What a job really used. ``peak_vram_bytes`` and ``runtime_seconds`` must be present (null when the
     source cannot know them: the Kubernetes watcher sees no memory, DCGM sees no exit)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     decision_id: str | None = Field(None, min_length=1, max_length=253, description="Decision this belongs to")
     uid: str | None = Field(None, min_length=1, max_length=253, description="Job uid, instead of decision_id")

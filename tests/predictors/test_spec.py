@@ -94,12 +94,28 @@ def test_every_problem_is_reported_at_once_with_paths() -> None:
         ({"model": "x", "gpus": 0}, "spec.gpus", "positive"),
         ({"model": "x", "lora": {"target_modules": []}, "method": "lora"}, "spec.lora.target_modules", "at least one"),
         ({"model": "x", "seq_len": "1.5"}, "spec.seq_len", "whole number"),
+        ({"model": "x", "seq_len": "1e25"}, "spec.seq_len", "less than or equal to 16777216"),
+        ({"model": "x", "micro_batch_size": "1e400"}, "spec.micro_batch_size", "finite number"),
+        ({"model": "x", "train_tokens": "1e300T"}, "spec.train_tokens", "too large"),
+        ({"model": "x", "deadline_seconds": float("inf")}, "spec.deadline_seconds", "finite number"),
+        ({"model": "x", "method": "lora", "lora": {"alpha": float("inf")}}, "spec.lora.alpha", "finite number"),
     ],
 )
 def test_error_paths(data: dict[str, object], path: str, fragment: str) -> None:
     with pytest.raises(SpecError) as info:
         parse_training_spec(data)
     assert any(p.path == path and fragment in p.message for p in info.value.problems), str(info.value)
+
+
+@pytest.mark.parametrize("value", [0, -2, 1.5, "foo", True, [1]])
+def test_a_bad_gpus_is_one_problem(value: object) -> None:
+    """`gpus` is a count or 'auto': a bad value fails both branches, but the user reads one problem (whose
+    hint names both forms), not a second "must be 'auto'"."""
+    with pytest.raises(SpecError) as info:
+        parse_training_spec({"model": "x", "gpus": value})
+    problems = [p for p in info.value.problems if p.path == "spec.gpus"]
+    assert len(problems) == 1 and "'auto'" in problems[0].hint, str(info.value)
+    assert "must be 'auto'" not in problems[0].message
 
 
 def test_not_a_mapping() -> None:
@@ -123,7 +139,7 @@ def test_parse_bytes(text: object, expected: int) -> None:
     assert parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["80 parsecs", "", True, float("nan"), [1]])
+@pytest.mark.parametrize("bad", ["80 parsecs", "", True, float("nan"), [1], "1e400", "1e300Ti", float("inf")])
 def test_parse_bytes_rejects(bad: object) -> None:
     with pytest.raises(QuantityError):
         parse_bytes(bad)

@@ -255,6 +255,14 @@ def test_cuda_context_depends_on_gpu_family() -> None:
         "cuda_context"] > 300 * MIB
 
 
+def test_a_sequence_beyond_the_position_table_is_noted() -> None:
+    arch = architecture_from_config({**TINY, "max_position_embeddings": 512}, "tiny")
+    spec = parse_training_spec({"model": {"name": "tiny", "config": TINY}, "seq_len": 1024})
+    assert any("beyond the model's max_position_embeddings 512" in n for n in predict_vram(spec, arch, None).notes)
+    within = parse_training_spec({"model": {"name": "tiny", "config": TINY}, "seq_len": 512})
+    assert not any("max_position_embeddings" in n for n in predict_vram(within, arch, None).notes)
+
+
 def test_moe_counts_active_experts() -> None:
     moe = dict(TINY, model_type="mixtral", num_local_experts=4, num_experts_per_tok=2)
     arch = architecture_from_config(moe, "tiny-moe")
