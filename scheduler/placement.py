@@ -12,6 +12,7 @@ count is passed over for the best pool with room, and the decision says so.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -351,6 +352,8 @@ def place(
         if deadline is None:
             raise ValueError("objective cheapest-within-deadline needs a deadline "
                              "(spec deadline_seconds or --deadline-hours)")
+        if not (math.isfinite(deadline) and deadline > 0):
+            raise ValueError(f"the deadline must be a positive, finite number of seconds; got {deadline}")
     resolved = model or resolve_model_cached(spec, base_dir)
     evaluated = _evaluate_all(spec, pool_list, headroom_fraction, deadline, spec_predictor(spec, resolved))
     options = [opt for opt, _ in evaluated]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from predictors.errors import SpecError
 from predictors.units import format_bytes
@@ -30,10 +31,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
+def deadline_seconds(hours: float | None) -> float | None:
+    """``--deadline-hours`` in seconds (``None`` when not given); a deadline that is not a positive, finite
+    number of hours is an input error, not a job that can never be placed."""
+    if hours is None:
+        return None
+    if not (math.isfinite(hours) and hours > 0):
+        raise SpecError.one("--deadline-hours", f"must be a positive number of hours; got {hours}",
+                            "pass e.g. --deadline-hours 12")
+    return hours * 3600
+
+
 def run(args: argparse.Namespace) -> int:
     pools = load_pools(args.pools) if args.pools else default_pools()
     jobs = read_jobs(args.spec)
-    deadline = args.deadline_hours * 3600 if args.deadline_hours else None
+    deadline = deadline_seconds(args.deadline_hours)
     if args.headroom is not None and not 0 <= args.headroom < 1:
         raise SpecError.one("--headroom", f"must be a fraction in [0, 1); got {args.headroom}")
     decisions = []

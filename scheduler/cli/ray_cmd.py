@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from predictors.errors import SpecError
-from scheduler.cli.place import render_table
+from scheduler.cli.place import deadline_seconds, render_table
 from scheduler.placement import OBJECTIVES
 from scheduler.pools import default_pools, load_pools
 
@@ -132,13 +132,14 @@ def run_submit(args: argparse.Namespace) -> int:
     entrypoint = list(getattr(args, "entrypoint", []) or [])
     if args.headroom is not None and not 0 <= args.headroom < 1:
         raise SpecError.one("--headroom", f"must be a fraction in [0, 1); got {args.headroom}")
+    deadline = deadline_seconds(args.deadline_hours)
     address = args.address or _default_address()
     pools = load_pools(args.pools) if args.pools else default_pools()
     try:
         plan = plan_submission(
             args.spec, pools, entrypoint or None, address=address, gcs_address=args.gcs_address,
             discover=not args.no_discover, objective=args.objective,
-            deadline_seconds=args.deadline_hours * 3600 if args.deadline_hours else None,
+            deadline_seconds=deadline,
             headroom_fraction=args.headroom, driver_gpus=args.driver_gpus, use_label_selector=args.label_selector,
             submission_id=args.submission_id, timeout_seconds=args.timeout)
     except RayIntegrationError as exc:

@@ -46,3 +46,22 @@ def test_deadline_objective_needs_a_deadline(capsys: pytest.CaptureFixture[str])
     assert main(["place", path, "--objective", "cheapest-within-deadline"]) == 2
     assert "deadline" in capsys.readouterr().err
     assert main(["place", path, "--objective", "cheapest-within-deadline", "--deadline-hours", "100"]) == 0
+
+
+@pytest.mark.parametrize("hours", ["-1", "0", "nan", "inf", "1e400"])
+def test_a_deadline_that_is_not_a_positive_number_of_hours_is_an_input_error(
+        hours: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(EXAMPLES / "llama-2-7b-lora.yaml")
+    assert main(["place", path, "--objective", "cheapest-within-deadline", "--deadline-hours", hours]) == 2
+    assert "`--deadline-hours` must be a positive number of hours" in capsys.readouterr().err
+
+
+def test_place_rejects_a_deadline_that_is_not_a_positive_finite_number() -> None:
+    from predictors.spec import parse_training_spec
+    from scheduler.placement import place
+    from scheduler.pools import default_pools
+
+    spec = parse_training_spec({"model": "llama-2-7b", "method": "lora"})
+    for bad in (-5.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="positive, finite"):
+            place(spec, default_pools(), "cheapest-within-deadline", bad, suggest=False)
