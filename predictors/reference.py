@@ -68,6 +68,9 @@ def parse_runs(text: str, source: str = "<runs>") -> list[ReferenceRun]:
         except json.JSONDecodeError as exc:
             problems.append(FieldProblem(f"line {lineno}", f"is not valid JSON: {exc.msg}"))
             continue
+        except RecursionError:
+            problems.append(FieldProblem(f"line {lineno}", "is not valid JSON: nested too deeply"))
+            continue
         try:
             runs.append(ReferenceRun.model_validate(raw))
         except ValidationError as exc:

@@ -288,7 +288,7 @@ def load_sweep(path: Path) -> tuple[Sweep, list[SweepConfig]]:
         raise SpecError.one("--sweep", f"cannot read {path}: {exc}") from None
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError.one("", f"is not valid YAML: {exc}", source=str(path)) from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise SpecError.one("", f"is not valid YAML: {exc or 'nested too deeply'}", source=str(path)) from None
     sweep = parse_sweep(data, source=str(path))
     return sweep, expand_sweep(sweep, base_dir=path.parent, source=str(path))

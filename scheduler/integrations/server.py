@@ -147,6 +147,8 @@ async def parse_body(request: Request, model: type[M]) -> M:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadRequest(400, f"body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest(400, "body is not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise BadRequest(422, f"body must be a JSON object; got {type(data).__name__}")
     try:

@@ -167,7 +167,10 @@ def _endpoint(state: WebhookState, webhook: Webhook) -> Callable[[Request], Any]
         if len(raw) > state.max_body_bytes:
             return done("malformed", 413, JSONResponse({"error": "body too large"}, status_code=413))
         try:
-            body = json.loads(raw)
+            try:
+                body = json.loads(raw)
+            except RecursionError:
+                raise MalformedReview("JSON nested too deeply") from None
             fields.update(_summary(body))
             check_review(body)
         except (ValueError, MalformedReview) as exc:  # JSON and UTF-8 errors are ValueErrors too

@@ -114,6 +114,8 @@ def read_specs(path: Path) -> tuple[list[TrainingSpec], list[float | None]]:
             raw: Any = json.loads(line)
         except json.JSONDecodeError as exc:
             raise SpecError.one(f"line {lineno}", f"is not valid JSON: {exc.msg}", source=str(path)) from None
+        except RecursionError:
+            raise SpecError.one(f"line {lineno}", "is not valid JSON: nested too deeply", source=str(path)) from None
         arrival = None
         if isinstance(raw, dict) and "spec" in raw:
             arrival = raw.get("arrival_seconds")

@@ -82,8 +82,15 @@ class NoTrainingJob(SpecError):
 Outcome = ParsedJob | NoTrainingJob | SpecError
 
 
-def yaml_error_text(exc: yaml.YAMLError) -> str:
-    """``is not valid YAML at line L, column C: PROBLEM`` for a PyYAML error."""
+# What a YAML (or JSON) parse of user input may raise: PyYAML's errors, and RecursionError for a document nested
+# thousands of levels deep (PyYAML's composer recurses per level).
+YAML_ERRORS: tuple[type[BaseException], ...] = (yaml.YAMLError, RecursionError)
+
+
+def yaml_error_text(exc: BaseException) -> str:
+    """``is not valid YAML at line L, column C: PROBLEM`` for a PyYAML error (or a document nested too deeply)."""
+    if isinstance(exc, RecursionError):
+        return "is not valid YAML: nested too deeply"
     mark = getattr(exc, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -94,7 +101,7 @@ def load_documents(text: str, source: str) -> list[Any]:
     """All YAML documents of a text (JSON is YAML), empty ones dropped; a clear error when broken."""
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
+    except YAML_ERRORS as exc:
         raise SpecError.one("", yaml_error_text(exc), "fix the syntax", source) from None
     if not docs:
         raise SpecError.one("", "is empty", "write a TrainingSpec or a job manifest", source)

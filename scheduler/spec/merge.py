@@ -24,7 +24,7 @@ import yaml
 from predictors.catalog import lookup_model
 from predictors.errors import FieldProblem, SpecError
 from predictors.spec import TrainingSpec, parse_training_spec
-from scheduler.spec.document import NoTrainingJob, ParsedJob, PodTemplateRef, yaml_error_text
+from scheduler.spec.document import YAML_ERRORS, NoTrainingJob, ParsedJob, PodTemplateRef, yaml_error_text
 from scheduler.spec.pods import Container, ObjectRef, Path, Role, dotted, pointer
 from scheduler.spec.trainer_args import (
     Reading,
@@ -254,7 +254,7 @@ def _inline_configs(env: Mapping[str, str], where: str) -> Reading:
             continue
         try:
             data = yaml.safe_load(value)
-        except yaml.YAMLError:
+        except YAML_ERRORS:
             continue
         if looks_like_trainer_config(data):
             raw.update(read_mapping(data, f"{config_flavour(data)} in env {name}", f"{where}.env.{name}"))
@@ -284,7 +284,7 @@ def read_annotation(w: Workload) -> Settings:
     path = (*w.annotation_path, ANNOTATION)
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+    except YAML_ERRORS as exc:
         raise w.obj.error(
             path,
             yaml_error_text(exc),

@@ -98,7 +98,7 @@ def accelerator_pin(obj: ObjectRef, resources: Any, path: Path) -> GpuPin | None
     if isinstance(resources, str):
         try:
             resources = json.loads(resources)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise obj.error(path, "must be a JSON object of Ray resources") from None
     if not isinstance(resources, dict):
         return None

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from scheduler.spec.document import yaml_error_text
+from scheduler.spec.document import YAML_ERRORS, yaml_error_text
 from scheduler.spec.merge import Context, Workload
 from scheduler.spec.pods import ObjectRef, get, metadata
 from scheduler.spec.ray_submission import entrypoint_workload
@@ -56,7 +56,7 @@ def _runtime_env_vars(obj: ObjectRef, spec: dict[str, Any]) -> dict[str, str]:
         return {}
     try:
         runtime_env = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+    except YAML_ERRORS as exc:
         raise obj.error(("spec", "runtimeEnvYAML"), yaml_error_text(exc)) from None
     env = runtime_env.get("env_vars") if isinstance(runtime_env, dict) else None
     return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}

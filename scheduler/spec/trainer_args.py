@@ -504,7 +504,7 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
 def _load_mapping(text: str) -> dict[str, Any] | None:
     try:
         data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError):
+    except (ValueError, yaml.YAMLError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

@@ -330,6 +330,13 @@ def test_unreadable_gpu_job_follows_its_setting(setting: str) -> None:
     assert body(run(obj, settings=settings))["allowed"] is True  # mutate never denies
 
 
+def test_a_spec_annotation_nested_too_deeply_is_named_not_an_internal_error() -> None:
+    obj = pod(spec="model: " + "[" * 5000 + "]" * 5000)
+    validated = body(run(obj, webhook="validate"))
+    text = " ".join(validated.get("warnings", [])) + validated.get("status", {}).get("message", "")
+    assert "nested too deeply" in text and "RecursionError" not in text, validated
+
+
 @pytest.mark.parametrize(
     ("bad", "problem"),
     [

@@ -104,6 +104,7 @@ def test_no_job_id_in_any_label(client):
         (json.dumps(actual_body("d", 1, source="guess")).encode(), 422, ["source"]),
         (b"\xff\xfe", 400, ["not valid JSON"]),
         (b"", 400, ["not valid JSON"]),
+        (b"[" * 5000 + b"]" * 5000, 400, ["nested too deeply"]),
     ],
 )
 def test_bad_actuals_are_4xx_naming_the_field(client, body, status, needles):

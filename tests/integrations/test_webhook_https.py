@@ -203,6 +203,7 @@ def test_validate_denies_a_job_that_fits_no_pool(server: Server) -> None:
         (b"[]", 400),
         (json.dumps({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}).encode(), 400),
         (json.dumps({"kind": "Pod", "apiVersion": "v1"}).encode(), 400),
+        (b"[" * 5000 + b"]" * 5000, 400),  # deeper than the JSON decoder recurses: an answer, not a crash
     ],
 )
 def test_malformed_review_gets_http_400(server: Server, content: bytes, status: int) -> None:

@@ -42,6 +42,8 @@ def test_predict_table(capsys: pytest.CaptureFixture[str]) -> None:
         ("model: [unclosed\n", "is not valid YAML"),
         ("model: llama-2-7b\ngpu: H1000\n", "unknown GPU 'H1000'"),
         ("", "is empty"),
+        ("[" * 5000 + "]" * 5000, "is not valid YAML: nested too deeply"),
+        ("model: llama-2-7b\nseq_len: 1e400\n", "`spec.seq_len` must be a finite number"),
     ],
 )
 def test_predict_bad_input_exits_2(tmp_path: Path, content: str, fragment: str,
@@ -80,3 +82,10 @@ def test_evaluate_reports_bad_lines(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["evaluate", "--runs", str(runs)]) == 2
     err = capsys.readouterr().err
     assert "line 1" in err and "line 2" in err and "not valid JSON" in err
+
+
+def test_evaluate_names_a_line_nested_too_deeply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("[" * 5000 + "]" * 5000 + "\n")
+    assert main(["evaluate", "--runs", str(runs)]) == 2
+    assert "`line 1` is not valid JSON: nested too deeply" in capsys.readouterr().err
