@@ -49,13 +49,23 @@ def _replicated_jobs(
     return [((*path, "template", "spec", "replicatedJobs", i), item) for i, item in items]
 
 
+def _dig(node: Any, *keys: str) -> Any:
+    """``node[k1][k2]...``, or ``None`` where a level is missing or not a mapping (the callers that need a level
+    report a wrong type with its path)."""
+    for key in keys:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
 def _is_trainer(job: dict[str, Any]) -> bool:
-    labels = ((job.get("template") or {}).get("metadata") or {}).get("labels") or {}
-    return labels.get(_ANCESTOR) == "trainer" or job.get("name") in _TRAINER_JOBS
+    labels = _dig(job, "template", "metadata", "labels")
+    return (isinstance(labels, dict) and labels.get(_ANCESTOR) == "trainer") or job.get("name") in _TRAINER_JOBS
 
 
 def _pod_template(job: dict[str, Any]) -> Any:
-    return ((job.get("template") or {}).get("spec") or {}).get("template")
+    return _dig(job, "template", "spec", "template")
 
 
 def _runtime_trainer(obj: ObjectRef, runtime: dict[str, Any]) -> tuple[Role | None, str | None, int | None]:
@@ -88,7 +98,7 @@ def _patch_pin(obj: ObjectRef, spec: dict[str, Any]) -> GpuPin | None:
         for path, job in _replicated_jobs(
             obj, runtime_spec, ("spec", "runtimePatches", i, "trainingRuntimeSpec")
         ):
-            pod = (_pod_template(job) or {}).get("spec")
+            pod = _dig(_pod_template(job), "spec")
             if _is_trainer(job) and isinstance(pod, dict):
                 pin = gpu_pin(obj, pod, (*path, "template", "spec", "template", "spec"))
                 if pin is not None:
