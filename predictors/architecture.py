@@ -197,6 +197,20 @@ def _need(cfg: dict[str, Any], name: str, *keys: str) -> int:
     return value
 
 
+def _int(cfg: dict[str, Any], *keys: str, default: int, minimum: int = 1) -> int:
+    """The first of ``keys`` that is set, as a whole number of at least ``minimum``; ``default`` when none is
+    set (a config value of the wrong type or size is an error naming the key, not a crash further down)."""
+    for key in keys:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise SpecError.one(f"model.config.{key}", f"must be {kind}; got {value!r}")
+        return value
+    return default
+
+
 def architecture_from_config(config: dict[str, Any], name: str = "custom") -> Architecture:
     """Build an :class:`Architecture` from Hugging Face ``config.json`` fields (native names accepted)."""
     if not isinstance(config, dict):
@@ -221,23 +235,23 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     notes: list[str] = []
     if model_type == "falcon" or model_type == "refinedwebmodel":
         if cfg.get("new_decoder_architecture"):
-            kv = int(_get(cfg, "num_kv_heads", "num_key_value_heads", default=heads))
+            kv = _int(cfg, "num_kv_heads", "num_key_value_heads", default=heads)
         elif cfg.get("multi_query", True):
             kv = 1
         else:
             kv = heads
     elif model_type == "chatglm":
-        kv = int(_get(cfg, "multi_query_group_num", "num_key_value_heads", default=heads)) if cfg.get(
+        kv = _int(cfg, "multi_query_group_num", "num_key_value_heads", default=heads) if cfg.get(
             "multi_query_attention", True) else heads
     else:
-        kv = int(_get(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads))
-    head_dim = int(_get(cfg, "head_dim", "kv_channels", default=h // heads))
+        kv = _int(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads)
+    if heads % kv:
+        raise SpecError.one("model.config.num_key_value_heads", f"must divide num_attention_heads ({heads}); got {kv}",
+                            "grouped-query attention shares each key/value head among the same number of query heads")
+    head_dim = _int(cfg, "head_dim", "kv_channels", default=max(h // heads, 1))
     vocab = _need(cfg, "the vocabulary", "padded_vocab_size", "vocab_size") if model_type == "chatglm" else \
         _need(cfg, "the vocabulary", "vocab_size", "padded_vocab_size")
-    inter = _get(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", "ffn_dim")
-    if inter is None:
-        inter = 4 * h
-    inter = int(inter)
+    inter = _int(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", "ffn_dim", default=4 * h)
     if model_type == "qwen":  # Qwen-1 stores twice the SwiGLU branch width (see reference/models/_notes)
         inter //= 2
     gated = model_type in _GATED
@@ -288,18 +302,18 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     # embeddings
     embedding = vocab * h
     if model_type in ("gpt2", "gpt_bigcode", "opt"):
-        positions = int(_get(cfg, "n_positions", "max_position_embeddings", default=1024))
+        positions = _int(cfg, "n_positions", "max_position_embeddings", default=1024, minimum=0)
         embedding += (positions + (2 if model_type == "opt" else 0)) * h
 
     linears: list[LinearGroup] = []
     kv_lora = 0
     v_head = 0
-    if cfg.get("kv_lora_rank"):  # DeepSeek-V2/V3 multi-head latent attention
-        kv_lora = int(cfg["kv_lora_rank"])
-        q_lora = int(cfg.get("q_lora_rank") or 0)
-        rope_d = int(cfg.get("qk_rope_head_dim", 64))
-        nope_d = int(cfg.get("qk_nope_head_dim", 128))
-        v_head = int(cfg.get("v_head_dim", 128))
+    if _int(cfg, "kv_lora_rank", default=0, minimum=0):  # DeepSeek-V2/V3 multi-head latent attention
+        kv_lora = _int(cfg, "kv_lora_rank", default=0)
+        q_lora = _int(cfg, "q_lora_rank", default=0, minimum=0)
+        rope_d = _int(cfg, "qk_rope_head_dim", default=64)
+        nope_d = _int(cfg, "qk_nope_head_dim", default=128, minimum=0)
+        v_head = _int(cfg, "v_head_dim", default=128)
         head_dim = rope_d + nope_d
         if q_lora:
             linears += [LinearGroup("q_proj", h, q_lora, layers), LinearGroup("q_proj", q_lora, heads * head_dim,
@@ -324,21 +338,29 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         ]
 
     # MLP: dense layers and MoE layers
-    n_experts = int(_get(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
-    top_k = int(_get(cfg, "num_experts_per_tok", "moe_top_k", default=0) or 0)
-    moe_inter = int(_get(cfg, "moe_intermediate_size", default=inter) or inter)
+    n_experts = _int(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=0, minimum=0)
+    top_k = _int(cfg, "num_experts_per_tok", "moe_top_k", default=0, minimum=0)
+    if n_experts and top_k > n_experts:
+        raise SpecError.one("model.config.num_experts_per_tok",
+                            f"routes each token to {top_k} experts, but the model has only {n_experts}")
+    moe_inter = _int(cfg, "moe_intermediate_size", default=inter)
     shared_inter = 0
     moe_layers = 0
     if n_experts:
-        first_dense = int(cfg.get("first_k_dense_replace", 0) or 0)
-        step = int(cfg.get("decoder_sparse_step", 1) or 1)
-        only_dense = set(cfg.get("mlp_only_layers") or [])
+        first_dense = _int(cfg, "first_k_dense_replace", default=0, minimum=0)
+        step = _int(cfg, "decoder_sparse_step", default=1)
+        only_dense_layers = cfg.get("mlp_only_layers") or []
+        if not isinstance(only_dense_layers, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in only_dense_layers):
+            raise SpecError.one("model.config.mlp_only_layers", f"must be a list of layer indices; got "
+                                f"{only_dense_layers!r}")
+        only_dense = set(only_dense_layers)
         moe_layers = sum(1 for i in range(first_dense, layers) if (i + 1) % step == 0 and i not in only_dense)
         dense_layers = layers - moe_layers
-        if cfg.get("shared_expert_intermediate_size"):
-            shared_inter = int(cfg["shared_expert_intermediate_size"])
-        elif cfg.get("n_shared_experts"):
-            shared_inter = int(cfg["n_shared_experts"]) * moe_inter
+        if _int(cfg, "shared_expert_intermediate_size", default=0, minimum=0):
+            shared_inter = _int(cfg, "shared_expert_intermediate_size", default=0)
+        elif _int(cfg, "n_shared_experts", default=0, minimum=0):
+            shared_inter = _int(cfg, "n_shared_experts", default=0) * moe_inter
         linears += _mlp(h, moe_inter, moe_layers * n_experts, gated, mlp_bias, expert=True)
         linears.append(LinearGroup("router", h, n_experts, moe_layers))
         if shared_inter:
@@ -361,8 +383,8 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         other_params=other, norms_per_layer=per_layer_norms, layernorm=layernorm, num_experts=n_experts,
         num_experts_per_tok=top_k, moe_intermediate_size=moe_inter if n_experts else 0,
         num_moe_layers=moe_layers, shared_expert_intermediate_size=shared_inter, kv_lora_rank=kv_lora,
-        v_head_dim=v_head, max_position_embeddings=int(_get(cfg, "max_position_embeddings", "n_positions",
-                                                          "seq_length", default=0) or 0),
+        v_head_dim=v_head, max_position_embeddings=_int(cfg, "max_position_embeddings", "n_positions", "seq_length",
+                                                         default=0, minimum=0),
         notes=tuple(notes),
     )
 
@@ -381,12 +403,12 @@ def _bert(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     h = _need(cfg, "the hidden size", "hidden_size", "dim")
     layers = _need(cfg, "the layer count", "num_hidden_layers", "n_layers")
     heads = _need(cfg, "attention heads", "num_attention_heads", "n_heads")
-    inter = int(_get(cfg, "intermediate_size", "hidden_dim", default=4 * h))
+    inter = _int(cfg, "intermediate_size", "hidden_dim", default=4 * h)
     vocab = _need(cfg, "the vocabulary", "vocab_size")
-    positions = int(_get(cfg, "max_position_embeddings", default=512))
-    types = int(_get(cfg, "type_vocab_size", default=2))
+    positions = _int(cfg, "max_position_embeddings", default=512, minimum=0)
+    types = _int(cfg, "type_vocab_size", default=2, minimum=0)
     if model_type in ("roberta", "xlm-roberta"):
-        types = int(_get(cfg, "type_vocab_size", default=1))
+        types = _int(cfg, "type_vocab_size", default=1, minimum=0)
     linears = [
         LinearGroup("q_proj", h, h, layers, True), LinearGroup("k_proj", h, h, layers, True),
         LinearGroup("v_proj", h, h, layers, True), LinearGroup("o_proj", h, h, layers, True),
@@ -406,9 +428,9 @@ def _bert(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
 def _t5(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     h = _need(cfg, "the hidden size", "d_model", "hidden_size")
     enc_layers = _need(cfg, "the layer count", "num_layers", "num_hidden_layers")
-    dec_layers = int(_get(cfg, "num_decoder_layers", default=enc_layers))
+    dec_layers = _int(cfg, "num_decoder_layers", default=enc_layers)
     heads = _need(cfg, "attention heads", "num_heads", "num_attention_heads")
-    d_kv = int(_get(cfg, "d_kv", "head_dim", default=h // heads))
+    d_kv = _int(cfg, "d_kv", "head_dim", default=max(h // heads, 1))
     d_ff = _need(cfg, "the MLP width", "d_ff", "intermediate_size")
     vocab = _need(cfg, "the vocabulary", "vocab_size")
     proj = str(cfg.get("feed_forward_proj", "relu"))
@@ -423,7 +445,7 @@ def _t5(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         *_mlp(h, d_ff, enc_layers + dec_layers, gated, False),
         LinearGroup("lm_head", h, vocab, 1, tied=tie),
     ]
-    buckets = int(_get(cfg, "relative_attention_num_buckets", default=32))
+    buckets = _int(cfg, "relative_attention_num_buckets", default=32, minimum=0)
     relative = 2 * buckets * heads  # one table in the first block of each stack
     if model_type == "umt5":
         relative = (enc_layers + dec_layers) * buckets * heads

@@ -295,3 +295,35 @@ def test_resolve_missing_config_path(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as err:
         resolve_model(TrainingSpec(model=ModelRef(config_path="nope/config.json")), base_dir=tmp_path)
     assert err.value.problems[0].path == "spec.model.config_path"
+
+
+_SMALL: dict[str, Any] = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                          "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 1000}
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "fragment"),
+    [
+        ({"num_key_value_heads": []}, "model.config.num_key_value_heads", "must be a positive integer; got []"),
+        ({"num_key_value_heads": 3}, "model.config.num_key_value_heads", "must divide num_attention_heads (4)"),
+        ({"head_dim": 1.5}, "model.config.head_dim", "must be a positive integer"),
+        ({"intermediate_size": "x"}, "model.config.intermediate_size", "must be a positive integer"),
+        ({"intermediate_size": 0}, "model.config.intermediate_size", "must be a positive integer"),
+        ({"model_type": "gpt2", "n_positions": "x"}, "model.config.n_positions", "must be an integer >= 0"),
+        ({"model_type": "mixtral", "num_local_experts": 1.5}, "model.config.num_local_experts", "integer >= 0"),
+        ({"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 8},
+         "model.config.num_experts_per_tok", "only 4"),
+        ({"model_type": "qwen2_moe", "num_experts": 4, "mlp_only_layers": "0,1"}, "model.config.mlp_only_layers",
+         "list of layer indices"),
+        ({"kv_lora_rank": 16, "v_head_dim": {}}, "model.config.v_head_dim", "must be a positive integer"),
+        ({"model_type": "bert", "type_vocab_size": -1}, "model.config.type_vocab_size", "integer >= 0"),
+        ({"model_type": "t5", "d_model": 64, "num_heads": 4, "d_ff": 128, "num_layers": 2, "d_kv": True},
+         "model.config.d_kv", "must be a positive integer"),
+    ],
+)
+def test_config_values_of_the_wrong_type_or_size_are_named(change: dict[str, Any], path: str, fragment: str) -> None:
+    """Every config.json number the parameter count reads is checked where it is read: a wrong type or size is
+    a SpecError naming the key, not a TypeError or a ZeroDivisionError further down."""
+    with pytest.raises(SpecError) as err:
+        architecture_from_config({**_SMALL, **change}, "bad")
+    assert err.value.problems[0].path == path and fragment in str(err.value), str(err.value)
