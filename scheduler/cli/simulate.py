@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -84,8 +85,10 @@ def build_scenario(args: argparse.Namespace) -> tuple[Scenario, dict[str, Any]]:
     source, _, count = args.jobs.partition(":")
     if not 0 <= args.reference_share <= 1:
         raise SpecError.one("--reference-share", f"must be in [0, 1]; got {args.reference_share}")
-    if args.load <= 0:
-        raise SpecError.one("--load", f"must be positive; got {args.load}")
+    if not (math.isfinite(args.load) and args.load > 0):
+        raise SpecError.one("--load", f"must be a positive, finite number; got {args.load}")
+    if args.templates <= 0:
+        raise SpecError.one("--templates", f"must be a positive number of job templates; got {args.templates}")
     if source == "generate":
         scenario = build_generated(_count(count, "generate"), pools, errors, args.seed, args.load, args.templates,
                                    reference_templates(runs, errors), args.reference_share)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,15 @@ def read_specs(path: Path) -> tuple[list[TrainingSpec], list[float | None]]:
             raise SpecError.one(f"line {lineno}", "is not valid JSON: nested too deeply", source=str(path)) from None
         arrival = None
         if isinstance(raw, dict) and "spec" in raw:
+            unknown = sorted(set(raw) - {"spec", "arrival_seconds"})
+            if unknown:
+                raise SpecError.one(f"line {lineno}: {unknown[0]}", "is not a known field",
+                                    "a line is a TrainingSpec, or {spec: {...}, arrival_seconds: S}", str(path))
             arrival = raw.get("arrival_seconds")
+            if arrival is not None and (isinstance(arrival, bool) or not isinstance(arrival, int | float)
+                                        or not math.isfinite(arrival) or arrival < 0):
+                raise SpecError.one(f"line {lineno}: arrival_seconds",
+                                    f"must be a finite number of seconds >= 0; got {arrival!r}", source=str(path))
             raw = raw["spec"]
         spec = parse_training_spec(raw, source=f"{path}:{lineno}", prefix="spec")
         if not isinstance(spec.gpus, int):

@@ -184,3 +184,30 @@ def test_cli_end_to_end_writes_json_and_plots(tmp_path: Path, capsys: pytest.Cap
 def test_cli_reports_a_missing_runs_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--jobs", "generate:10", "--runs", str(tmp_path / "none.jsonl")]) == 2
     assert "--runs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ('{"spec": {"model": "llama-2-7b"}, "arrival_seconds": "x"}', "`line 1: arrival_seconds` must be a finite"),
+        ('{"spec": {"model": "llama-2-7b"}, "arrival_seconds": -5}', "must be a finite number of seconds >= 0"),
+        ('{"spec": {"model": "llama-2-7b"}, "arrival_seconds": Infinity}', "must be a finite number of seconds"),
+        ('{"spec": {"model": "llama-2-7b"}, "arival_seconds": 5}', "`line 1: arival_seconds` is not a known field"),
+        ("[" * 5000 + "]" * 5000, "`line 1` is not valid JSON: nested too deeply"),
+    ],
+)
+def test_cli_names_a_bad_jobs_line(line: str, fragment: str, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(line + "\n", encoding="utf-8")
+    assert main(["simulate", "--jobs", str(jobs), "--policy", "vramfit", "--no-plots", "--no-progress"]) == 2
+    assert fragment in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--load", "nan"), ("--load", "inf"), ("--load", "0"),
+                                             ("--templates", "0")])
+def test_cli_rejects_a_load_or_template_count_that_is_not_positive(flag: str, value: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--jobs", "generate:10", flag, value, "--policy", "vramfit", "--no-plots",
+                 "--no-progress"]) == 2
+    assert f"`{flag}` must be a positive" in capsys.readouterr().err
