@@ -71,6 +71,10 @@ def parse_runs(text: str, source: str = "<runs>") -> list[ReferenceRun]:
         except RecursionError:
             problems.append(FieldProblem(f"line {lineno}", "is not valid JSON: nested too deeply"))
             continue
+        if not isinstance(raw, dict):
+            problems.append(FieldProblem(f"line {lineno}", f"must be a JSON object (one reference run); got "
+                                         f"{type(raw).__name__}"))
+            continue
         try:
             runs.append(ReferenceRun.model_validate(raw))
         except ValidationError as exc:

@@ -78,10 +78,11 @@ def test_evaluate_table_and_json(dev_runs_path: Path, capsys: pytest.CaptureFixt
 
 def test_evaluate_reports_bad_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runs = tmp_path / "runs.jsonl"
-    runs.write_text('{"id": "a"}\nnot json\n')
+    runs.write_text('{"id": "a"}\nnot json\n[1, 2]\n')
     assert main(["evaluate", "--runs", str(runs)]) == 2
     err = capsys.readouterr().err
     assert "line 1" in err and "line 2" in err and "not valid JSON" in err
+    assert "`line 3` must be a JSON object (one reference run); got list" in err
 
 
 def test_evaluate_names_a_line_nested_too_deeply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
