@@ -19,6 +19,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from scheduler.integrations.records import ActualIn, StoredDecision, utc
 
@@ -62,12 +63,24 @@ def query_instant(prometheus_url: str, query: str, at: datetime, timeout_seconds
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:300]
         raise PrometheusError(f"Prometheus answered {exc.code} to {query!r}: {detail}") from None
-    except (urllib.error.URLError, TimeoutError, OSError, json.JSONDecodeError) as exc:
+    except (urllib.error.URLError, TimeoutError, OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON
         raise PrometheusError(f"cannot query Prometheus at {prometheus_url}: {exc}") from None
-    data = body.get("data", {})
-    if body.get("status") != "success" or data.get("resultType") != "vector":
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, dict) or body.get("status") != "success" or data.get("resultType") != "vector":
         raise PrometheusError(f"unexpected answer to {query!r}: {str(body)[:300]}")
-    return list(data.get("result", []))
+    result = data.get("result", [])
+    if not isinstance(result, list):
+        raise PrometheusError(f"unexpected answer to {query!r}: result is not a list: {str(result)[:300]}")
+    return result
+
+
+def sample_value(sample: Any, query: str) -> float:
+    """The value of one instant-vector sample (``{"metric": ..., "value": [t, "v"]}``); NaN and infinities as
+    Prometheus writes them. A malformed sample is a :class:`PrometheusError`."""
+    try:
+        return float(sample["value"][1])
+    except (TypeError, KeyError, IndexError, ValueError):
+        raise PrometheusError(f"unexpected sample in the answer to {query!r}: {str(sample)[:300]}") from None
 
 
 def query_device_peak(
@@ -82,14 +95,18 @@ def query_device_peak(
     window = (utc(end) - utc(start)).total_seconds() + slack_seconds
     selector = f"namespace={promql_string(namespace)}, pod=~{promql_string(pods)}"
     span = f"[{max(1, math.ceil(window))}s]"
-    peak = query_instant(prometheus_url, f"max(max_over_time({DCGM_METRIC}{{{selector}}}{span}))", end,
-                         timeout_seconds)
+    peak_query = f"max(max_over_time({DCGM_METRIC}{{{selector}}}{span}))"
+    peak = query_instant(prometheus_url, peak_query, end, timeout_seconds)
     if not peak:
         return None
-    devices = query_instant(prometheus_url, f"count(max_over_time({DCGM_METRIC}{{{selector}}}{span}))", end,
-                            timeout_seconds)
-    mib = float(peak[0]["value"][1])
-    return DevicePeak(peak_vram_bytes=int(round(mib * MIB)), devices=int(float(devices[0]["value"][1])))
+    mib = sample_value(peak[0], peak_query)
+    if not math.isfinite(mib) or mib < 0:  # NaN/Inf/negative framebuffer readings are no measurement
+        return None
+    count_query = f"count(max_over_time({DCGM_METRIC}{{{selector}}}{span}))"
+    devices = query_instant(prometheus_url, count_query, end, timeout_seconds)
+    count = sample_value(devices[0], count_query) if devices else 1.0
+    return DevicePeak(peak_vram_bytes=int(round(mib * MIB)),
+                      devices=int(count) if math.isfinite(count) and count >= 1 else 1)
 
 
 def dcgm_actual(
