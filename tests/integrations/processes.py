@@ -118,37 +118,45 @@ class PrometheusProcess:
         self.log.close()
 
 
+def serve_get(respond: Callable[[], tuple[bytes, str]]) -> http.server.ThreadingHTTPServer:
+    """A loopback HTTP server (started in a daemon thread) answering every GET with ``respond()``'s body and
+    content type."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body, content_type = respond()
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 class FakeDcgmExporter:
     """Serves ``DCGM_FI_DEV_FB_USED`` (MiB) like the DCGM exporter, with values the test sets at any time."""
 
     def __init__(self) -> None:
         self.values_mib: dict[tuple[str, str, str], float] = {}  # (namespace, pod, gpu) -> MiB
         self.lock = threading.Lock()
-        exporter = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                with exporter.lock:
-                    lines = ["# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).",
-                             "# TYPE DCGM_FI_DEV_FB_USED gauge"]
-                    for (ns, pod, gpu), mib in exporter.values_mib.items():
-                        lines.append(f'DCGM_FI_DEV_FB_USED{{gpu="{gpu}",UUID="GPU-{gpu}-test",'
-                                     f'modelName="NVIDIA H100 80GB HBM3",Hostname="node-1",container="trainer",'
-                                     f'namespace="{ns}",pod="{pod}"}} {mib}')
-                body = ("\n".join(lines) + "\n").encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = serve_get(self._exposition)
         self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+
+    def _exposition(self) -> tuple[bytes, str]:
+        with self.lock:
+            lines = ["# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).",
+                     "# TYPE DCGM_FI_DEV_FB_USED gauge"]
+            for (ns, pod, gpu), mib in self.values_mib.items():
+                lines.append(f'DCGM_FI_DEV_FB_USED{{gpu="{gpu}",UUID="GPU-{gpu}-test",'
+                             f'modelName="NVIDIA H100 80GB HBM3",Hostname="node-1",container="trainer",'
+                             f'namespace="{ns}",pod="{pod}"}} {mib}')
+        return ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4"
 
     def set(self, namespace: str, pod: str, gpu: str, mib: float) -> None:
         with self.lock:

@@ -7,9 +7,7 @@ back canned bodies, because a real one cannot be made to answer malformed JSON.
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 import pytest
 
 from scheduler.integrations.prom_actuals import MIB, PrometheusError, query_device_peak
+from tests.integrations.processes import serve_get
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 END = START + timedelta(hours=1)
@@ -27,24 +26,12 @@ class Playback:
 
     def __init__(self) -> None:
         self.bodies: list[Any] = []
-        playback = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = playback.bodies.pop(0)
-                payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = serve_get(self._next)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def _next(self) -> tuple[bytes, str]:
+        body = self.bodies.pop(0)
+        return (body if isinstance(body, bytes) else json.dumps(body).encode()), "application/json"
 
 
 @pytest.fixture
