@@ -140,6 +140,11 @@ def scan_documents(
     context = [*docs, *extra_context]
     outcomes: list[Outcome] = []
     for i, doc in enumerate(docs):
+        if not isinstance(doc, dict) and len(docs) > 1:  # say which document of the file
+            outcomes.append(SpecError.one(f"[{i}]", "must be a mapping (a TrainingSpec or a job manifest); got "
+                                          f"{type(doc).__name__}", "each YAML document is one spec or object",
+                                          source))
+            continue
         try:
             outcomes.extend(parse_document(doc, source, base_dir, i, context))
         except SpecError as exc:  # NoTrainingJob included

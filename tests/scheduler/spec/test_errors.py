@@ -156,3 +156,11 @@ def test_unknown_kind_inside_admission_review_is_no_training_job() -> None:
     }
     with pytest.raises(NoTrainingJob, match="kind 'Widget'"):
         read_jobs_text(dump(review), "r.json")
+
+
+def test_a_document_that_is_not_a_mapping_is_named_by_its_index() -> None:
+    text = "model: llama-2-7b\n---\n- 1\n- 2\n"
+    with pytest.raises(SpecError) as info:
+        read_jobs_text(text, "multi.yaml")
+    assert [p.path for p in info.value.problems] == ["[1]"]
+    assert "`[1]` must be a mapping (a TrainingSpec or a job manifest); got list" in str(info.value)
