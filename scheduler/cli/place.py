@@ -21,7 +21,7 @@ and B200 pools."""
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("place", help="choose the cheapest (or fastest) node pool that fits a training job",
                        description=POOLS_HELP)
-    p.add_argument("spec", help="TrainingSpec YAML/JSON file")
+    p.add_argument("spec", help="TrainingSpec YAML/JSON file or job manifest (- reads standard input)")
     p.add_argument("--pools", help="node pools YAML (default: the embedded pools)")
     p.add_argument("--objective", choices=OBJECTIVES, default="cheapest")
     p.add_argument("--deadline-hours", type=float, help="deadline for cheapest-within-deadline (else the spec's)")

@@ -15,7 +15,7 @@ from scheduler.spec import read_jobs
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("predict", help="predict peak VRAM (and runtime with --gpu) of a training spec or job")
-    p.add_argument("spec", help="TrainingSpec YAML/JSON, or a job manifest (Kubernetes, Ray)")
+    p.add_argument("spec", help="TrainingSpec YAML/JSON, or a job manifest (Kubernetes, Ray); - reads standard input")
     p.add_argument("--gpu", help="GPU type to predict for (overrides spec.gpu), e.g. A100-80GB")
     p.add_argument("--gpus", type=int, help="GPU count (overrides spec.gpus; needed for gpus: auto)")
     p.add_argument("--format", choices=("table", "json"), default="table")

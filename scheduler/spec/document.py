@@ -9,6 +9,7 @@ still print a clean message) when the file holds no training job at all.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,7 +203,14 @@ def read_jobs(path: str | Path) -> list[ParsedJob]:
     """Read every training job from a file: TrainingSpec YAML/JSON or supported job manifests.
 
     Objects that train nothing (ConfigMaps next to a RayJob, a CPU-only Job) are skipped; a file with
-    no training job at all raises :class:`NoTrainingJob` with the reason for each object.
+    no training job at all raises :class:`NoTrainingJob` with the reason for each object. ``-`` reads standard
+    input (relative config paths then resolve against the working directory).
     """
+    if str(path) == "-":  # a spec piped in: `kubectl get job x -o yaml | vramfit place -`
+        try:
+            text = sys.stdin.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpecError.one("", f"cannot read standard input: {exc}") from None
+        return read_jobs_text(text, source="<stdin>", base_dir=Path.cwd())
     p = Path(path)
     return read_jobs_text(read_text(p), source=str(p), base_dir=p.parent)

@@ -65,3 +65,17 @@ def test_place_rejects_a_deadline_that_is_not_a_positive_finite_number() -> None
     for bad in (-5.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="positive, finite"):
             place(spec, default_pools(), "cheapest-within-deadline", bad, suggest=False)
+
+
+def test_a_spec_piped_on_standard_input(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    text = (EXAMPLES / "llama-2-7b-lora.yaml").read_text(encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    assert main(["place", "-", "--format", "json"]) == 0
+    piped = json.loads(capsys.readouterr().out)
+    assert main(["place", str(EXAMPLES / "llama-2-7b-lora.yaml"), "--format", "json"]) == 0
+    assert piped == json.loads(capsys.readouterr().out)
+    monkeypatch.setattr("sys.stdin", io.StringIO("model: [unclosed\n"))
+    assert main(["place", "-"]) == 2
+    assert "invalid input in <stdin>" in capsys.readouterr().err
