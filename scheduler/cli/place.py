@@ -11,6 +11,7 @@ from predictors.units import format_bytes
 from scheduler.placement import DEFAULT_HEADROOM_FRACTION, OBJECTIVES, Decision, place
 from scheduler.pools import default_pools, load_pools
 from scheduler.spec import read_jobs
+from scheduler.spec.document import ParsedJob, answer_each
 
 POOLS_HELP = """pools file (YAML): `pools:` a list of {name, gpu, gpus_per_node, nodes, price_usd_per_gpu_hour,
 free_gpus?, node_selector?, tolerations?, interconnect? {intra_node_bytes_per_second, inter_node_bytes_per_second},
@@ -48,13 +49,15 @@ def run(args: argparse.Namespace) -> int:
     deadline = deadline_seconds(args.deadline_hours)
     if args.headroom is not None and not 0 <= args.headroom < 1:
         raise SpecError.one("--headroom", f"must be a fraction in [0, 1); got {args.headroom}")
-    decisions = []
-    for job in jobs:
+
+    def decide(job: ParsedJob) -> Decision:
         try:
-            decisions.append(place(job.spec, pools, args.objective, deadline, args.headroom, base_dir=job.base_dir))
+            return place(job.spec, pools, args.objective, deadline, args.headroom, base_dir=job.base_dir)
         except ValueError as exc:
             raise SpecError.one("--objective", str(exc), "add `deadline_seconds` to the spec or pass "
                                 "--deadline-hours") from None
+
+    decisions = answer_each(jobs, args.spec if args.spec != "-" else "<stdin>", decide)
     if args.format == "json":
         out = [d.to_dict() for d in decisions]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))

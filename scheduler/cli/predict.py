@@ -11,6 +11,7 @@ from predictors.hardware import gpu_catalog
 from predictors.predict import Prediction, predict
 from predictors.units import format_bytes
 from scheduler.spec import read_jobs
+from scheduler.spec.document import ParsedJob, answer_each
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -25,11 +26,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     jobs = read_jobs(args.spec)
-    outputs: list[dict[str, Any]] = []
-    for job in jobs:
+
+    def timed(job: ParsedJob) -> tuple[Prediction, float]:
         started = time.perf_counter()
         pred = predict(job.spec, gpu_name=args.gpu, gpus=args.gpus, base_dir=job.base_dir)
-        elapsed_ms = (time.perf_counter() - started) * 1000
+        return pred, (time.perf_counter() - started) * 1000
+
+    answers = answer_each(jobs, args.spec if args.spec != "-" else "<stdin>", timed)
+    outputs: list[dict[str, Any]] = []
+    for job, (pred, elapsed_ms) in zip(jobs, answers, strict=True):
         out = pred.to_dict()
         if len(jobs) > 1 or job.kind != "TrainingSpec":
             out["job"] = job.ref

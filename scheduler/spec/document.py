@@ -10,16 +10,17 @@ still print a clean message) when the file holds no training job at all.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from predictors.errors import FieldProblem, SpecError
 from predictors.spec import TrainingSpec, parse_training_spec
 
+T = TypeVar("T")
 
 @dataclass(frozen=True)
 class PodTemplateRef:
@@ -183,6 +184,26 @@ def combine_errors(errors: Sequence[SpecError], source: str) -> SpecError:
         for p in err.problems:
             problems.append(FieldProblem(p.path, f"{p.message} (in {where})" if where else p.message, p.hint))
     return SpecError(problems, source=source)
+
+
+def answer_each(jobs: Sequence[ParsedJob], source: str, answer: Callable[[ParsedJob], T]) -> list[T]:
+    """``answer(job)`` for every job of a file, or every job's SpecError at once, each naming its job (kind and
+    name, or ``[i]`` for the i-th plain TrainingSpec of a multi-document file): nothing is answered before
+    every job is known to be answerable."""
+    results: list[T] = []
+    errors: list[SpecError] = []
+    for i, job in enumerate(jobs):
+        try:
+            results.append(answer(job))
+        except SpecError as exc:
+            if job.kind != "TrainingSpec":
+                where = f"{source}: {job.ref}"
+            else:
+                where = f"{source} [{i}]" if len(jobs) > 1 else source
+            errors.append(SpecError(exc.problems, source=where))
+    if errors:
+        raise combine_errors(errors, source)
+    return results
 
 
 def read_jobs_text(text: str, source: str = "<input>", base_dir: Path | None = None) -> list[ParsedJob]:
