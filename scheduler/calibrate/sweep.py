@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from predictors.catalog import lookup_model
 from predictors.errors import FieldProblem, SpecError
 from predictors.spec import TrainingSpec, parse_training_spec, problems_from_validation, spec_to_dict
+from scheduler.spec.document import YAML_ERRORS, yaml_error_text
 
 # Keys that hold the layer count in Hugging Face configs (family-specific names besides the generic one).
 LAYER_KEYS: tuple[str, ...] = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
@@ -288,7 +289,7 @@ def load_sweep(path: Path) -> tuple[Sweep, list[SweepConfig]]:
         raise SpecError.one("--sweep", f"cannot read {path}: {exc}") from None
     try:
         data = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as exc:
-        raise SpecError.one("", f"is not valid YAML: {exc or 'nested too deeply'}", source=str(path)) from None
+    except YAML_ERRORS as exc:
+        raise SpecError.one("", yaml_error_text(exc), "fix the syntax", source=str(path)) from None
     sweep = parse_sweep(data, source=str(path))
     return sweep, expand_sweep(sweep, base_dir=path.parent, source=str(path))

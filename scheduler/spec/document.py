@@ -22,6 +22,7 @@ from predictors.spec import TrainingSpec, parse_training_spec
 
 T = TypeVar("T")
 
+
 @dataclass(frozen=True)
 class PodTemplateRef:
     """One pod template of a job whose pods get GPUs: where it is, and how many pods and GPUs.
@@ -52,6 +53,7 @@ class ParsedJob:
     pod_templates: list[PodTemplateRef] = field(default_factory=list)
     pinned_gpu: str | None = None  # catalog GPU a nodeSelector/affinity of the job already pins
     annotations: dict[str, str] = field(default_factory=dict)
+    document: int = 0  # position of its YAML document in the file (0-based)
 
     @property
     def ref(self) -> str:
@@ -129,7 +131,7 @@ def parse_document(
     if is_training_spec(doc):
         prefix = "spec" if index == 0 else f"[{index}]"
         spec = parse_training_spec(doc, source=source, prefix=prefix)
-        return [ParsedJob(spec=spec, provenance=dict.fromkeys(doc, "spec"), base_dir=base_dir)]
+        return [ParsedJob(spec=spec, provenance=dict.fromkeys(doc, "spec"), base_dir=base_dir, document=index)]
     from scheduler.spec.registry import parse_object  # job kinds (Kubernetes, Ray)
 
     return [parse_object(doc, source=source, base_dir=base_dir, context=context)]
@@ -188,18 +190,18 @@ def combine_errors(errors: Sequence[SpecError], source: str) -> SpecError:
 
 def answer_each(jobs: Sequence[ParsedJob], source: str, answer: Callable[[ParsedJob], T]) -> list[T]:
     """``answer(job)`` for every job of a file, or every job's SpecError at once, each naming its job (kind and
-    name, or ``[i]`` for the i-th plain TrainingSpec of a multi-document file): nothing is answered before
+    name, or ``[i]``, the document of a plain TrainingSpec in a multi-document file): nothing is answered before
     every job is known to be answerable."""
     results: list[T] = []
     errors: list[SpecError] = []
-    for i, job in enumerate(jobs):
+    for job in jobs:
         try:
             results.append(answer(job))
         except SpecError as exc:
             if job.kind != "TrainingSpec":
                 where = f"{source}: {job.ref}"
             else:
-                where = f"{source} [{i}]" if len(jobs) > 1 else source
+                where = f"{source} [{job.document}]" if len(jobs) > 1 else source
             errors.append(SpecError(exc.problems, source=where))
     if errors:
         raise combine_errors(errors, source)
