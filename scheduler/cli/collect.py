@@ -29,6 +29,7 @@ from scheduler.cli.server_common import (
     add_tls_arguments,
     open_ledger_for,
     package_version,
+    port_problem,
     read_token,
     run_http_server,
     tls_pair_problem,
@@ -104,7 +105,8 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
         return "vramfit collect: --once is one DCGM sweep; it does not go with --serve-port"
     if args.serve_port is None and (args.tls_cert or args.tls_key or args.token_file):
         return "vramfit collect: --tls-cert, --tls-key and --token-file go with --serve-port"
-    return tls_pair_problem(args.tls_cert, args.tls_key, "collect")
+    return port_problem(args.serve_port, "--serve-port", "collect") or tls_pair_problem(args.tls_cert, args.tls_key,
+                                                                                      "collect")
 
 
 def _server_app(args: argparse.Namespace, ledger: Any) -> tuple[Any, Callable[[Any], object]]:

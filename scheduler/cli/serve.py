@@ -24,6 +24,7 @@ from scheduler.cli.server_common import (
     add_tls_arguments,
     open_ledger_for,
     package_version,
+    port_problem,
     read_token,
     run_http_server,
     tls_pair_problem,
@@ -137,7 +138,7 @@ def make_forwarder(args: argparse.Namespace) -> Any:
 
 
 def _argument_problem(args: argparse.Namespace) -> str | None:
-    problem = tls_pair_problem(args.tls_cert, args.tls_key, "serve")
+    problem = port_problem(args.port, "--port", "serve") or tls_pair_problem(args.tls_cert, args.tls_key, "serve")
     if problem:
         return problem
     if not args.ledger_url and (args.ledger_token_file or args.ledger_ca_file):

@@ -52,8 +52,27 @@ def add_tls_arguments(p: argparse.ArgumentParser, cert: str = "--tls-cert", key:
 
 
 def tls_pair_problem(cert: Path | None, key: Path | None, command: str) -> str | None:
+    """Why ``--tls-cert``/``--tls-key`` cannot serve (one without the other, a missing file, a pair that does
+    not load), or ``None``: checked before the server starts, so a typo is a message, not a traceback."""
     if (cert is None) != (key is None):
         return f"vramfit {command}: give both --tls-cert and --tls-key, or neither"
+    if cert is None or key is None:
+        return None
+    import ssl
+
+    from scheduler.integrations.tls import server_context
+
+    try:
+        server_context(cert, key)
+    except (OSError, ssl.SSLError) as exc:  # FileNotFoundError, PermissionError, a key that is not the cert's
+        return f"vramfit {command}: cannot load the TLS pair --tls-cert {cert} --tls-key {key}: {exc}"
+    return None
+
+
+def port_problem(port: int | None, flag: str, command: str) -> str | None:
+    """Why ``port`` cannot be listened on (0 picks a free port), or ``None``."""
+    if port is not None and not 0 <= port <= 65535:
+        return f"vramfit {command}: {flag} must be a TCP port, 0-65535; got {port}"
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,6 +111,10 @@ def test_records_wait_while_the_collector_is_down_then_arrive() -> None:
     (["collect", "--serve-port", "8080", "--once"], "does not go with --serve-port"),
     (["collect", "--prometheus-url", "http://p", "--token-file", "t"], "go with --serve-port"),
     (["collect", "--serve-port", "8080", "--tls-cert", "c"], "give both --tls-cert and --tls-key"),
+    (["serve", "--port", "99999"], "--port must be a TCP port, 0-65535; got 99999"),
+    (["collect", "--serve-port", "-1"], "--serve-port must be a TCP port"),
+    (["serve", "--tls-cert", "/nonexistent/tls.crt", "--tls-key", "/nonexistent/tls.key"],
+     "cannot load the TLS pair --tls-cert /nonexistent/tls.crt"),
 ])
 def test_argument_errors_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
@@ -121,3 +126,17 @@ def test_ledger_and_ledger_url_are_mutually_exclusive(capsys: pytest.CaptureFixt
         main(["serve", "--ledger", "l.sqlite", "--ledger-url", "http://127.0.0.1:8080"])
     assert caught.value.code == 2
     assert "not allowed with argument --ledger" in capsys.readouterr().err
+
+
+def test_a_key_that_is_not_the_certificates_is_an_argument_error(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.integrations.certs import issue_server_cert, make_ca
+
+    ca = make_ca()
+    cert_pem, _, _ = issue_server_cert(ca)
+    _, other_key_pem, _ = issue_server_cert(ca)
+    (tmp_path / "tls.crt").write_bytes(cert_pem)
+    (tmp_path / "tls.key").write_bytes(other_key_pem)
+    argv = ["serve", "--tls-cert", str(tmp_path / "tls.crt"), "--tls-key", str(tmp_path / "tls.key")]
+    assert main(argv) == 2
+    assert "cannot load the TLS pair" in capsys.readouterr().err
