@@ -47,7 +47,7 @@ LAYER_KEYS: tuple[str, ...] = ("num_hidden_layers", "n_layer", "num_layers", "n_
 class RunSettings(BaseModel):
     """How each config is run (the defaults of the runner; the command line can override them)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     warmup_steps: int = Field(2, ge=0, description="Optimizer steps before measuring (not timed)")
     measured_steps: int = Field(3, gt=0, description="Optimizer steps timed for tokens/s")

@@ -6,8 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from predictors.errors import FieldProblem, SpecError
+from predictors.spec import problems_from_validation
 from scheduler.calibrate.runner import CalibrateError, RunnerOptions, run_sweep
-from scheduler.calibrate.sweep import load_sweep
+from scheduler.calibrate.sweep import RunSettings, load_sweep
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -40,9 +44,15 @@ def _calibrate(args: argparse.Namespace) -> int:
     sweep, configs = load_sweep(args.sweep)
     if args.only:
         wanted = set(args.only)
+        unknown = sorted(wanted - {c.config_id for c in configs} - {c.group for c in configs})
+        if unknown:
+            raise SpecError.one("--only", f"no config id or group {', '.join(map(repr, unknown))} in the sweep",
+                                "run with --list to see the ids and groups", str(args.sweep))
         configs = [c for c in configs if c.config_id in wanted or c.group in wanted]
     if args.limit is not None:
-        configs = configs[: max(0, args.limit)]
+        if args.limit < 1:
+            raise SpecError.one("--limit", f"must be a positive number of configs; got {args.limit}")
+        configs = configs[: args.limit]
     if args.list:
         for config in configs:
             print(f"{config.config_id}  {config.group:24s} {config.summary}")
@@ -52,11 +62,18 @@ def _calibrate(args: argparse.Namespace) -> int:
         print("vramfit: `--out` is required to run a sweep. To fix: give --out runs.jsonl (or use --list)",
               file=sys.stderr)
         return 2
-    settings = sweep.settings
+    overrides = {"warmup_steps": args.warmup_steps, "measured_steps": args.measured_steps,
+                 "timeout_seconds": args.timeout_seconds}
+    try:  # the flags obey the sweep file's own limits (warm-up >= 0, measured > 0, a positive finite budget)
+        settings = RunSettings.model_validate(
+            {**sweep.settings.model_dump(), **{k: v for k, v in overrides.items() if v is not None}})
+    except ValidationError as exc:
+        raise SpecError([FieldProblem("--" + str(p.path).replace("_", "-"), p.message, p.hint)
+                         for p in problems_from_validation(exc, prefix="")]) from None
     options = RunnerOptions(
-        warmup_steps=args.warmup_steps if args.warmup_steps is not None else settings.warmup_steps,
-        measured_steps=args.measured_steps if args.measured_steps is not None else settings.measured_steps,
-        timeout_seconds=args.timeout_seconds or settings.timeout_seconds,
+        warmup_steps=settings.warmup_steps,
+        measured_steps=settings.measured_steps,
+        timeout_seconds=settings.timeout_seconds,
         device=args.device,
         scratch_dir=args.scratch_dir,
     )

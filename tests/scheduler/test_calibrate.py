@@ -454,3 +454,25 @@ def test_cpu_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert cli_main(["calibrate", "--sweep", str(sweep_path), "--out", str(out), "--resume"]) == 0
     assert time.monotonic() - started < 5 and out.read_text(encoding="utf-8") == before
     assert "4 configs already in" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--only", "nope"], "`--only` no config id or group 'nope' in the sweep"),
+        (["--limit", "0"], "`--limit` must be a positive number of configs"),
+        (["--warmup-steps", "-1"], "`--warmup-steps` must be greater than or equal to 0"),
+        (["--measured-steps", "0"], "`--measured-steps` must be a positive integer"),
+        (["--timeout-seconds", "0"], "`--timeout-seconds` must be greater than 0"),
+        (["--timeout-seconds", "nan"], "`--timeout-seconds` must be a finite number"),
+    ],
+)
+def test_calibrate_flags_obey_the_sweep_settings_limits(flags: list[str], message: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A flag that would make every config fail or select nothing is an input error before anything runs."""
+    from scheduler.cli import main as cli_main
+
+    out = tmp_path / "rows.jsonl"
+    assert cli_main(["calibrate", "--sweep", str(SMOKE_SWEEP), "--out", str(out), *flags]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
