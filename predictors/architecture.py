@@ -306,10 +306,9 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         embedding += (positions + (2 if model_type == "opt" else 0)) * h
 
     linears: list[LinearGroup] = []
-    kv_lora = 0
     v_head = 0
-    if _int(cfg, "kv_lora_rank", default=0, minimum=0):  # DeepSeek-V2/V3 multi-head latent attention
-        kv_lora = _int(cfg, "kv_lora_rank", default=0)
+    kv_lora = _int(cfg, "kv_lora_rank", default=0, minimum=0)
+    if kv_lora:  # DeepSeek-V2/V3 multi-head latent attention
         q_lora = _int(cfg, "q_lora_rank", default=0, minimum=0)
         rope_d = _int(cfg, "qk_rope_head_dim", default=64)
         nope_d = _int(cfg, "qk_nope_head_dim", default=128, minimum=0)
@@ -357,10 +356,8 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         only_dense = set(only_dense_layers)
         moe_layers = sum(1 for i in range(first_dense, layers) if (i + 1) % step == 0 and i not in only_dense)
         dense_layers = layers - moe_layers
-        if _int(cfg, "shared_expert_intermediate_size", default=0, minimum=0):
-            shared_inter = _int(cfg, "shared_expert_intermediate_size", default=0)
-        elif _int(cfg, "n_shared_experts", default=0, minimum=0):
-            shared_inter = _int(cfg, "n_shared_experts", default=0) * moe_inter
+        shared_inter = (_int(cfg, "shared_expert_intermediate_size", default=0, minimum=0)
+                        or _int(cfg, "n_shared_experts", default=0, minimum=0) * moe_inter)
         linears += _mlp(h, moe_inter, moe_layers * n_experts, gated, mlp_bias, expert=True)
         linears.append(LinearGroup("router", h, n_experts, moe_layers))
         if shared_inter:

@@ -101,6 +101,12 @@ def yaml_error_text(exc: BaseException) -> str:
     return f"is not valid YAML{where}: {problem}"
 
 
+def not_a_mapping(doc: Any, path: str, source: str) -> SpecError:
+    """The error for a YAML document that is a list or a scalar where a spec or an object must be."""
+    return SpecError.one(path, f"must be a mapping (a TrainingSpec or a job manifest); got {type(doc).__name__}",
+                         "each YAML document is one spec or object", source)
+
+
 def load_documents(text: str, source: str) -> list[Any]:
     """All YAML documents of a text (JSON is YAML), empty ones dropped; a clear error when broken."""
     try:
@@ -145,9 +151,7 @@ def scan_documents(
     outcomes: list[Outcome] = []
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict) and len(docs) > 1:  # say which document of the file
-            outcomes.append(SpecError.one(f"[{i}]", "must be a mapping (a TrainingSpec or a job manifest); got "
-                                          f"{type(doc).__name__}", "each YAML document is one spec or object",
-                                          source))
+            outcomes.append(not_a_mapping(doc, f"[{i}]", source))
             continue
         try:
             outcomes.extend(parse_document(doc, source, base_dir, i, context))

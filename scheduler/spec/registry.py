@@ -24,7 +24,7 @@ from scheduler.spec import (
     trainjob,
     volcano,
 )
-from scheduler.spec.document import NoTrainingJob, ParsedJob, parse_document
+from scheduler.spec.document import NoTrainingJob, ParsedJob, not_a_mapping, parse_document
 from scheduler.spec.merge import Context, Workload, build_job
 
 Parser = Callable[[dict[str, Any], Context], Workload]
@@ -146,11 +146,7 @@ def find_parser(doc: dict[str, Any], source: str) -> Parser:
 def parse_object(doc: Any, source: str, base_dir: Path | None, context: Sequence[Any] = ()) -> ParsedJob:
     """One job object -> ParsedJob; NoTrainingJob for objects that train nothing; SpecError otherwise."""
     if not isinstance(doc, dict):
-        raise SpecError.one(
-            "",
-            f"must be a mapping (a TrainingSpec or a job manifest); got {type(doc).__name__}",
-            source=source,
-        )
+        raise not_a_mapping(doc, "", source)
     kind = doc.get("kind")
     if (
         isinstance(kind, str)
