@@ -3,6 +3,12 @@
 This is the only file I/O in ``predictors``. A model file holds ``{"metadata": {...}, "model": estimator}``;
 a JSON copy of the metadata sits beside it (``<name>.json``) for humans and CI diffs.
 
+Beside it, ``<name>.serving.npz`` holds what applying the model takes (its fitted arrays and numbers,
+:func:`predictors.residual_serving.serving_state`, in numpy's ``.npy`` format, read without pickle) plus the
+metadata and the SHA-256 of the skops file it was written with. :func:`load_model` uses it when that hash
+matches, so predicting, placing and serving do not import scikit-learn and skops (1-4 s of start-up); a
+missing, damaged or stale one (the skops file was replaced) falls back to the skops file.
+
 Loading trusts exactly the types in :data:`TRUSTED_TYPES`; anything else in a file is refused. A model is
 *incompatible* when its format version, feature layout or analytic fingerprint differ from this code's:
 the residual was learned on top of analytic numbers that are no longer the ones computed, so applying it
@@ -14,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
+import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -54,7 +61,7 @@ RUNTIME_REBUILD_HINT = ("rebuild it with `python -m predictors.residual_build --
 
 @dataclass(frozen=True)
 class LoadedModel:
-    model: Any  # a fitted predictors.residual.ResidualVramRegressor
+    model: Any  # a fitted ResidualVramRegressor / ResidualRuntimeRegressor, or its Served*Model (residual_serving)
     metadata: dict[str, Any]
 
     @property
@@ -126,12 +133,91 @@ def build_metadata(**extra: Any) -> dict[str, Any]:
 
 
 def save_model(model: Any, path: Path, metadata: dict[str, Any]) -> None:
-    """Write ``model`` with ``metadata`` to ``path`` (skops) and the metadata to ``path`` with ``.json``."""
+    """Write ``model`` with ``metadata`` to ``path`` (skops), the metadata to ``path`` with ``.json``, and the
+    serving file :func:`serving_path` (removed where the model has no array form)."""
     import skops.io as sio
+
+    from predictors.residual_serving import serving_state
 
     path.parent.mkdir(parents=True, exist_ok=True)
     sio.dump({"metadata": metadata, "model": model}, path)
     path.with_suffix(".json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    state = serving_state(model)
+    serving = serving_path(path)
+    if state is None:
+        serving.unlink(missing_ok=True)
+        return
+    params, arrays = state
+    header = {"params": params, "metadata": metadata, "model_sha256": _file_sha256(path)}
+    write_serving(serving, header, arrays)
+
+
+def serving_path(path: Path) -> Path:
+    """Where the serving file of the model file ``path`` is: ``<stem>.serving.npz`` beside it."""
+    return path.with_name(f"{path.stem}.serving.npz")
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+_SERVING_HEADER = "header.json"
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed member times: the same model gives the same bytes
+
+
+def write_serving(path: Path, header: dict[str, Any], arrays: dict[str, Any]) -> None:
+    """A zip of ``header.json`` and one ``<name>.npy`` per array (numpy's format, no pickled objects), with
+    fixed member times so that rebuilding a model reproduces the file byte for byte."""
+    import numpy as np
+
+    tmp = path.with_name(path.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(zipfile.ZipInfo(_SERVING_HEADER, _ZIP_EPOCH),
+                         json.dumps(header, sort_keys=True), compress_type=zipfile.ZIP_DEFLATED)
+        for name in sorted(arrays):
+            info = zipfile.ZipInfo(f"{name}.npy", _ZIP_EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with archive.open(info, "w") as member:
+                np.lib.format.write_array(member, np.asarray(arrays[name]), allow_pickle=False)
+    tmp.replace(path)
+
+
+def read_serving(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(header, arrays)`` of a file :func:`write_serving` wrote; ``ValueError`` (or ``OSError``) if it is not
+    one (arrays of Python objects are refused, not unpickled)."""
+    import numpy as np
+
+    arrays: dict[str, Any] = {}
+    with zipfile.ZipFile(path) as archive:
+        header = json.loads(archive.read(_SERVING_HEADER))
+        for name in archive.namelist():
+            if name.endswith(".npy"):
+                with archive.open(name) as member:
+                    arrays[name[: -len(".npy")]] = np.lib.format.read_array(member, allow_pickle=False)
+    if not isinstance(header, dict):
+        raise ValueError(f"{_SERVING_HEADER} is not an object")
+    return header, arrays
+
+
+def _load_served(path: Path) -> LoadedModel | None:
+    """The model of ``path`` from its serving file, or ``None`` where there is none usable (missing, damaged, or
+    written with another version of the skops file): the caller then reads the skops file."""
+    from predictors.residual_serving import served_model
+
+    serving = serving_path(path)
+    if not serving.is_file():
+        return None
+    try:
+        header, arrays = read_serving(serving)
+        if header.get("model_sha256") != _file_sha256(path):
+            return None
+        model = served_model(header["params"], arrays)
+        metadata = header["metadata"]
+    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, RecursionError):
+        return None
+    if not isinstance(metadata, dict):
+        return None
+    return LoadedModel(model=model, metadata=dict(metadata))
 
 
 def check_compatible(metadata: dict[str, Any]) -> None:
@@ -147,9 +233,17 @@ def check_compatible(metadata: dict[str, Any]) -> None:
         raise IncompatibleModel(f"it was trained on a different version of the analytic model; {REBUILD_HINT}")
 
 
-def load_model(path: Path, check: Callable[[dict[str, Any]], None] = check_compatible) -> LoadedModel:
+def load_model(path: Path, check: Callable[[dict[str, Any]], None] = check_compatible,
+               serving: bool = True) -> LoadedModel:
     """Load a model file, trusting only :data:`TRUSTED_TYPES`; raise :class:`IncompatibleModel` if unusable
-    (``check``: the compatibility test of the metadata, :func:`check_compatible` for the VRAM residual)."""
+    (``check``: the compatibility test of the metadata, :func:`check_compatible` for the VRAM residual).
+
+    With ``serving`` (default) the model comes from its serving file where that is usable (no scikit-learn
+    import); ``serving=False`` always reads the skops file (the fitted estimator itself, e.g. to refit it)."""
+    served = _load_served(path) if serving and path.is_file() else None
+    if served is not None:
+        check(served.metadata)
+        return served
     try:
         import skops.io as sio
     except ImportError as exc:  # pragma: no cover - skops is a dependency

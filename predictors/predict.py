@@ -217,7 +217,7 @@ class SpecPredictor:
                     upper = int(vram.peak_vram_bytes * (1 + DEFAULT_UPPER_MARGIN))
                     memory[key] = MemoryPrediction(gpu, vram, upper, {})
             else:
-                from predictors.residual import correct_vram_many
+                from predictors.residual_serving import correct_vram_many
 
                 fixed = correct_vram_many(loaded.model, spec, resolved.architecture,
                                           list(zip(gpu_specs, vrams, strict=True)))
@@ -232,7 +232,7 @@ class SpecPredictor:
         full = self._full
         missing = list(dict.fromkeys(r for r in requests if r not in full))
         if missing:
-            from predictors.runtime_residual import runtime_prediction_fields_many
+            from predictors.residual_serving import runtime_prediction_fields_many
 
             spec, resolved = self.spec, self.model
             arch = resolved.architecture

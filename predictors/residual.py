@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -51,16 +50,29 @@ from sklearn.model_selection import GroupKFold, KFold, LeaveOneGroupOut
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
-from predictors.architecture import Architecture
-from predictors.features import CATEGORICAL_MASK, MONOTONIC_CST, VramCase, feature_matrix, resident_bytes
-from predictors.hardware import GpuSpec
-from predictors.spec import TrainingSpec
-from predictors.vram import VramPrediction, with_breakdown
+from predictors.features import MONOTONIC_CST, VramCase, feature_matrix
 
-_CATEGORICAL = np.asarray(CATEGORICAL_MASK, dtype=bool)
-_NUMERIC_COLUMNS = np.flatnonzero(~_CATEGORICAL)
-_CATEGORICAL_COLUMNS = np.flatnonzero(_CATEGORICAL)
-_FLOAT_MAX = np.finfo(np.float64).max
+# the prediction-time half (re-exported here: callers and model files name these from predictors.residual)
+from predictors.residual_serving import (  # noqa: F401
+    _CATEGORICAL,
+    _CATEGORICAL_COLUMNS,
+    _CATEGORY_TABLE_SIZE,
+    _FLOAT_MAX,
+    _LEVEL_METRICS,
+    _NUMERIC_COLUMNS,
+    MARGIN_GROUPS,
+    MIN_MARGIN_SOURCES,
+    ConformalServing,
+    CorrectedVram,
+    VramServing,
+    correct_vram,
+    correct_vram_many,
+    flatten_compiled,
+    margin_group,
+    predict_compiled,
+    predict_compiled_flat,
+)
+from predictors.spec import TrainingSpec
 
 
 def default_regressor(random_state: int = 0) -> HistGradientBoostingRegressor:
@@ -184,19 +196,7 @@ def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
     return float(np.sort(scores)[rank - 1])
 
 
-# Conformal margins are calibrated separately for full fine-tuning and for adapter methods (LoRA, QLoRA):
-# their errors spread differently. A margin group needs calibration cases from this many groups (sources),
-# or 10 times as many cases without groups; with fewer it takes the pooled margin.
-MARGIN_GROUPS: tuple[str, ...] = ("full", "adapter")
-MIN_MARGIN_SOURCES = 3
-
-
-def margin_group(spec: TrainingSpec) -> str:
-    """The conformal margin group of a spec: ``full`` fine-tuning or an ``adapter`` method."""
-    return "full" if spec.method == "full" else "adapter"
-
-
-class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
+class ConformalResidualRegressor(ConformalServing, RegressorMixin, BaseEstimator):
     """What the residual estimators share: their parameters, the checks of ``fit``'s inputs, the per-source
     weights, the widening of the bound with the distance to the training data, and the choice of shrinkage
     and conformal margins from out-of-fold predictions.
@@ -281,22 +281,6 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
         return weights * (n / weights.sum())
 
     # ---- distance to the training data ----------------------------------------------------------------
-    def _pairwise_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
-        """Distances of each row of ``features`` to the (selected) training cases; subclasses define it."""
-        raise NotImplementedError
-
-    def _neighbour_distance(self, features: np.ndarray, exclude: np.ndarray | None = None,
-                            train_rows: np.ndarray | None = None) -> np.ndarray:
-        """Mean distance of each row of ``features`` to its ``n_neighbors`` nearest training cases, leaving
-        out the pairs where ``exclude`` (rows x training cases) is true."""
-        dist = self._pairwise_distance(features, train_rows)
-        if exclude is not None:
-            dist = np.where(exclude, np.inf, dist)
-        available = int(np.isfinite(dist).sum(axis=1).min()) if dist.size else 0
-        k = max(1, min(self.n_neighbors, available))
-        nearest = np.partition(dist, k - 1, axis=1)[:, :k]
-        return nearest.sum(axis=1) / k  # the mean, without ndarray.mean's per-call overhead
-
     def _fit_distance_reference(self, features: np.ndarray, groups: Sequence[str] | None) -> None:
         """``distance_ref_``: the ``ordinary_distance`` quantile of the training cases' distances to the
         other groups' cases (each case to the others without groups), i.e. of how far a held-out source
@@ -311,10 +295,6 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
         own = own[np.isfinite(own)]
         ref = float(np.quantile(own, self.ordinary_distance)) if own.size else 0.0
         self.distance_ref_ = ref if ref > 0 else 1.0
-
-    def _widening(self, distance: np.ndarray) -> np.ndarray:
-        raw = 1.0 + self.distance_weight * np.maximum(0.0, distance / self.distance_ref_ - 1.0)
-        return np.minimum(raw, self.max_widening)
 
     # ---- calibration ----------------------------------------------------------------------------------
     def _set_shrinkage_and_quantile(self, target: np.ndarray, out_of_fold: np.ndarray, widening: np.ndarray,
@@ -354,38 +334,13 @@ class ConformalResidualRegressor(RegressorMixin, BaseEstimator):
             return source_calibrated_quantile(scores, labels, self.coverage)[0]
         return conformal_quantile(scores, self.coverage)
 
-    def _row_terms(self, features: np.ndarray, specs: Sequence[TrainingSpec]) -> tuple[list[float], list[float]]:
-        """Per row: the shrunk learned log correction ``alpha_ * f(x)`` and the widened margin of the bound.
-
-        A shrinkage of 0 (the correction did not carry over to held-out sources) skips the regressor; only a
-        positive margin is widened (a negative quantile, where the model errs on the safe side, is not made
-        worse). Plain floats: placement sends a handful of rows, for which numpy's per-call cost dominates the
-        arithmetic that follows.
-        """
-        n = len(specs)
-        f = (self.alpha_ * self.log_correction(features)).tolist() if self.alpha_ else [0.0] * n
-        margins = [self._margin(spec) for spec in specs]
-        if not any(m > 0 for m in margins):
-            return f, margins
-        widening = self._widening(self._neighbour_distance(features)).tolist()
-        return f, [m * w if m > 0 else m for m, w in zip(margins, widening, strict=True)]
-
-    def log_correction(self, X: Any) -> np.ndarray:
-        """``f(x)``, the learned log correction of each feature row; subclasses define it."""
-        raise NotImplementedError
-
     def _require_fitted(self) -> None:
         """``check_is_fitted`` for the per-decision paths (sklearn's costs more than a one-row prediction)."""
         if not hasattr(self, "regressor_"):
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
 
-    def _margin(self, spec: TrainingSpec) -> float:
-        """The calibrated margin (before widening) of ``spec``: its method group's, else the pooled one."""
-        margins = getattr(self, "class_quantiles_", None) or {}
-        return float(margins.get(margin_group(spec), self.quantile_))
 
-
-class ResidualVramRegressor(ConformalResidualRegressor):
+class ResidualVramRegressor(VramServing, ConformalResidualRegressor):
     """Analytic peak VRAM times a learned correction, floored at the resident model states.
 
     Parameters as :class:`ConformalResidualRegressor`; ``regressor`` ``None`` is :func:`default_regressor`,
@@ -425,22 +380,6 @@ class ResidualVramRegressor(ConformalResidualRegressor):
         self.train_codes_ = features[:, _CATEGORICAL]
         self._fit_distance_reference(features, groups)
 
-    def _standardize(self, features: np.ndarray) -> np.ndarray:
-        z = (features[:, _NUMERIC_COLUMNS] - self.numeric_mean_) / self.numeric_scale_
-        z[np.isnan(z)] = 0.0  # np.nan_to_num(z, nan=0.0), without its per-call overhead
-        return np.clip(z, -_FLOAT_MAX, _FLOAT_MAX, out=z)
-
-    def _pairwise_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
-        """Standardized numeric distance plus one per differing categorical setting."""
-        z = self._standardize(features)
-        train_z, train_c = self.train_numeric_, self.train_codes_
-        if train_rows is not None:
-            train_z, train_c = train_z[train_rows], train_c[train_rows]
-        codes = features[:, _CATEGORICAL_COLUMNS]
-        sq = ((z[:, None, :] - train_z[None, :, :]) ** 2).sum(axis=2)
-        mismatch = (codes[:, None, :] != train_c[None, :, :]).sum(axis=2)
-        return np.sqrt(sq + mismatch)
-
     def _folds(self, n: int, groups: Sequence[str] | None) -> list[tuple[np.ndarray, np.ndarray]]:
         return calibration_folds(n, groups, self.cv, self.random_state)
 
@@ -456,64 +395,17 @@ class ResidualVramRegressor(ConformalResidualRegressor):
             widening[held_rows] = self._widening(self._neighbour_distance(features[held_rows], train_rows=train_rows))
         self._set_shrinkage_and_quantile(target, out_of_fold, widening, specs, groups)
 
-    # ---- prediction ---------------------------------------------------------------------------------
-    def log_correction(self, X: Sequence[VramCase] | np.ndarray) -> np.ndarray:
-        """``f(x)``: the learned ``ln(measured / analytic)`` of each case (or feature row), before the
-        shrinkage ``alpha_``."""
+    # ---- prediction (the rest is VramServing's) -------------------------------------------------------
+    def _regressor_log_correction(self, rows: np.ndarray) -> np.ndarray:
         check_is_fitted(self, "regressor_")
-        features = X if isinstance(X, np.ndarray) else feature_matrix(list(X))
-        if getattr(self, "compiled_", None) is not None:
-            return predict_compiled_flat(self.compiled_, features)
-        return np.asarray(self.regressor_.predict(features), dtype=np.float64)
-
-    def predict(self, X: Sequence[VramCase]) -> np.ndarray:
-        """Corrected peak bytes of the level each case's metric is compared with."""
-        return self.predict_with_upper(X)[0]
-
-    def predict_upper(self, X: Sequence[VramCase]) -> np.ndarray:
-        """Upper bound in bytes that the measured peak stays below with probability ``coverage``."""
-        return self.predict_with_upper(X)[1]
-
-    def predict_with_upper(self, X: Sequence[VramCase]) -> tuple[np.ndarray, np.ndarray]:
-        """Point prediction and upper bound (bytes) in one pass over the features."""
-        self._require_fitted()
-        cases = list(X)
-        f, width = self._row_terms(feature_matrix(cases), [c.spec for c in cases])
-        point = np.empty(len(cases))
-        upper = np.empty(len(cases))
-        for i, case in enumerate(cases):
-            analytic = float(max(case.level_bytes, 1))
-            point[i] = p = max(float(case.floor_bytes), analytic * math.exp(f[i]))
-            upper[i] = max(p, analytic * math.exp(f[i] + width[i]))
-        return point, upper
-
-    def upper_floor_bytes(self, spec: TrainingSpec, device_bytes: int, resident: int) -> float:
-        """A number the calibrated bound that :func:`correct_vram` gives an analytic prediction of ``spec`` is
-        never below, from its device peak ``device_bytes`` and resident model states ``resident`` alone (no
-        features, no tree walk, no distance).
-
-        With a shrinkage of 0 the bound is ``analytic * exp(margin * w)`` (or the analytic peak if larger) with
-        a widening ``w >= 1``: so at least ``analytic * exp(max(margin, 0))``. With a learned correction the
-        point may fall below the analytic peak, but never below the resident model states. Placement uses it to
-        skip GPU counts that surely do not fit.
-        """
-        self._require_fitted()
-        if self.alpha_:
-            return float(resident)
-        margin = self._margin(spec)
-        lowest_widening = min(1.0, self.max_widening) if self.distance_weight >= 0 else 0.0
-        return device_bytes * math.exp(max(margin, 0.0) * lowest_widening)
+        return np.asarray(self.regressor_.predict(rows), dtype=np.float64)
 
 
 # ---- fast single-row prediction -----------------------------------------------------------------------
 # scikit-learn's HistGradientBoostingRegressor.predict validates its input and starts an OpenMP region per
 # call: milliseconds for one row. Placement calls predict() thousands of times per second, so the fitted
-# trees are copied into flat arrays once and walked level by level with numpy for all trees at once.
-# The walk follows sklearn/ensemble/_hist_gradient_boosting/_predictor.pyx: NaN takes the node's missing
-# direction; a categorical value goes left if in the node's left set, right if a known category, and the
-# missing direction otherwise; a numeric value goes left if <= the threshold.
-
-_CATEGORY_TABLE_SIZE = 256  # HistGradientBoosting's largest category code + 1
+# trees are copied into flat arrays once (here, where scikit-learn is at hand) and walked level by level
+# with numpy for all trees at once (predictors.residual_serving.predict_compiled_flat).
 
 
 def compile_hist_gradient_boosting(model: Any) -> dict[str, np.ndarray] | None:
@@ -585,150 +477,3 @@ def compile_hist_gradient_boosting(model: Any) -> dict[str, np.ndarray] | None:
     return arrays
 
 
-def predict_compiled(compiled: dict[str, np.ndarray], features: np.ndarray) -> np.ndarray:
-    """Raw predictions of compiled trees for the rows of ``features`` (identity link: the regression value)."""
-    n_trees = compiled["feature"].shape[0]
-    rows = features.shape[0]
-    tree_idx = np.broadcast_to(np.arange(n_trees), (rows, n_trees))
-    row_idx = np.broadcast_to(np.arange(rows)[:, None], (rows, n_trees))
-    node = np.zeros((rows, n_trees), dtype=np.intp)
-    for _ in range(int(compiled["depth"])):
-        x = features[row_idx, compiled["feature"][tree_idx, node]]
-        missing = np.isnan(x)
-        code = np.where(missing | (x < 0) | (x >= _CATEGORY_TABLE_SIZE), -1, np.nan_to_num(x)).astype(np.intp)
-        missing_left = compiled["missing_left"][tree_idx, node]
-        categorical_left = np.where(code >= 0, compiled["category_left"][tree_idx, node, np.maximum(code, 0)],
-                                    missing_left)
-        numeric_left = np.where(missing, missing_left, x <= compiled["threshold"][tree_idx, node])
-        go_left = np.where(compiled["is_categorical"][tree_idx, node], categorical_left, numeric_left)
-        step = np.where(go_left, compiled["left"][tree_idx, node], compiled["right"][tree_idx, node])
-        node = np.where(compiled["is_leaf"][tree_idx, node], node, step)
-    return float(compiled["baseline"]) + compiled["value"][tree_idx, node].sum(axis=1)
-
-
-# ---- applying a fitted model to one prediction --------------------------------------------------------
-_LEVEL_METRICS: dict[str, str] = {
-    "peak_allocated_bytes": "allocated",
-    "peak_reserved_bytes": "reserved",
-    "peak_vram_bytes": "nvml",
-}
-
-
-@dataclass(frozen=True)
-class CorrectedVram:
-    """An analytic prediction with the residual applied to its three levels, and the calibrated bound."""
-
-    vram: VramPrediction  # corrected levels; the breakdown gains ``residual_correction`` so it still sums
-    upper_bytes: int  # calibrated upper bound of the device peak (nvml level)
-    correction_ratio: float  # corrected / analytic device peak
-
-
-def correct_vram(model: ResidualVramRegressor, spec: TrainingSpec, architecture: Architecture,
-                 gpu: GpuSpec | None, vram: VramPrediction) -> CorrectedVram:
-    """Apply ``model`` to the three levels of ``vram`` (one batched pass over three feature rows)."""
-    return correct_vram_many(model, spec, architecture, [(gpu, vram)])[0]
-
-
-def correct_vram_many(model: ResidualVramRegressor, spec: TrainingSpec, architecture: Architecture,
-                      items: Sequence[tuple[GpuSpec | None, VramPrediction]]) -> list[CorrectedVram]:
-    """:func:`correct_vram` of one spec on several (GPU, analytic prediction) pairs in one batched pass.
-
-    Rows are independent, so the result of each pair is the one it gets alone; placement predicts a spec
-    on every pool's GPU at once and pays the fixed cost of the numpy calls once instead of per pool.
-    With a shrinkage of 0 the levels stay analytic (above the model-state floor) and only the device
-    level's upper bound needs the features: one row instead of three.
-    """
-    cases: list[VramCase] = []
-    device_only: list[bool] = []
-    for gpu, vram in items:
-        alone = not model.alpha_ and resident_bytes(vram) <= vram.peak_allocated_bytes
-        device_only.append(alone)
-        metrics = (_LEVEL_METRICS["peak_vram_bytes"],) if alone else tuple(_LEVEL_METRICS.values())
-        cases.extend(VramCase(spec, architecture, gpu, metric, vram) for metric in metrics)
-    point, upper = model.predict_with_upper(cases)
-    out: list[CorrectedVram] = []
-    row = 0
-    for (_, vram), alone in zip(items, device_only, strict=True):
-        if alone:
-            breakdown = {**vram.breakdown_bytes, "residual_correction": 0}
-            out.append(CorrectedVram(with_breakdown(vram, breakdown),
-                                     max(int(round(upper[row])), vram.peak_vram_bytes), 1.0))
-            row += 1
-            continue
-        allocated = int(round(point[row]))
-        reserved = max(int(round(point[row + 1])), allocated)
-        device = max(int(round(point[row + 2])), reserved)
-        breakdown = dict(vram.breakdown_bytes)
-        breakdown["residual_correction"] = device - vram.peak_vram_bytes
-        corrected = replace(vram, peak_allocated_bytes=allocated, peak_reserved_bytes=reserved,
-                            peak_vram_bytes=device, breakdown_bytes=breakdown)
-        ratio = device / vram.peak_vram_bytes if vram.peak_vram_bytes else 1.0
-        out.append(CorrectedVram(corrected, max(int(round(upper[row + 2])), device), ratio))
-        row += 3
-    return out
-
-
-# ---- flat tree walk -------------------------------------------------------------------------------------
-# The arrays of compile_hist_gradient_boosting, flattened: node ``t * size + i`` is node ``i`` of tree ``t``,
-# children are global node ids, a leaf is its own child (so the walk needs no leaf test), and each level of
-# the walk is a handful of 1-D takes over all (row, tree) pairs. The leaves' values are then summed exactly as
-# predict_compiled sums them (along the trees of each row), so the two give bit-identical predictions.
-_FLAT: dict[int, tuple[dict[str, np.ndarray], dict[str, Any]]] = {}  # id(compiled) -> (compiled, flat)
-
-
-def flatten_compiled(compiled: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The flat form of ``compiled`` (memoised per compiled model)."""
-    hit = _FLAT.get(id(compiled))
-    if hit is not None and hit[0] is compiled:
-        return hit[1]
-    n_trees, size = compiled["feature"].shape
-    own = np.arange(n_trees * size).reshape(n_trees, size)
-    offset = (np.arange(n_trees) * size)[:, None]
-    leaf = compiled["is_leaf"]
-    categorical = compiled["is_categorical"] & ~leaf
-    flat: dict[str, Any] = {
-        "roots": offset.ravel().copy(),
-        "feature": np.where(leaf, 0, compiled["feature"]).ravel(),
-        "threshold": compiled["threshold"].ravel(),
-        "left": np.where(leaf, own, compiled["left"] + offset).ravel(),
-        "right": np.where(leaf, own, compiled["right"] + offset).ravel(),
-        "missing_left": compiled["missing_left"].ravel(),
-        "is_categorical": categorical.ravel(),
-        "any_categorical": bool(categorical.any()),
-        "category_left": compiled["category_left"].reshape(-1),
-        "value": compiled["value"].ravel(),
-        "depth": int(compiled["depth"]),
-        "baseline": float(compiled["baseline"]),
-    }
-    if len(_FLAT) > 16:
-        _FLAT.clear()
-    _FLAT[id(compiled)] = (compiled, flat)
-    return flat
-
-
-def predict_compiled_flat(compiled: dict[str, np.ndarray], features: np.ndarray) -> np.ndarray:
-    """:func:`predict_compiled` (the same numbers, bit for bit) by a flat, level-by-level walk of all trees
-    for all rows at once."""
-    flat = flatten_compiled(compiled)
-    features = np.ascontiguousarray(features, dtype=np.float64)
-    rows, n_columns = features.shape
-    values = features.ravel()
-    node = np.broadcast_to(flat["roots"], (rows, flat["roots"].size)).ravel()
-    row_start = np.repeat(np.arange(rows) * n_columns, flat["roots"].size)
-    feature, threshold, left, right = flat["feature"], flat["threshold"], flat["left"], flat["right"]
-    missing_left = flat["missing_left"]
-    for _ in range(flat["depth"]):
-        x = values.take(row_start + feature.take(node))
-        missing = np.isnan(x)
-        go_left = x <= threshold.take(node)  # NaN compares False; fixed below
-        if missing.any():
-            go_left = np.where(missing, missing_left.take(node), go_left)
-        if flat["any_categorical"]:
-            categorical = flat["is_categorical"].take(node)
-            if categorical.any():
-                code = np.where(missing | (x < 0) | (x >= _CATEGORY_TABLE_SIZE), -1, np.nan_to_num(x)).astype(np.intp)
-                by_code = flat["category_left"].take(node * _CATEGORY_TABLE_SIZE + np.maximum(code, 0))
-                categorical_left = np.where(code >= 0, by_code, missing_left.take(node))
-                go_left = np.where(categorical, categorical_left, go_left)
-        node = np.where(go_left, left.take(node), right.take(node))
-    return flat["baseline"] + flat["value"].take(node).reshape(rows, -1).sum(axis=1)

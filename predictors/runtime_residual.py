@@ -33,9 +33,7 @@ training data gets a wider bound, at most ``max_widening`` times the calibrated 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,25 +41,23 @@ from sklearn.base import clone
 from sklearn.linear_model import Ridge
 from sklearn.utils.validation import check_is_fitted
 
-from predictors.architecture import Architecture
-from predictors.hardware import GpuSpec
-from predictors.persistence import LoadedModel
 from predictors.residual import ConformalResidualRegressor, calibration_folds, fit_weighted
-from predictors.runtime import RuntimePrediction
-from predictors.runtime_features import RUNTIME_NUMERIC, RuntimeCase, runtime_feature_matrix
+from predictors.residual_serving import (  # noqa: F401  (re-exported: the prediction-time half)
+    _N_NUMERIC,
+    DEFAULT_RUNTIME_UPPER_MARGIN,
+    CorrectedRuntime,
+    RuntimeServing,
+    predict_with_lower_exact,
+    runtime_prediction_fields_many,
+    scale_features,
+    scale_runtime,
+)
+from predictors.runtime_features import RuntimeCase, runtime_feature_matrix
 from predictors.spec import TrainingSpec
 
-# the numeric features come first (runtime_features), then the one-hot columns
-_N_NUMERIC = len(RUNTIME_NUMERIC)
 # Ridge penalty of the default regressor, in training runs: a setting seen in n runs gets about
 # n / (n + 10) of its mean residual (numeric features are standardized, so the same penalty applies).
 DEFAULT_PENALTY = 10.0
-
-
-# Without a runtime residual model (missing or incompatible, or ``residual=False``) the runtime upper bound is
-# the analytic runtime times 1 + this: a fallback, not a calibrated bound (its coverage on the dev reference
-# runs is in the README, "Runtime residual").
-DEFAULT_RUNTIME_UPPER_MARGIN = 1.0
 
 
 def default_runtime_regressor(penalty: float = DEFAULT_PENALTY) -> Ridge:
@@ -71,7 +67,7 @@ def default_runtime_regressor(penalty: float = DEFAULT_PENALTY) -> Ridge:
     return Ridge(alpha=penalty, fit_intercept=False)
 
 
-class ResidualRuntimeRegressor(ConformalResidualRegressor):
+class ResidualRuntimeRegressor(RuntimeServing, ConformalResidualRegressor):
     """Analytic job throughput times a learned correction, with a lower bound (an upper bound on runtime).
 
     Parameters as :class:`~predictors.residual.ConformalResidualRegressor`; ``regressor`` ``None`` is
@@ -101,13 +97,6 @@ class ResidualRuntimeRegressor(ConformalResidualRegressor):
         self._calibrate(features, target, [c.spec for c in cases], groups, weights)
         return self
 
-    def _pairwise_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
-        """Euclidean distances to the training cases (standardized, unclipped: a case beyond the training
-        range is far from it)."""
-        train = self.train_distance_rows_ if train_rows is None else self.train_distance_rows_[train_rows]
-        diff = scale_features(features, self.scaling_, clip=False)[:, None, :] - train[None, :, :]
-        return np.sqrt((diff * diff).sum(axis=2))
-
     def _calibrate(self, features: np.ndarray, target: np.ndarray, specs: Sequence[TrainingSpec],
                    groups: Sequence[str] | None, weights: np.ndarray | None) -> None:
         n = len(target)
@@ -123,37 +112,10 @@ class ResidualRuntimeRegressor(ConformalResidualRegressor):
             widening[held_rows] = self._widening(self._neighbour_distance(features[held_rows], train_rows=train_rows))
         self._set_shrinkage_and_quantile(target, out_of_fold, widening, specs, groups, lower=True)
 
-    # ---- prediction ---------------------------------------------------------------------------------
-    def log_correction(self, X: Sequence[RuntimeCase] | np.ndarray) -> np.ndarray:
-        """``f(x)``: the learned ``ln(measured / analytic)`` tokens/s of each case (or feature row), before
-        the shrinkage ``alpha_``."""
+    # ---- prediction (the rest is RuntimeServing's) ----------------------------------------------------
+    def _regressor_log_correction(self, rows: np.ndarray) -> np.ndarray:
         check_is_fitted(self, "regressor_")
-        features = X if isinstance(X, np.ndarray) else runtime_feature_matrix(list(X))
-        rows = scale_features(features, self.scaling_)
-        if getattr(self, "linear_", None) is not None:  # one dot product: no input validation per call
-            return rows @ self.linear_["coef"] + float(self.linear_["intercept"])
         return np.asarray(self.regressor_.predict(rows), dtype=np.float64)
-
-    def predict(self, X: Sequence[RuntimeCase]) -> np.ndarray:
-        """Corrected tokens/s of each job."""
-        return self.predict_with_lower(X)[0]
-
-    def predict_lower(self, X: Sequence[RuntimeCase]) -> np.ndarray:
-        """Tokens/s that each job reaches with probability ``coverage``."""
-        return self.predict_with_lower(X)[1]
-
-    def predict_with_lower(self, X: Sequence[RuntimeCase]) -> tuple[np.ndarray, np.ndarray]:
-        """Point prediction and lower bound of the job's tokens/s in one pass over the features."""
-        self._require_fitted()
-        cases = list(X)
-        f, width = self._row_terms(runtime_feature_matrix(cases), [c.spec for c in cases])
-        point = np.empty(len(cases))
-        lower = np.empty(len(cases))
-        for i, case in enumerate(cases):
-            analytic = max(case.analytic_tokens_per_second, 1e-30)
-            point[i] = p = analytic * math.exp(f[i])
-            lower[i] = min(p, analytic * math.exp(f[i] - width[i]))
-        return point, lower
 
 
 def fit_scaling(features: np.ndarray) -> dict[str, np.ndarray]:
@@ -162,16 +124,6 @@ def fit_scaling(features: np.ndarray) -> dict[str, np.ndarray]:
     std = numeric.std(axis=0)
     return {"low": numeric.min(axis=0), "high": numeric.max(axis=0), "mean": numeric.mean(axis=0),
             "scale": np.where(std > 0, std, 1.0)}
-
-
-def scale_features(features: np.ndarray, scaling: dict[str, np.ndarray], clip: bool = True) -> np.ndarray:
-    """``Z``: numeric columns (clipped to the training range with ``clip``) standardized; one-hot as is."""
-    numeric = features[:, :_N_NUMERIC]
-    if clip:
-        numeric = np.minimum(np.maximum(numeric, scaling["low"]), scaling["high"])
-    z = features.copy()
-    z[:, :_N_NUMERIC] = (numeric - scaling["mean"]) / scaling["scale"]
-    return z
 
 
 def _linear_form(regressor: Any, rows: np.ndarray) -> dict[str, np.ndarray] | None:
@@ -192,65 +144,3 @@ def _analytic(cases: Sequence[RuntimeCase]) -> np.ndarray:
     return np.asarray([max(c.analytic_tokens_per_second, 1e-30) for c in cases], dtype=np.float64)
 
 
-# ---- applying a fitted model to one prediction --------------------------------------------------------
-@dataclass(frozen=True)
-class CorrectedRuntime:
-    """An analytic runtime prediction with the residual applied, and the calibrated bounds."""
-
-    tokens_per_second: float  # corrected, whole job
-    tokens_per_second_lower: float  # reached with probability ``coverage``
-    runtime_seconds: float | None  # corrected; None without train_tokens or steps
-    runtime_upper_seconds: float | None  # the job finishes within this with probability ``coverage``
-    correction_ratio: float  # corrected / analytic tokens/s
-
-
-def scale_runtime(runtime: RuntimePrediction, tokens_per_second: float, tokens_per_second_lower: float
-                  ) -> CorrectedRuntime:
-    """Runtime and its upper bound for a throughput and a lower bound of it (work / throughput)."""
-    analytic = runtime.tokens_per_second
-    seconds = runtime.runtime_seconds
-    return CorrectedRuntime(
-        tokens_per_second=tokens_per_second,
-        tokens_per_second_lower=tokens_per_second_lower,
-        runtime_seconds=None if seconds is None else seconds * analytic / tokens_per_second,
-        runtime_upper_seconds=None if seconds is None else seconds * analytic / tokens_per_second_lower,
-        correction_ratio=tokens_per_second / analytic,
-    )
-
-
-def runtime_prediction_fields_many(spec: TrainingSpec, architecture: Architecture,
-                                   items: Sequence[tuple[GpuSpec, int, RuntimePrediction]],
-                                   loaded: LoadedModel | None) -> list[dict[str, Any]]:
-    """The runtime fields of a :class:`~predictors.predict.Prediction` for each ``(gpu, gpus, analytic runtime)``
-    of one spec: throughput and runtime (corrected by ``loaded``, the runtime residual, when there is one),
-    their bounds, and the model's version and correction ratio; without a model the bound is the analytic
-    runtime times ``1 + DEFAULT_RUNTIME_UPPER_MARGIN``. One batched pass of the residual (rows are
-    independent: each result is the one it gets alone)."""
-    if not items:
-        return []
-    if loaded is None:
-        fixed = [scale_runtime(r, r.tokens_per_second, r.tokens_per_second / (1 + DEFAULT_RUNTIME_UPPER_MARGIN))
-                 for _, _, r in items]
-        extras: list[dict[str, Any]] = [{} for _ in items]
-    else:
-        cases = [RuntimeCase(spec, architecture, gpu, gpus, r) for gpu, gpus, r in items]
-        point, lower = predict_with_lower_exact(loaded.model, cases)
-        fixed = [scale_runtime(c.runtime, float(p), float(lo)) for c, p, lo in zip(cases, point, lower, strict=True)]
-        extras = [{"runtime_model_version": loaded.version, "runtime_correction_ratio": f.correction_ratio}
-                  for f in fixed]
-    return [{"throughput_tokens_per_second": f.tokens_per_second,
-             "throughput_lower_tokens_per_second": f.tokens_per_second_lower,
-             "runtime_seconds": f.runtime_seconds, "runtime_upper_seconds": f.runtime_upper_seconds, **extra}
-            for f, extra in zip(fixed, extras, strict=True)]
-
-
-def predict_with_lower_exact(model: ResidualRuntimeRegressor, cases: Sequence[RuntimeCase]
-                             ) -> tuple[np.ndarray, np.ndarray]:
-    """:meth:`ResidualRuntimeRegressor.predict_with_lower` of ``cases``, each row bit-identical to predicting it
-    alone: in one batched pass when the learned correction is off (``alpha_ == 0``; every other step is
-    elementwise per row), else row by row, because the correction's dot product (BLAS) may round differently
-    with the number of rows it sees (placement compares its batched decisions with single predictions)."""
-    if not getattr(model, "alpha_", 0.0) or len(cases) < 2:
-        return model.predict_with_lower(cases)
-    rows = [model.predict_with_lower([case]) for case in cases]
-    return np.concatenate([p for p, _ in rows]), np.concatenate([lo for _, lo in rows])

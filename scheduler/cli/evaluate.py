@@ -10,8 +10,8 @@ from pathlib import Path
 from predictors.errors import SpecError
 from predictors.evaluation import Evaluation, evaluate, select_runs
 from predictors.reference import parse_runs
+from predictors.residual_serving import DEFAULT_RUNTIME_UPPER_MARGIN
 from predictors.runtime_eval import RuntimeAccuracy, evaluate_runtime
-from predictors.runtime_residual import DEFAULT_RUNTIME_UPPER_MARGIN
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -1,0 +1,255 @@
+"""The serving files of the residual models: the shipped models load from them without scikit-learn, apply
+bit for bit as the fitted estimators do, and a missing, stale, damaged or unsafe one falls back to skops."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.linear_model import Lasso
+
+from predictors import persistence
+from predictors.reference import parse_runs
+from predictors.residual import ResidualVramRegressor
+from predictors.residual_serving import (
+    ServedRuntimeModel,
+    ServedVramModel,
+    correct_vram_many,
+    served_model,
+    serving_state,
+)
+from predictors.runtime_residual import ResidualRuntimeRegressor
+from predictors.runtime_training import fit_runtime_residual, runtime_training_rows
+from predictors.training import TrainingRow, fit_residual, training_rows
+from predictors.vram import predict_vram
+
+REPO = Path(__file__).resolve().parents[2]
+DEV_RUNS = REPO.parent / "shared" / "reference" / "runs-dev.jsonl"
+needs_dev = pytest.mark.skipif(not DEV_RUNS.exists(), reason="shared/reference/runs-dev.jsonl not found")
+
+
+@pytest.fixture(scope="module")
+def vram_rows() -> list[TrainingRow]:
+    if not DEV_RUNS.exists():
+        pytest.skip("shared/reference/runs-dev.jsonl not found")
+    return training_rows(parse_runs(DEV_RUNS.read_text(encoding="utf-8")))[0]
+
+
+@pytest.fixture(scope="module")
+def runtime_rows() -> list:  # type: ignore[type-arg]
+    if not DEV_RUNS.exists():
+        pytest.skip("shared/reference/runs-dev.jsonl not found")
+    return runtime_training_rows(parse_runs(DEV_RUNS.read_text(encoding="utf-8")))[0]
+
+
+def _equal(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> None:
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+# ---- the shipped models -------------------------------------------------------------------------------------
+@needs_dev
+def test_shipped_models_load_from_serving_files_and_match_skops(vram_rows: list[TrainingRow],
+                                                                runtime_rows: list) -> None:  # type: ignore[type-arg]
+    """Every dev case: the served model's point and bound equal the skops estimator's, bit for bit."""
+    vram_path, runtime_path = persistence.default_model_path(), persistence.default_runtime_model_path()
+    served = persistence.load_model(vram_path)
+    fitted = persistence.load_model(vram_path, serving=False)
+    assert isinstance(served.model, ServedVramModel) and isinstance(fitted.model, ResidualVramRegressor)
+    assert served.metadata == fitted.metadata and served.version == fitted.version
+    cases = [r.case for r in vram_rows]
+    _equal(served.model.predict_with_upper(cases), fitted.model.predict_with_upper(cases))
+    for case in cases[:40]:
+        floor = (case.spec, case.vram.peak_vram_bytes, case.floor_bytes)
+        assert served.model.upper_floor_bytes(*floor) == fitted.model.upper_floor_bytes(*floor)
+
+    served_rt = persistence.load_model(runtime_path, persistence.check_runtime_compatible)
+    fitted_rt = persistence.load_model(runtime_path, persistence.check_runtime_compatible, serving=False)
+    assert isinstance(served_rt.model, ServedRuntimeModel)
+    assert isinstance(fitted_rt.model, ResidualRuntimeRegressor)
+    rt_cases = [r.case for r in runtime_rows]
+    _equal(served_rt.model.predict_with_lower(rt_cases), fitted_rt.model.predict_with_lower(rt_cases))
+
+
+def test_shipped_serving_files_are_current() -> None:
+    """Fails when a model file was rebuilt without its serving file (run `python -m predictors.residual_build`,
+    which writes both)."""
+    for path in (persistence.default_model_path(), persistence.default_runtime_model_path()):
+        header, _ = persistence.read_serving(persistence.serving_path(path))
+        assert header["model_sha256"] == persistence._file_sha256(path), path.name
+
+
+def test_predict_and_place_do_not_import_scikit_learn() -> None:
+    """The CLI's predict/place path: numpy and the serving files only (scikit-learn, skops and scipy take
+    1-4 s to import)."""
+    code = (
+        "import sys\n"
+        "from scheduler.cli import main\n"
+        f"assert main(['predict', {str(REPO / 'examples' / 'llama-3.1-8b-lora.yaml')!r}, '--gpu', 'A100-80GB',"
+        " '--format', 'json']) == 0\n"
+        f"assert main(['place', {str(REPO / 'examples' / 'llama-3.1-70b-too-big.yaml')!r}, '--format', 'json']) == 0\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'skops', 'scipy', 'torch'))\n"
+        "print('HEAVY', heavy[:5])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in out and '"model_version": "residual-' in out
+
+
+# ---- fitted models: served == estimator, including the learned correction ------------------------------
+@needs_dev
+def test_served_equals_estimator_with_a_learned_correction(tmp_path: Path, vram_rows: list[TrainingRow],
+                                                           runtime_rows: list) -> None:  # type: ignore[type-arg]
+    """With ``shrinkage=1`` the corrections (compiled trees, ridge coefficients) are applied: still equal."""
+    vram = fit_residual(vram_rows[::2], shrinkage=1.0)
+    assert vram.alpha_ == 1.0 and vram.compiled_ is not None
+    path = tmp_path / "v.skops"
+    persistence.save_model(vram, path, persistence.build_metadata(model_version="t"))
+    served = persistence.load_model(path).model
+    assert isinstance(served, ServedVramModel)
+    cases = [r.case for r in vram_rows]
+    _equal(served.predict_with_upper(cases), vram.predict_with_upper(cases))
+    np.testing.assert_array_equal(served.log_correction(cases), vram.log_correction(cases))
+    by_est = correct_vram_many(vram, cases[0].spec, cases[0].architecture, [(c.gpu, c.vram) for c in cases[:5]])
+    by_srv = correct_vram_many(served, cases[0].spec, cases[0].architecture, [(c.gpu, c.vram) for c in cases[:5]])
+    assert by_est == by_srv
+
+    runtime = fit_runtime_residual(runtime_rows[::2], shrinkage=1.0)
+    assert runtime.alpha_ == 1.0 and runtime.linear_ is not None
+    rt_path = tmp_path / "r.skops"
+    persistence.save_model(runtime, rt_path, persistence.build_runtime_metadata(model_version="t"))
+    served_rt = persistence.load_model(rt_path, persistence.check_runtime_compatible).model
+    assert isinstance(served_rt, ServedRuntimeModel)
+    rt_cases = [r.case for r in runtime_rows]
+    _equal(served_rt.predict_with_lower(rt_cases), runtime.predict_with_lower(rt_cases))
+
+
+# ---- fallbacks: the serving file is a cache of the skops file, never trusted over it ----------------------
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory, vram_rows: list[TrainingRow]) -> tuple[Path, bytes]:
+    model = fit_residual(vram_rows[::3], shrinkage=0.0)
+    path = tmp_path_factory.mktemp("serving") / "m.skops"
+    persistence.save_model(model, path, persistence.build_metadata(model_version="s"))
+    return path, persistence.serving_path(path).read_bytes()
+
+
+def _copy(saved: tuple[Path, bytes], tmp_path: Path) -> tuple[Path, Path, bytes]:
+    """The saved model and its serving file, copied to ``tmp_path`` (to damage): model, serving file, its bytes."""
+    source, good = saved
+    path = tmp_path / "m.skops"
+    path.write_bytes(source.read_bytes())
+    serving = persistence.serving_path(path)
+    serving.write_bytes(good)
+    return path, serving, good
+
+
+@needs_dev
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "no_header", "stale", "object_array", "wrong_kind",
+                                    "missing_array", "header_not_object"])
+def test_unusable_serving_file_falls_back_to_skops(tmp_path: Path, saved: tuple[Path, bytes], damage: str) -> None:
+    path, serving, good = _copy(saved, tmp_path)
+    header, arrays = persistence.read_serving(serving)
+    if damage == "garbage":
+        serving.write_bytes(b"not a zip at all")
+    elif damage == "truncated":
+        serving.write_bytes(good[: len(good) // 2])
+    elif damage == "no_header":
+        with zipfile.ZipFile(serving, "w") as archive:
+            archive.writestr("x.npy", b"")
+    elif damage == "stale":  # the skops file was replaced after the serving file was written
+        persistence.write_serving(serving, {**header, "model_sha256": "0" * 64}, arrays)
+    elif damage == "object_array":  # a pickled object array must be refused, not unpickled
+        with zipfile.ZipFile(serving, "a") as archive, archive.open("evil.npy", "w") as member:
+            np.lib.format.write_array(member, np.asarray([{"a": 1}], dtype=object), allow_pickle=True)
+    elif damage == "wrong_kind":
+        persistence.write_serving(serving, {**header, "params": {**header["params"], "kind": "other"}}, arrays)
+    elif damage == "missing_array":
+        persistence.write_serving(serving, header, {k: v for k, v in arrays.items() if k != "train_numeric_"})
+    elif damage == "header_not_object":
+        persistence.write_serving(serving, [1, 2], arrays)  # type: ignore[arg-type]
+    loaded = persistence.load_model(path)
+    assert isinstance(loaded.model, ResidualVramRegressor)  # the skops file, read as before
+    assert loaded.version == "s"
+
+
+@needs_dev
+def test_incompatible_metadata_is_refused_on_the_serving_path_too(tmp_path: Path, saved: tuple[Path, bytes]) -> None:
+    path, serving, _ = _copy(saved, tmp_path)
+    header, arrays = persistence.read_serving(serving)
+    old = {**header["metadata"], "analytic_fingerprint": "0" * 64}
+    persistence.write_serving(serving, {**header, "metadata": old}, arrays)
+    with pytest.raises(persistence.IncompatibleModel, match="different version of the analytic model"):
+        persistence.load_model(path)
+
+
+@needs_dev
+def test_no_array_form_means_no_serving_file(tmp_path: Path, vram_rows: list[TrainingRow],
+                                             runtime_rows: list) -> None:  # type: ignore[type-arg]
+    """A runtime residual with another regressor (no ridge coefficients to copy) is applied by the estimator:
+    save_model writes no serving file and removes a stale one."""
+    path = tmp_path / "r.skops"
+    serving = persistence.serving_path(path)
+    serving.write_bytes(b"stale")
+    model = ResidualRuntimeRegressor(regressor=Lasso(alpha=10.0, fit_intercept=True), shrinkage=1.0)
+    model.fit([r.case for r in runtime_rows], [r.measured_tokens_per_second for r in runtime_rows])
+    if model.linear_ is not None:  # Lasso is linear: make it have no array form for this test
+        model.linear_ = None
+    assert serving_state(model) is None
+    persistence.save_model(model, path, persistence.build_runtime_metadata(model_version="l"))
+    assert not serving.exists()
+    assert isinstance(persistence.load_model(path, persistence.check_runtime_compatible).model,
+                      ResidualRuntimeRegressor)
+
+
+@needs_dev
+def test_serving_file_is_reproducible(tmp_path: Path, saved: tuple[Path, bytes]) -> None:
+    """The same model gives the same bytes (fixed member times, sorted members): a rebuild diffs clean."""
+    source, good = saved
+    header, arrays = persistence.read_serving(persistence.serving_path(source))
+    again = tmp_path / "again.serving.npz"
+    persistence.write_serving(again, header, arrays)
+    assert again.read_bytes() == good
+
+
+def test_served_model_errors_name_what_is_missing() -> None:
+    with pytest.raises(ValueError, match="serving format"):
+        served_model({"serving_format_version": 99}, {})
+    with pytest.raises(ValueError, match="kind 'x'"):
+        served_model({"serving_format_version": 1, "kind": "x"}, {})
+    params = {"serving_format_version": 1, "kind": "vram", "alpha_": 0.0, "quantile_": 0.1, "class_quantiles_": {},
+              "distance_ref_": 1.0, "n_neighbors": 5, "distance_weight": 0.5, "max_widening": 2.0,
+              "n_features_in_": 3}
+    with pytest.raises(ValueError, match="array numeric_mean_ is missing"):
+        served_model(params, {})
+    with pytest.raises(ValueError, match="alpha_ is missing"):
+        served_model({k: v for k, v in params.items() if k != "alpha_"}, {})
+
+
+def test_header_is_plain_json(tmp_path: Path) -> None:
+    """What a reviewer sees with `unzip -p FILE header.json`: the metadata, the parameters and the hash."""
+    header, arrays = persistence.read_serving(persistence.serving_path(persistence.default_model_path()))
+    assert set(header) == {"params", "metadata", "model_sha256"}
+    assert header["metadata"]["model_version"].startswith("residual-")
+    assert all(a.dtype != object for a in arrays.values())
+    json.dumps(header)
+
+
+def test_served_model_predicts_like_the_analytic_path_expects() -> None:
+    """A served model is what SpecPredictor gets by default, and its bound sits above the analytic peak."""
+    from predictors.catalog import resolve_model
+    from predictors.hardware import lookup_gpu
+    from predictors.predict import _residual_model
+    from predictors.spec import TrainingSpec
+
+    loaded = _residual_model()
+    assert loaded is not None and isinstance(loaded.model, ServedVramModel)
+    spec = TrainingSpec.model_validate({"model": "llama-3.1-8b", "method": "lora", "gpus": 1})
+    arch = resolve_model(spec).architecture
+    gpu = lookup_gpu("A100-80GB")
+    vram = predict_vram(spec, arch, gpu)
+    fixed = correct_vram_many(loaded.model, spec, arch, [(gpu, vram)])[0]
+    assert fixed.upper_bytes >= vram.peak_vram_bytes
