@@ -3,7 +3,8 @@
 The default model is trained on ``../shared/reference/runs-dev.jsonl`` (relative to the repository root)
 plus the calibration rows in ``predictors/data/measured/*.jsonl`` (none yet) with fixed seeds, so the
 commands below reproduce ``predictors/data/residual-default.skops`` and
-``predictors/data/runtime-residual-default.skops``::
+``predictors/data/runtime-residual-default.skops`` (the fitted numbers; skops embeds object ids, so not the
+bytes) and their serving files ``*.serving.npz`` (see :mod:`predictors.persistence`)::
 
     python -m predictors.residual_build            # = vramfit train --runs ../shared/reference/runs-dev.jsonl \\
                                                    #     --out predictors/data/residual-default.skops

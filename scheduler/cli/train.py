@@ -61,8 +61,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(path: Path, metadata: dict[str, Any], alpha: float) -> None:
+    from predictors.persistence import serving_path
+
     print(f"wrote {path} ({metadata['model_version']}: {metadata['training_rows']} rows from "
           f"{len(metadata['training_sources'])} sources, shrinkage {alpha:.2f})")
+    if serving_path(path).exists():
+        print(f"wrote {serving_path(path)} (what predict/place/serve apply it with, without scikit-learn)")
     for name, block in metadata["evaluation"].items():
         a, r = block["analytic"], block["residual"]
         print(f"  {name:22s} median APE {a['median_ape'] * 100:5.1f}% -> {r['median_ape'] * 100:5.1f}%  "

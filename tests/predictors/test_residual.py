@@ -187,7 +187,9 @@ def test_train_cli_end_to_end(tmp_path: Path, runs_subset: RunsSubset,
     assert meta["params"]["coverage"] == 0.9 and len(meta["training_data_sha256"]) == 64
     assert set(meta["evaluation"]) == {"in_sample", "leave_one_source_out"}
     assert persistence.load_model(out).model.quantile_ == meta["conformal_quantile"]
-    assert "leave_one_source_out" in capsys.readouterr().out
+    assert type(persistence.load_model(out).model).__name__ == "ServedVramModel"  # from model.serving.npz
+    printed = capsys.readouterr().out
+    assert "leave_one_source_out" in printed and "model.serving.npz" in printed
 
 
 @needs_dev
