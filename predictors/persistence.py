@@ -171,13 +171,15 @@ def write_serving(path: Path, header: dict[str, Any], arrays: dict[str, Any]) ->
     import numpy as np
 
     tmp = path.with_name(path.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr(zipfile.ZipInfo(_SERVING_HEADER, _ZIP_EPOCH),
-                         json.dumps(header, sort_keys=True), compress_type=zipfile.ZIP_DEFLATED)
+    def member_info(name: str) -> zipfile.ZipInfo:
+        info = zipfile.ZipInfo(name, _ZIP_EPOCH)
+        info.compress_type = zipfile.ZIP_DEFLATED
+        return info
+
+    with zipfile.ZipFile(tmp, "w") as archive:
+        archive.writestr(member_info(_SERVING_HEADER), json.dumps(header, sort_keys=True))
         for name in sorted(arrays):
-            info = zipfile.ZipInfo(f"{name}.npy", _ZIP_EPOCH)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            with archive.open(info, "w") as member:
+            with archive.open(member_info(f"{name}.npy"), "w") as member:
                 np.lib.format.write_array(member, np.asarray(arrays[name]), allow_pickle=False)
     tmp.replace(path)
 

@@ -55,11 +55,7 @@ from predictors.features import MONOTONIC_CST, VramCase, feature_matrix
 # the prediction-time half (re-exported here: callers and model files name these from predictors.residual)
 from predictors.residual_serving import (  # noqa: F401
     _CATEGORICAL,
-    _CATEGORICAL_COLUMNS,
     _CATEGORY_TABLE_SIZE,
-    _FLOAT_MAX,
-    _LEVEL_METRICS,
-    _NUMERIC_COLUMNS,
     MARGIN_GROUPS,
     MIN_MARGIN_SOURCES,
     ConformalServing,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sklearn.linear_model import Lasso
+from sklearn.neighbors import KNeighborsRegressor
 
 from predictors import persistence
 from predictors.reference import parse_runs
@@ -189,16 +189,14 @@ def test_incompatible_metadata_is_refused_on_the_serving_path_too(tmp_path: Path
 @needs_dev
 def test_no_array_form_means_no_serving_file(tmp_path: Path, vram_rows: list[TrainingRow],
                                              runtime_rows: list) -> None:  # type: ignore[type-arg]
-    """A runtime residual with another regressor (no ridge coefficients to copy) is applied by the estimator:
+    """A runtime residual with a non-linear regressor (no coefficients to copy) is applied by the estimator:
     save_model writes no serving file and removes a stale one."""
     path = tmp_path / "r.skops"
     serving = persistence.serving_path(path)
     serving.write_bytes(b"stale")
-    model = ResidualRuntimeRegressor(regressor=Lasso(alpha=10.0, fit_intercept=True), shrinkage=1.0)
+    model = ResidualRuntimeRegressor(regressor=KNeighborsRegressor(n_neighbors=3), shrinkage=1.0)
     model.fit([r.case for r in runtime_rows], [r.measured_tokens_per_second for r in runtime_rows])
-    if model.linear_ is not None:  # Lasso is linear: make it have no array form for this test
-        model.linear_ = None
-    assert serving_state(model) is None
+    assert model.linear_ is None and serving_state(model) is None
     persistence.save_model(model, path, persistence.build_runtime_metadata(model_version="l"))
     assert not serving.exists()
     assert isinstance(persistence.load_model(path, persistence.check_runtime_compatible).model,
