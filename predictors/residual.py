@@ -27,6 +27,10 @@ optimizer states: the floor), ``F(x)`` its feature vector, ``w(x) >= 1`` its wid
 * ``predict_upper(X) = max(predict(X), a(x) * exp(alpha_ * f(x) + q(x) * w(x)))``, ``q(x)`` the margin of
   ``x``'s method group (``quantile_`` where a group had too few sources to calibrate its own).
 
+* Site stage (VRAM, the cases of ``site_group``: this cluster's ledger actuals): ``f(x)`` gains the site's log
+  offset of ``x``'s method group, and ``q(x)`` becomes the site's margin where its actuals calibrate one (see
+  the comment above :data:`SITE_GROUP`).
+
 ``w(x) = min(max_widening, 1 + distance_weight * max(0, d(x) / d_ref - 1))`` where ``d(x)`` is the mean
 distance of ``x`` to its ``n_neighbors`` nearest training cases (standardized numeric features, plus one
 per differing categorical setting) and ``d_ref`` the ``ordinary_distance`` (90 %) quantile of the training
@@ -185,6 +189,35 @@ def fit_weighted(regressor: Any, features: np.ndarray, target: np.ndarray, weigh
     return regressor.fit(features, target, sample_weight=weights)
 
 
+# ---- the site stage ---------------------------------------------------------------------------------------
+# The reference runs come from many frameworks and clusters; the ledger's actuals come from *this* cluster.
+# A systematic error of the analytic model on this cluster's jobs (its framework, its kernels, its allocator
+# settings) shows in those actuals, and it is not a correction that carries over to other sources, so the
+# leave-one-source-out shrinkage above rightly drops it. The site stage keeps it for this cluster only: a log
+# offset per method group, shrunk toward the pooled offset and the pooled one toward 0 (``SITE_PRIOR_ROWS``
+# pseudo-rows of "no offset"), used only if it lowers the median error of this cluster's jobs held out in
+# K-fold cross-validation; and a split-conformal margin per method group from those held-out errors where the
+# group has enough actuals to calibrate one at the target coverage (19 for 95 %), else the cluster's pooled
+# margin where the group has at least MIN_SITE_ROWS actuals and the pool enough, else the reference margin.
+SITE_GROUP = "ledger"  # the group (source) of the ledger's actuals: ``vramfit train --ledger``
+MIN_SITE_ROWS = 5
+SITE_PRIOR_ROWS = 5
+SITE_FOLDS = 5
+
+
+def site_offsets(excess: np.ndarray, methods: np.ndarray, prior_rows: float = SITE_PRIOR_ROWS) -> dict[str, float]:
+    """Log offset per margin group from this cluster's ``excess`` (``ln(measured / prediction)``) and each
+    row's margin group: medians shrunk toward the pooled median, which is shrunk toward 0."""
+    n = excess.size
+    pooled = float(np.median(excess)) * n / (n + prior_rows) if n else 0.0
+    offsets = {}
+    for name in MARGIN_GROUPS:
+        group = excess[methods == name]
+        own = float(np.median(group)) if group.size else pooled
+        offsets[name] = pooled + (own - pooled) * group.size / (group.size + prior_rows)
+    return offsets
+
+
 def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
     """The ``ceil((n + 1) * coverage) / n`` empirical quantile of ``n`` calibration scores (split-conformal)."""
     n = len(scores)
@@ -226,7 +259,13 @@ class ConformalResidualRegressor(ConformalServing, RegressorMixin, BaseEstimator
         Calibrate separate conformal margins for full fine-tuning and adapter methods (``MARGIN_GROUPS``).
     random_state:
         Seed of the default regressor (where it has one) and of shuffled folds.
+    site_group:
+        The group (as given to ``fit``) of this cluster's own actuals (``SITE_GROUP``: the ledger's). The VRAM
+        residual fits its site stage on them; the runtime residual treats them as one more source. ``None``:
+        no site stage.
     """
+
+    site_group: str | None = SITE_GROUP  # the default for models saved before the parameter existed
 
     def __init__(
         self,
@@ -241,6 +280,7 @@ class ConformalResidualRegressor(ConformalServing, RegressorMixin, BaseEstimator
         group_weighting: bool = True,
         mondrian: bool = True,
         random_state: int = 0,
+        site_group: str | None = SITE_GROUP,
     ) -> None:
         self.regressor = regressor
         self.coverage = coverage
@@ -253,6 +293,7 @@ class ConformalResidualRegressor(ConformalServing, RegressorMixin, BaseEstimator
         self.group_weighting = group_weighting
         self.mondrian = mondrian
         self.random_state = random_state
+        self.site_group = site_group
 
     def _checked_measurements(self, X: Sequence[Any], y: Sequence[float], not_positive: str
                               ) -> tuple[list[Any], np.ndarray]:
@@ -340,7 +381,8 @@ class ResidualVramRegressor(VramServing, ConformalResidualRegressor):
     """Analytic peak VRAM times a learned correction, floored at the resident model states.
 
     Parameters as :class:`ConformalResidualRegressor`; ``regressor`` ``None`` is :func:`default_regressor`,
-    ``coverage`` the probability that the measured peak is at most :meth:`predict_upper`.
+    ``coverage`` the probability that the measured peak is at most :meth:`predict_upper`; the cases of
+    ``site_group`` also fit the site stage.
     """
 
     # ---- fitting ------------------------------------------------------------------------------------
@@ -364,7 +406,53 @@ class ResidualVramRegressor(VramServing, ConformalResidualRegressor):
             self.regressor_ = fit_weighted(self._new_regressor(), features, target, weights)
             self._calibrate(features, target, [c.spec for c in cases], groups, weights)
         self.compiled_ = compile_hist_gradient_boosting(self.regressor_)
+        self._fit_site(cases, features, target, groups)
         return self
+
+    def _fit_site(self, cases: Sequence[VramCase], features: np.ndarray, target: np.ndarray,
+                  groups: Sequence[str] | None) -> None:
+        """The site stage from the cases of ``site_group``: ``site_offsets_``, ``site_quantiles_`` and
+        ``site_figures_`` (what it was fitted on and how it did on held-out actuals)."""
+        self.site_offsets_: dict[str, float] = {}
+        self.site_quantiles_: dict[str, float] = {}
+        self.site_figures_: dict[str, Any] = {"rows": 0}
+        if self.site_group is None or groups is None:
+            return
+        rows = np.flatnonzero(np.asarray(list(groups)) == self.site_group)
+        self.site_figures_["rows"] = int(rows.size)
+        if rows.size < MIN_SITE_ROWS:
+            return
+        methods = np.asarray([margin_group(cases[i].spec) for i in rows])
+        learned = self.alpha_ * self.log_correction(features[rows]) if self.alpha_ else 0.0
+        excess = target[rows] - learned  # ln(measured / prediction before the site stage)
+        out_of_fold = np.empty(rows.size)
+        folds = KFold(n_splits=min(SITE_FOLDS, rows.size), shuffle=True, random_state=self.random_state)
+        for train_rows, held_rows in folds.split(rows):
+            offsets = site_offsets(excess[train_rows], methods[train_rows])
+            out_of_fold[held_rows] = [offsets[m] for m in methods[held_rows]]
+        # APE of a prediction p of a measurement y: |p / y - 1| = |exp(-ln(y / p)) - 1|
+        before = float(np.median(np.abs(np.expm1(-excess))))
+        after = float(np.median(np.abs(np.expm1(-(excess - out_of_fold)))))
+        used = after < before
+        scores = excess - out_of_fold if used else excess
+        if used:
+            self.site_offsets_ = site_offsets(excess, methods)
+        def calibrates(n: int) -> bool:  # enough scores for the split-conformal quantile at the coverage
+            return n > 0 and math.ceil((n + 1) * self.coverage) <= n
+
+        for name in MARGIN_GROUPS:
+            group = scores[methods == name]
+            if calibrates(group.size):
+                self.site_quantiles_[name] = conformal_quantile(group, self.coverage)
+            elif group.size >= MIN_SITE_ROWS and calibrates(scores.size):
+                # too few of its own: the cluster's pooled margin, for a group the cluster does run
+                self.site_quantiles_[name] = conformal_quantile(scores, self.coverage)
+        self.site_figures_.update({
+            "offset_used": used,
+            "rows_by_group": {name: int((methods == name).sum()) for name in MARGIN_GROUPS},
+            "held_out_median_ape_before": before,
+            "held_out_median_ape_after": after if used else before,
+        })
 
     def _fit_distance(self, features: np.ndarray, groups: Sequence[str] | None) -> None:
         numeric = features[:, ~_CATEGORICAL]

@@ -32,6 +32,7 @@ from predictors.persistence import (
     sha256_of_texts,
 )
 from predictors.reference import ReferenceRun, parse_runs
+from predictors.residual import SITE_GROUP
 from predictors.runtime_residual import DEFAULT_RUNTIME_UPPER_MARGIN
 from predictors.runtime_training import (
     fit_runtime_residual,
@@ -63,10 +64,14 @@ def default_runs() -> list[Path]:
     return [DEFAULT_RUNS, *sorted(MEASURED_DIR.glob("*.jsonl"))]
 
 
-def _runs(texts: Sequence[tuple[str, str]]) -> list[ReferenceRun]:
+def _runs(texts: Sequence[tuple[str, str]], site: bool = False) -> list[ReferenceRun]:
+    """The runs of ``texts``; with ``site`` (this cluster's ledger actuals) each is relabelled to the source
+    ``SITE_GROUP``, whatever source it names, so that the VRAM residual fits its site stage on them."""
     runs: list[ReferenceRun] = []
     for name, text in texts:
         runs += parse_runs(text, source=name)
+    if site:
+        runs = [run.model_copy(update={"source_id": f"{SITE_GROUP}_{run.source_id}"}) for run in runs]
     return runs
 
 
@@ -110,7 +115,10 @@ class ResidualKind:
 
 VRAM = ResidualKind("residual", "usable runs", training_rows, fit_residual, score_rows, summarize,
                     leave_one_source_out, build_metadata, load_default_model, default_model_path,
-                    extra_metadata=lambda model: {"class_quantiles": dict(getattr(model, "class_quantiles_", {}))})
+                    extra_metadata=lambda model: {"class_quantiles": dict(getattr(model, "class_quantiles_", {})),
+                                                  "site": {**getattr(model, "site_figures_", {"rows": 0}),
+                                                           "offsets": dict(getattr(model, "site_offsets_", {})),
+                                                           "quantiles": dict(getattr(model, "site_quantiles_", {}))}})
 RUNTIME = ResidualKind(
     "runtime-residual", "usable runs with tokens_per_second", runtime_training_rows, fit_runtime_residual,
     score_runtime_rows, summarize_runtime, runtime_leave_one_source_out, build_runtime_metadata,
@@ -129,7 +137,7 @@ def train(runs_texts: Sequence[tuple[str, str]], ledger_texts: Sequence[tuple[st
     :class:`~predictors.runtime_residual.ResidualRuntimeRegressor`).
     """
     texts = [*runs_texts, *ledger_texts]
-    rows, skipped = kind.training_rows(_runs(texts), DEFAULT_QUALITIES)
+    rows, skipped = kind.training_rows([*_runs(runs_texts), *_runs(ledger_texts, site=True)], DEFAULT_QUALITIES)
     if len(rows) < 2:
         raise ValueError(f"need at least 2 {kind.rows_wanted} to train; got {len(rows)}")
     model = kind.fit(rows, **params)

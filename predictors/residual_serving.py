@@ -61,6 +61,11 @@ def margin_group(spec: TrainingSpec) -> str:
     return "full" if spec.method == "full" else "adapter"
 
 
+# The site stage (predictors.residual, ``site_group``): this cluster's own actuals (the ledger) give a log
+# offset per margin group and, where a group has enough of them, its own conformal margin. Its fitted state:
+# ``site_offsets_`` and ``site_quantiles_``, margin group -> float (empty: no site stage).
+
+
 
 class ConformalServing:
     """The prediction-time part the residual models share: the widening of the bound with the distance to
@@ -68,7 +73,8 @@ class ConformalServing:
 
     Fitted state it reads: ``alpha_``, ``quantile_``, ``class_quantiles_``, ``distance_ref_`` and the
     parameters ``n_neighbors``, ``distance_weight``, ``max_widening`` (see
-    :class:`predictors.residual.ConformalResidualRegressor`).
+    :class:`predictors.residual.ConformalResidualRegressor`); and, where present, the site stage's
+    ``site_offsets_`` and ``site_quantiles_`` (:class:`predictors.residual.ResidualVramRegressor`).
     """
 
     alpha_: float
@@ -108,6 +114,9 @@ class ConformalServing:
         """
         n = len(specs)
         f = (self.alpha_ * self.log_correction(features)).tolist() if self.alpha_ else [0.0] * n
+        offsets = getattr(self, "site_offsets_", None)
+        if offsets:  # the site stage: this cluster's own offset per method group
+            f = [fi + offsets.get(margin_group(spec), 0.0) for fi, spec in zip(f, specs, strict=True)]
         margins = [self._margin(spec) for spec in specs]
         if not any(m > 0 for m in margins):
             return f, margins
@@ -128,9 +137,25 @@ class ConformalServing:
             raise NotFittedModel(f"this {type(self).__name__} is not fitted yet; call fit first")
 
     def _margin(self, spec: TrainingSpec) -> float:
-        """The calibrated margin (before widening) of ``spec``: its method group's, else the pooled one."""
+        """The calibrated margin (before widening) of ``spec``: the site's for its method group where this
+        cluster's actuals calibrate one, else its method group's, else the pooled one."""
+        group = margin_group(spec)
+        site = getattr(self, "site_quantiles_", None)
+        if site and group in site:
+            return float(site[group])
         margins = getattr(self, "class_quantiles_", None) or {}
-        return float(margins.get(margin_group(spec), self.quantile_))
+        return float(margins.get(group, self.quantile_))
+
+    def _site_offset(self, spec: TrainingSpec) -> float:
+        """The site stage's log offset of ``spec``'s method group (0 without a site stage)."""
+        offsets = getattr(self, "site_offsets_", None)
+        return float(offsets.get(margin_group(spec), 0.0)) if offsets else 0.0
+
+    @property
+    def corrects_point(self) -> bool:
+        """Whether predictions differ from the analytic ones (a learned correction or a site offset), not
+        only the bound."""
+        return bool(self.alpha_) or any(v != 0 for v in (getattr(self, "site_offsets_", None) or {}).values())
 
 
 class VramServing(ConformalServing):
@@ -197,8 +222,9 @@ class VramServing(ConformalServing):
         never below, from its device peak ``device_bytes`` and resident model states ``resident`` alone (no
         features, no tree walk, no distance).
 
-        With a shrinkage of 0 the bound is ``analytic * exp(margin * w)`` (or the analytic peak if larger) with
-        a widening ``w >= 1``: so at least ``analytic * exp(max(margin, 0))``. With a learned correction the
+        With a shrinkage of 0 the bound is ``analytic * exp(offset + margin * w)`` (or the point if larger) with
+        a widening ``w >= 1`` and the site offset (0 without a site stage): so at least
+        ``analytic * exp(offset + max(margin, 0))``. With a learned correction the
         point may fall below the analytic peak, but never below the resident model states. Placement uses it to
         skip GPU counts that surely do not fit.
         """
@@ -207,7 +233,7 @@ class VramServing(ConformalServing):
             return float(resident)
         margin = self._margin(spec)
         lowest_widening = min(1.0, self.max_widening) if self.distance_weight >= 0 else 0.0
-        return device_bytes * math.exp(max(margin, 0.0) * lowest_widening)
+        return device_bytes * math.exp(self._site_offset(spec) + max(margin, 0.0) * lowest_widening)
 
 
 class RuntimeServing(ConformalServing):
@@ -331,13 +357,14 @@ def correct_vram_many(model: VramServing, spec: TrainingSpec, architecture: Arch
 
     Rows are independent, so the result of each pair is the one it gets alone; placement predicts a spec
     on every pool's GPU at once and pays the fixed cost of the numpy calls once instead of per pool.
-    With a shrinkage of 0 the levels stay analytic (above the model-state floor) and only the device
-    level's upper bound needs the features: one row instead of three.
+    With a shrinkage of 0 and no site offset the levels stay analytic (above the model-state floor) and only
+    the device level's upper bound needs the features: one row instead of three.
     """
     cases: list[VramCase] = []
     device_only: list[bool] = []
+    corrects = model.corrects_point
     for gpu, vram in items:
-        alone = not model.alpha_ and resident_bytes(vram) <= vram.peak_allocated_bytes
+        alone = not corrects and resident_bytes(vram) <= vram.peak_allocated_bytes
         device_only.append(alone)
         metrics = (_LEVEL_METRICS["peak_vram_bytes"],) if alone else tuple(_LEVEL_METRICS.values())
         cases.extend(VramCase(spec, architecture, gpu, metric, vram) for metric in metrics)
@@ -496,6 +523,11 @@ def predict_with_lower_exact(model: RuntimeServing, cases: Sequence[RuntimeCase]
 
 # ---- a fitted model's state, applied without scikit-learn ------------------------------------------------
 SERVING_FORMAT_VERSION = 1
+# a model with a site stage is written as format 2 (an older reader refuses it and falls back to the skops
+# file instead of silently dropping the stage); one without stays format 1, byte for byte as before
+SITE_FORMAT_VERSION = 2
+_READABLE_FORMATS = (SERVING_FORMAT_VERSION, SITE_FORMAT_VERSION)
+_SITE_SCALARS: tuple[str, ...] = ("site_offsets_", "site_quantiles_")
 # what both kinds keep: the shrinkage, the conformal margins, the distance reference and widening parameters
 _SERVING_SCALARS: tuple[str, ...] = ("alpha_", "quantile_", "class_quantiles_", "distance_ref_", "n_neighbors",
                                      "distance_weight", "max_widening", "n_features_in_")
@@ -535,14 +567,17 @@ def serving_state(model: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]] | 
         value = getattr(model, name)
         params[name] = ({str(k): float(v) for k, v in value.items()} if isinstance(value, dict)
                         else int(value) if name in ("n_neighbors", "n_features_in_") else float(value))
+    site = {name: {str(k): float(v) for k, v in (getattr(model, name, None) or {}).items()} for name in _SITE_SCALARS}
+    if any(site.values()):
+        params.update(site, serving_format_version=SITE_FORMAT_VERSION)
     return params, arrays
 
 
 def served_model(params: dict[str, Any], arrays: dict[str, np.ndarray]) -> ServedVramModel | ServedRuntimeModel:
     """The model that :func:`serving_state` describes; ``ValueError`` saying what is missing or wrong."""
-    if params.get("serving_format_version") != SERVING_FORMAT_VERSION:
+    if params.get("serving_format_version") not in _READABLE_FORMATS:
         raise ValueError(f"serving format {params.get('serving_format_version')!r}, this code reads "
-                         f"{SERVING_FORMAT_VERSION}")
+                         f"{' and '.join(map(str, _READABLE_FORMATS))}")
     kind = params.get("kind")
     if kind not in _SERVING_KINDS:
         raise ValueError(f"kind {kind!r} is not one of {', '.join(_SERVING_KINDS)}")
@@ -552,6 +587,11 @@ def served_model(params: dict[str, Any], arrays: dict[str, np.ndarray]) -> Serve
         if name not in params:
             raise ValueError(f"{name} is missing")
         setattr(model, name, params[name])
+    for name in _SITE_SCALARS:
+        value = params.get(name, {})
+        if not isinstance(value, dict) or not all(isinstance(v, int | float) for v in value.values()):
+            raise ValueError(f"{name} must map method groups to numbers")
+        setattr(model, name, {str(k): float(v) for k, v in value.items()})
     for name in array_names:
         if name not in arrays:
             raise ValueError(f"array {name} is missing")

@@ -4,6 +4,7 @@ fit the residual VRAM model (and, with ``--runtime-out``, the runtime residual o
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("train", help="fit the residual VRAM (and runtime) model on measured runs and save it (skops)")
     p.add_argument("--runs", action="append", required=True, help="reference runs JSONL (repeatable)")
     p.add_argument("--ledger", action="append", default=[],
-                   help="ledger actuals joined to their specs, JSONL in the reference-run schema (repeatable)")
+                   help="this cluster's actuals joined to their specs (vramfit report --export), JSONL in the "
+                        "reference-run schema (repeatable): they also fit the site stage, this cluster's own "
+                        "offset and upper-bound margin")
     p.add_argument("--out", required=True, type=Path, help="model file to write (.skops; metadata beside it)")
     p.add_argument("--coverage", type=float, default=0.95, help="upper-bound target coverage (default 0.95)")
     p.add_argument("--no-cv", action="store_true", help="skip the leave-one-source-out figures in the metadata")
@@ -67,8 +70,29 @@ def _report(path: Path, metadata: dict[str, Any], alpha: float) -> None:
           f"{len(metadata['training_sources'])} sources, shrinkage {alpha:.2f})")
     if serving_path(path).exists():
         print(f"wrote {serving_path(path)} (what predict/place/serve apply it with, without scikit-learn)")
+    site = metadata.get("site") or {}
+    if site.get("rows"):
+        print(f"  {_site_line(site)}")
     for name, block in metadata["evaluation"].items():
         a, r = block["analytic"], block["residual"]
         print(f"  {name:22s} median APE {a['median_ape'] * 100:5.1f}% -> {r['median_ape'] * 100:5.1f}%  "
               f"p90 {a['p90_ape'] * 100:5.1f}% -> {r['p90_ape'] * 100:5.1f}%  "
               f"coverage {r['coverage'] * 100:5.1f}%  median slack {r['median_slack'] * 100:5.1f}%")
+
+
+def _site_line(site: dict[str, Any]) -> str:
+    """What the site stage learned from the ledger's actuals (this cluster's jobs)."""
+    from predictors.residual import MIN_SITE_ROWS
+
+    rows = site["rows"]
+    if "offset_used" not in site:
+        return f"site stage: {rows} ledger actuals, fewer than {MIN_SITE_ROWS}: none fitted"
+    if site["offset_used"]:
+        offsets = ", ".join(f"{group} {math.expm1(v) * 100:+.1f}%" for group, v in site["offsets"].items())
+        what = (f"offsets {offsets}; held-out (5-fold) median APE {site['held_out_median_ape_before'] * 100:.1f}% "
+                f"-> {site['held_out_median_ape_after'] * 100:.1f}%")
+    else:
+        what = (f"no offset (it did not lower the held-out median APE, "
+                f"{site['held_out_median_ape_before'] * 100:.1f}%)")
+    margins = ", ".join(f"{group} x{math.exp(q):.3f}" for group, q in site["quantiles"].items()) or "reference"
+    return f"site stage: {rows} ledger actuals; {what}; upper-bound margins {margins}"
