@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import warnings
 import zipfile
 from collections.abc import Callable, Iterable
@@ -265,18 +266,40 @@ def load_model(path: Path, check: Callable[[dict[str, Any]], None] = check_compa
     return LoadedModel(model=payload["model"], metadata=dict(payload["metadata"]))
 
 
-def default_model_path() -> Path:
+# Where predict, place and serve load the residual models from instead of the shipped ones (say, the model that
+# `vramfit train --ledger` fitted on this cluster's actuals): a path, read at the first load of the process.
+MODEL_ENV = "VRAMFIT_RESIDUAL_MODEL"
+RUNTIME_MODEL_ENV = "VRAMFIT_RUNTIME_RESIDUAL_MODEL"
+
+
+def _configured_path(variable: str) -> Path | None:
+    value = os.environ.get(variable, "").strip()
+    return Path(value).expanduser() if value else None
+
+
+def shipped_model_path() -> Path:
+    """The residual model inside the package (what ``python -m predictors.residual_build`` rebuilds)."""
     return Path(str(resources.files("predictors") / "data" / DEFAULT_MODEL_FILE))
+
+
+def default_model_path() -> Path:
+    """The residual model predict, place and serve load: ``$VRAMFIT_RESIDUAL_MODEL`` if set, else the shipped
+    one."""
+    return _configured_path(MODEL_ENV) or shipped_model_path()
 
 
 @cache
 def load_default_model() -> LoadedModel | None:
-    """The shipped residual model, loaded once; ``None`` with a warning when missing or incompatible."""
+    """The residual model (:func:`default_model_path`), loaded once; ``None`` with a warning when missing or
+    incompatible."""
     return _load_default(default_model_path(), check_compatible, "residual model", REBUILD_HINT)
 
 
 def _load_default(path: Path, check: Callable[[dict[str, Any]], None], what: str, hint: str) -> LoadedModel | None:
     if not path.exists():
+        configured = {_configured_path(MODEL_ENV): MODEL_ENV, _configured_path(RUNTIME_MODEL_ENV): RUNTIME_MODEL_ENV}
+        if path in configured:
+            hint = f"it is what ${configured[path]} names: point it at a model file or unset it"
         warnings.warn(f"{what} {path} is missing: predictions are analytic only; {hint}",
                       RuntimeWarning, stacklevel=3)
         return None
@@ -354,8 +377,15 @@ def check_runtime_compatible(metadata: dict[str, Any]) -> None:
                                 f"{RUNTIME_REBUILD_HINT}")
 
 
-def default_runtime_model_path() -> Path:
+def shipped_runtime_model_path() -> Path:
+    """The runtime residual inside the package (``python -m predictors.residual_build --runtime``)."""
     return Path(str(resources.files("predictors") / "data" / DEFAULT_RUNTIME_MODEL_FILE))
+
+
+def default_runtime_model_path() -> Path:
+    """The runtime residual predict, place and serve load: ``$VRAMFIT_RUNTIME_RESIDUAL_MODEL`` if set, else the
+    shipped one."""
+    return _configured_path(RUNTIME_MODEL_ENV) or shipped_runtime_model_path()
 
 
 @cache

@@ -24,12 +24,12 @@ from predictors.persistence import (
     LoadedModel,
     build_metadata,
     build_runtime_metadata,
-    default_model_path,
-    default_runtime_model_path,
     load_default_model,
     load_default_runtime_model,
     save_model,
     sha256_of_texts,
+    shipped_model_path,
+    shipped_runtime_model_path,
 )
 from predictors.reference import ReferenceRun, parse_runs
 from predictors.residual import SITE_GROUP
@@ -114,7 +114,7 @@ class ResidualKind:
 
 
 VRAM = ResidualKind("residual", "usable runs", training_rows, fit_residual, score_rows, summarize,
-                    leave_one_source_out, build_metadata, load_default_model, default_model_path,
+                    leave_one_source_out, build_metadata, load_default_model, shipped_model_path,
                     extra_metadata=lambda model: {"class_quantiles": dict(getattr(model, "class_quantiles_", {})),
                                                   "site": {**getattr(model, "site_figures_", {"rows": 0}),
                                                            "offsets": dict(getattr(model, "site_offsets_", {})),
@@ -122,7 +122,7 @@ VRAM = ResidualKind("residual", "usable runs", training_rows, fit_residual, scor
 RUNTIME = ResidualKind(
     "runtime-residual", "usable runs with tokens_per_second", runtime_training_rows, fit_runtime_residual,
     score_runtime_rows, summarize_runtime, runtime_leave_one_source_out, build_runtime_metadata,
-    load_default_runtime_model, default_runtime_model_path,
+    load_default_runtime_model, shipped_runtime_model_path,
     extra_metadata=lambda model: {"regressor": repr(model.regressor_),
                                   "fallback_upper_margin": DEFAULT_RUNTIME_UPPER_MARGIN})
 

@@ -57,7 +57,7 @@ def _equal(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -
 def test_shipped_models_load_from_serving_files_and_match_skops(vram_rows: list[TrainingRow],
                                                                 runtime_rows: list) -> None:  # type: ignore[type-arg]
     """Every dev case: the served model's point and bound equal the skops estimator's, bit for bit."""
-    vram_path, runtime_path = persistence.default_model_path(), persistence.default_runtime_model_path()
+    vram_path, runtime_path = persistence.shipped_model_path(), persistence.shipped_runtime_model_path()
     served = persistence.load_model(vram_path)
     fitted = persistence.load_model(vram_path, serving=False)
     assert isinstance(served.model, ServedVramModel) and isinstance(fitted.model, ResidualVramRegressor)
@@ -79,7 +79,7 @@ def test_shipped_models_load_from_serving_files_and_match_skops(vram_rows: list[
 def test_shipped_serving_files_are_current() -> None:
     """Fails when a model file was rebuilt without its serving file (run `python -m predictors.residual_build`,
     which writes both)."""
-    for path in (persistence.default_model_path(), persistence.default_runtime_model_path()):
+    for path in (persistence.shipped_model_path(), persistence.shipped_runtime_model_path()):
         header, _ = persistence.read_serving(persistence.serving_path(path))
         assert header["model_sha256"] == persistence._file_sha256(path), path.name
 
@@ -229,7 +229,7 @@ def test_served_model_errors_name_what_is_missing() -> None:
 
 def test_header_is_plain_json(tmp_path: Path) -> None:
     """What a reviewer sees with `unzip -p FILE header.json`: the metadata, the parameters and the hash."""
-    header, arrays = persistence.read_serving(persistence.serving_path(persistence.default_model_path()))
+    header, arrays = persistence.read_serving(persistence.serving_path(persistence.shipped_model_path()))
     assert set(header) == {"params", "metadata", "model_sha256"}
     assert header["metadata"]["model_version"].startswith("residual-")
     assert all(a.dtype != object for a in arrays.values())

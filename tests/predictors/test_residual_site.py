@@ -166,3 +166,32 @@ def test_train_cli_with_ledger(tmp_path: Path, dev_runs: list, capsys: pytest.Ca
     assert "ledger" in meta["training_sources"] and meta["params"]["site_group"] == SITE_GROUP
     loaded = persistence.load_model(model).model
     assert loaded.site_offsets_ == pytest.approx(meta["site"]["offsets"])
+
+
+def test_predict_loads_the_model_the_environment_names(tmp_path: Path, reference_rows: list[TrainingRow],
+                                                        site_cases: list[VramCase],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """$VRAMFIT_RESIDUAL_MODEL: predict, place and serve apply this cluster's model instead of the shipped one."""
+    from predictors.predict import predict
+
+    ledger = site_cases[:40]
+    model = _fit(reference_rows, ledger, _actuals(ledger, BIAS, 0.03, seed=0))
+    path = tmp_path / "cluster.skops"
+    persistence.save_model(model, path, persistence.build_metadata(model_version="residual-cluster"))
+    job = site_cases[-1]
+    monkeypatch.setenv(persistence.MODEL_ENV, str(path))
+    persistence.load_default_model.cache_clear()
+    try:
+        ours = predict(job.spec, gpu_name=job.gpu.name if job.gpu else None)
+        assert ours.model_version == "residual-cluster"
+        assert ours.vram.peak_vram_bytes == pytest.approx(
+            predict(job.spec, gpu_name=job.gpu.name if job.gpu else None, residual=False).vram.peak_vram_bytes
+            * math.exp(model.site_offsets_["full" if job.spec.method == "full" else "adapter"]), rel=1e-6)
+        monkeypatch.setenv(persistence.MODEL_ENV, str(tmp_path / "missing.skops"))
+        persistence.load_default_model.cache_clear()
+        with pytest.warns(RuntimeWarning, match=f"what \\${persistence.MODEL_ENV} names"):
+            assert persistence.load_default_model() is None
+    finally:
+        monkeypatch.delenv(persistence.MODEL_ENV)
+        persistence.load_default_model.cache_clear()
+    assert persistence.default_model_path() == persistence.shipped_model_path()
