@@ -390,6 +390,7 @@ def default_runtime_model_path() -> Path:
 
 @cache
 def load_default_runtime_model() -> LoadedModel | None:
-    """The shipped runtime residual, loaded once; ``None`` with a warning when missing or incompatible."""
+    """The runtime residual (:func:`default_runtime_model_path`), loaded once; ``None`` with a warning when
+    missing or incompatible."""
     return _load_default(default_runtime_model_path(), check_runtime_compatible, "runtime residual model",
                          RUNTIME_REBUILD_HINT)

@@ -218,6 +218,11 @@ def site_offsets(excess: np.ndarray, methods: np.ndarray, prior_rows: float = SI
     return offsets
 
 
+def calibrates(n: int, coverage: float) -> bool:
+    """Whether ``n`` scores are enough for the split-conformal quantile at ``coverage`` (19 for 95 %)."""
+    return n > 0 and math.ceil((n + 1) * coverage) <= n
+
+
 def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
     """The ``ceil((n + 1) * coverage) / n`` empirical quantile of ``n`` calibration scores (split-conformal)."""
     n = len(scores)
@@ -437,14 +442,11 @@ class ResidualVramRegressor(VramServing, ConformalResidualRegressor):
         scores = excess - out_of_fold if used else excess
         if used:
             self.site_offsets_ = site_offsets(excess, methods)
-        def calibrates(n: int) -> bool:  # enough scores for the split-conformal quantile at the coverage
-            return n > 0 and math.ceil((n + 1) * self.coverage) <= n
-
         for name in MARGIN_GROUPS:
             group = scores[methods == name]
-            if calibrates(group.size):
+            if calibrates(group.size, self.coverage):
                 self.site_quantiles_[name] = conformal_quantile(group, self.coverage)
-            elif group.size >= MIN_SITE_ROWS and calibrates(scores.size):
+            elif group.size >= MIN_SITE_ROWS and calibrates(scores.size, self.coverage):
                 # too few of its own: the cluster's pooled margin, for a group the cluster does run
                 self.site_quantiles_[name] = conformal_quantile(scores, self.coverage)
         self.site_figures_.update({

@@ -61,11 +61,6 @@ def margin_group(spec: TrainingSpec) -> str:
     return "full" if spec.method == "full" else "adapter"
 
 
-# The site stage (predictors.residual, ``site_group``): this cluster's own actuals (the ledger) give a log
-# offset per margin group and, where a group has enough of them, its own conformal margin. Its fitted state:
-# ``site_offsets_`` and ``site_quantiles_``, margin group -> float (empty: no site stage).
-
-
 
 class ConformalServing:
     """The prediction-time part the residual models share: the widening of the bound with the distance to
