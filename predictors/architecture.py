@@ -120,9 +120,14 @@ class Architecture:
         expert = sum(g.params for g in self.linears if g.expert)
         return total - expert + expert * self.num_experts_per_tok // self.num_experts
 
-    @property
+    @cached_property
     def lm_head(self) -> LinearGroup | None:
         return next((g for g in self.linears if g.role == "lm_head"), None)
+
+    @cached_property
+    def body_linear_params(self) -> int:
+        """Weights and biases of every linear layer but the output head."""
+        return sum(g.weight_params + g.bias_params for g in self.linears if g.role != "lm_head")
 
     def quantizable_params(self) -> int:
         return self._quantizable_params

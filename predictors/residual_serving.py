@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from predictors.architecture import Architecture
-from predictors.features import CATEGORICAL_MASK, VramCase, feature_matrix, resident_bytes
+from predictors.features import CATEGORICAL_MASK, CATEGORIES, VramCase, feature_matrix, resident_bytes
 from predictors.hardware import GpuSpec
 from predictors.runtime import RuntimePrediction
 from predictors.runtime_features import RUNTIME_NUMERIC, RuntimeCase, runtime_feature_matrix
@@ -36,6 +36,13 @@ _CATEGORICAL = np.asarray(CATEGORICAL_MASK, dtype=bool)
 _NUMERIC_COLUMNS = np.flatnonzero(~_CATEGORICAL)
 _CATEGORICAL_COLUMNS = np.flatnonzero(_CATEGORICAL)
 _FLOAT_MAX = np.finfo(np.float64).max
+_N_VRAM_NUMERIC = len(_NUMERIC_COLUMNS)
+# the one-hot layout of the categorical features in the distance (VramServing._pairwise_sq_distance): column
+# j's value v sits at _CATEGORY_OFFSETS[j] + v of the training table
+_CATEGORY_SIZES = np.asarray([len(vocab) for vocab in CATEGORIES.values()], dtype=np.float64)
+_CATEGORY_OFFSETS = _N_VRAM_NUMERIC + np.concatenate(([0], np.cumsum(_CATEGORY_SIZES)[:-1]))
+_ONE_HOT_WIDTH = int(_N_VRAM_NUMERIC + _CATEGORY_SIZES.sum())
+_EXPANSION_LIMIT = 1e100  # standardized values beyond this take the element-wise distance (no inf - inf)
 # the runtime features: the numeric ones come first (runtime_features), then the one-hot columns
 _N_NUMERIC = len(RUNTIME_NUMERIC)
 
@@ -79,20 +86,27 @@ class ConformalServing:
     distance_weight: float
     max_widening: float
 
-    def _pairwise_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
-        """Distances of each row of ``features`` to the (selected) training cases; subclasses define it."""
+    def _pairwise_sq_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
+        """Squared :meth:`_pairwise_distance`; subclasses define it."""
         raise NotImplementedError
+
+    def _pairwise_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
+        """Distances of each row of ``features`` to the (selected) training cases."""
+        return np.sqrt(self._pairwise_sq_distance(features, train_rows))
 
     def _neighbour_distance(self, features: np.ndarray, exclude: np.ndarray | None = None,
                             train_rows: np.ndarray | None = None) -> np.ndarray:
         """Mean distance of each row of ``features`` to its ``n_neighbors`` nearest training cases, leaving
         out the pairs where ``exclude`` (rows x training cases) is true."""
-        dist = self._pairwise_distance(features, train_rows)
+        sq = self._pairwise_sq_distance(features, train_rows)
         if exclude is not None:
-            dist = np.where(exclude, np.inf, dist)
-        available = int(np.isfinite(dist).sum(axis=1).min()) if dist.size else 0
+            sq = np.where(exclude, np.inf, sq)
+            available = int(np.isfinite(sq).sum(axis=1).min()) if sq.size else 0
+        else:
+            available = sq.shape[1]
         k = max(1, min(self.n_neighbors, available))
-        nearest = np.partition(dist, k - 1, axis=1)[:, :k]
+        # the k nearest by squared distance (the same cases: the root is monotone), then the root of k only
+        nearest = np.sqrt(np.partition(sq, k - 1, axis=1)[:, :k])
         return nearest.sum(axis=1) / k  # the mean, without ndarray.mean's per-call overhead
 
     def _widening(self, distance: np.ndarray) -> np.ndarray:
@@ -112,7 +126,9 @@ class ConformalServing:
         offsets = getattr(self, "site_offsets_", None)
         if offsets:  # the site stage: this cluster's own offset per method group
             f = [fi + offsets.get(margin_group(spec), 0.0) for fi, spec in zip(f, specs, strict=True)]
-        margins = [self._margin(spec) for spec in specs]
+        by_spec: dict[int, float] = {}  # placement sends one spec on many GPUs: its margin once
+        margins = [by_spec[id(spec)] if id(spec) in by_spec else by_spec.setdefault(id(spec), self._margin(spec))
+                   for spec in specs]
         if not any(m > 0 for m in margins):
             return f, margins
         widening = self._widening(self._neighbour_distance(features)).tolist()
@@ -171,16 +187,41 @@ class VramServing(ConformalServing):
         z[np.isnan(z)] = 0.0  # np.nan_to_num(z, nan=0.0), without its per-call overhead
         return np.clip(z, -_FLOAT_MAX, _FLOAT_MAX, out=z)
 
-    def _pairwise_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
-        """Standardized numeric distance plus one per differing categorical setting."""
+    def _pairwise_sq_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
+        """Squared distance: the standardized numeric one plus one per differing categorical setting.
+
+        One matrix product (:func:`_distance_table`): ``|z - t|^2 + mismatches`` is
+        ``|z|^2 + (|t|^2 + n_categorical) - 2 z . t - onehot(codes) . onehot(t)``: a matching setting adds one
+        to the product of the one-hots, so it takes one away from the mismatches. Placement sends a handful of
+        rows, for which numpy's per-call cost dominates, hence the few calls. Rows with a missing numeric value
+        (NaN: standardized to 0), a code outside its vocabulary (NaN: matches nothing, as ``NaN != x``) or a
+        value so far out that its square overflows take the element-wise form, which handles them.
+        """
+        table = _distance_table(self)
+        if table is not None:
+            z = (features[:, :_N_VRAM_NUMERIC] - self.numeric_mean_) / self.numeric_scale_
+            codes = features[:, _N_VRAM_NUMERIC:]
+            # NaN fails every comparison, so the fast form is taken for clean rows only
+            if (np.abs(z).max(initial=0.0) <= _EXPANSION_LIMIT and codes.min(initial=0.0) >= 0
+                    and (codes < _CATEGORY_SIZES).all()):
+                augmented_train_t, train_constant = table
+                if train_rows is not None:
+                    augmented_train_t, train_constant = augmented_train_t[:, train_rows], train_constant[train_rows]
+                n_rows = z.shape[0]
+                query = np.zeros((n_rows, _ONE_HOT_WIDTH))  # [-2 z, -onehot(codes)]
+                np.multiply(z, -2.0, out=query[:, :_N_VRAM_NUMERIC])
+                query[np.arange(n_rows)[:, None], (codes + _CATEGORY_OFFSETS).astype(np.intp)] = -1.0
+                sq = query @ augmented_train_t
+                sq += train_constant
+                sq += (z * z).sum(axis=1)[:, None]
+                return np.maximum(sq, 0.0, out=sq)  # rounding in the expansion can dip a zero distance below 0
         z = self._standardize(features)
         train_z, train_c = self.train_numeric_, self.train_codes_
         if train_rows is not None:
             train_z, train_c = train_z[train_rows], train_c[train_rows]
         codes = features[:, _CATEGORICAL_COLUMNS]
         sq = ((z[:, None, :] - train_z[None, :, :]) ** 2).sum(axis=2)
-        mismatch = (codes[:, None, :] != train_c[None, :, :]).sum(axis=2)
-        return np.sqrt(sq + mismatch)
+        return sq + (codes[:, None, :] != train_c[None, :, :]).sum(axis=2)
 
     def log_correction(self, X: Sequence[VramCase] | np.ndarray) -> np.ndarray:
         """``f(x)``: the learned ``ln(measured / analytic)`` of each case (or feature row), before the
@@ -242,12 +283,12 @@ class RuntimeServing(ConformalServing):
     scaling_: dict[str, np.ndarray]
     train_distance_rows_: np.ndarray
 
-    def _pairwise_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
-        """Euclidean distances to the training cases (standardized, unclipped: a case beyond the training
-        range is far from it)."""
+    def _pairwise_sq_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
+        """Squared Euclidean distances to the training cases (standardized, unclipped: a case beyond the
+        training range is far from it)."""
         train = self.train_distance_rows_ if train_rows is None else self.train_distance_rows_[train_rows]
         diff = scale_features(features, self.scaling_, clip=False)[:, None, :] - train[None, :, :]
-        return np.sqrt((diff * diff).sum(axis=2))
+        return (diff * diff).sum(axis=2)
 
     def log_correction(self, X: Sequence[RuntimeCase] | np.ndarray) -> np.ndarray:
         """``f(x)``: the learned ``ln(measured / analytic)`` tokens/s of each case (or feature row), before
@@ -279,6 +320,32 @@ class RuntimeServing(ConformalServing):
             point[i] = p = analytic * math.exp(f[i])
             lower[i] = min(p, analytic * math.exp(f[i] - width[i]))
         return point, lower
+
+
+_TABLES: dict[int, tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]] = {}
+
+
+def _distance_table(model: VramServing) -> tuple[np.ndarray, np.ndarray] | None:
+    """``[t, onehot(t)]`` transposed and ``|t|^2 + n_categorical`` of the model's training cases for the
+    distance's matrix product (memoised per fitted model); ``None`` when a training code is outside its
+    vocabulary or the layout is not this code's (numeric columns first, then the categorical ones)."""
+    train_z, train_c = model.train_numeric_, model.train_codes_
+    hit = _TABLES.get(id(train_z))
+    if hit is not None and hit[0] is train_z and hit[1] is train_c:
+        return hit[2]
+    table: tuple[np.ndarray, np.ndarray] | None = None
+    layout = (bool(np.array_equal(_NUMERIC_COLUMNS, np.arange(_N_VRAM_NUMERIC)))
+              and train_c.ndim == 2 and train_c.shape[1] == len(_CATEGORY_SIZES)
+              and train_z.ndim == 2 and train_z.shape[1] == _N_VRAM_NUMERIC)
+    if layout and bool(((train_c >= 0) & (train_c < _CATEGORY_SIZES) & (train_c == np.round(train_c))).all()):
+        augmented = np.zeros((train_z.shape[0], _ONE_HOT_WIDTH))
+        augmented[:, :_N_VRAM_NUMERIC] = train_z
+        augmented[np.arange(train_c.shape[0])[:, None], (_CATEGORY_OFFSETS + train_c).astype(np.intp)] = 1.0
+        table = np.ascontiguousarray(augmented.T), (train_z * train_z).sum(axis=1) + train_c.shape[1]
+    if len(_TABLES) > 16:
+        _TABLES.clear()
+    _TABLES[id(train_z)] = (train_z, train_c, table)
+    return table
 
 
 def scale_features(features: np.ndarray, scaling: dict[str, np.ndarray], clip: bool = True) -> np.ndarray:

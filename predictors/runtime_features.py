@@ -54,6 +54,7 @@ RUNTIME_ONE_HOT: tuple[str, ...] = tuple(f"{name}={value}" for name, vocab in RU
 # numeric first, then one-hot: the runtime residual relies on this order
 RUNTIME_FEATURE_NAMES: tuple[str, ...] = (*RUNTIME_NUMERIC, *RUNTIME_ONE_HOT)
 _ONE_HOT_INDEX: dict[str, int] = {name: i for i, name in enumerate(RUNTIME_FEATURE_NAMES)}
+_ONE_HOT_ZEROS: list[float] = [0.0] * len(RUNTIME_ONE_HOT)
 
 
 def runtime_feature_schema_sha256() -> str:
@@ -84,14 +85,15 @@ def _log2(x: float) -> float:
     return math.log2(x) if x > 0 else 0.0
 
 
-def runtime_case_features(case: RuntimeCase) -> np.ndarray:
-    """The feature vector of one case, in the order of :data:`RUNTIME_FEATURE_NAMES`."""
+def _case_row(case: RuntimeCase) -> list[float]:
+    """The features of one case as a list, in the order of :data:`RUNTIME_FEATURE_NAMES`."""
     spec, arch, rt = case.spec, case.architecture, case.runtime
     c = rt.components_seconds
-    step = max(c.get("step", 0.0), 1e-30)
-    compute = max(c.get("compute", 0.0), 1e-30)
-    communication = c.get("communication_exposed", 0.0) + c.get("tensor_parallel_communication", 0.0)
-    memory_floor = c.get("memory_floor", 0.0)
+    get = c.get
+    step = max(get("step", 0.0), 1e-30)
+    compute = max(get("compute", 0.0), 1e-30)
+    communication = get("communication_exposed", 0.0) + get("tensor_parallel_communication", 0.0)
+    memory_floor = get("memory_floor", 0.0)
     numeric = {
         "log2_flops_per_token": _log2(rt.flops_per_token),
         "log2_hidden_size": _log2(arch.hidden_size),
@@ -100,29 +102,27 @@ def runtime_case_features(case: RuntimeCase) -> np.ndarray:
         "log2_model_parallel": _log2(spec.tensor_parallel * spec.pipeline_parallel * spec.context_parallel),
         "log2_memory_floor_over_compute": math.log2(memory_floor / compute) if memory_floor > 0 else 0.0,
         "communication_share": communication / step,
-        "optimizer_share": (c.get("optimizer_step", 0.0) + c.get("cpu_optimizer_step", 0.0)) / step,
+        "optimizer_share": (get("optimizer_step", 0.0) + get("cpu_optimizer_step", 0.0)) / step,
     }
-    row = np.zeros(len(RUNTIME_FEATURE_NAMES), dtype=np.float64)
-    for i, name in enumerate(RUNTIME_NUMERIC):
-        row[i] = numeric[name]
-    settings = {
-        "gpu_family": case.gpu.family,
-        "method": spec.method,
-        "precision": spec.precision,
-        "gradient_checkpointing": spec.gradient_checkpointing,
-        "attention": spec.attention,
-        "sharding": spec.resolved_sharding(case.gpus),
-        "offload": spec.offload,
-    }
-    for name, value in settings.items():
+    row = [numeric[name] for name in RUNTIME_NUMERIC]
+    row += _ONE_HOT_ZEROS
+    settings = (("gpu_family", case.gpu.family), ("method", spec.method), ("precision", spec.precision),
+                ("gradient_checkpointing", spec.gradient_checkpointing), ("attention", spec.attention),
+                ("sharding", spec.resolved_sharding(case.gpus)), ("offload", spec.offload))
+    for name, value in settings:
         index = _ONE_HOT_INDEX.get(f"{name}={value}")
         if index is not None:
             row[index] = 1.0
     return row
 
 
+def runtime_case_features(case: RuntimeCase) -> np.ndarray:
+    """The feature vector of one case, in the order of :data:`RUNTIME_FEATURE_NAMES`."""
+    return np.asarray(_case_row(case), dtype=np.float64)
+
+
 def runtime_feature_matrix(cases: list[RuntimeCase]) -> np.ndarray:
     """Stack the feature vectors of ``cases`` into an ``(n, len(RUNTIME_FEATURE_NAMES))`` array."""
     if not cases:
         return np.empty((0, len(RUNTIME_FEATURE_NAMES)), dtype=np.float64)
-    return np.vstack([runtime_case_features(c) for c in cases])
+    return np.asarray([_case_row(c) for c in cases], dtype=np.float64)

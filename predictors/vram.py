@@ -227,8 +227,9 @@ def predict_vram_without_gpu(
     # ---- parameters held by the most loaded GPU (before data-parallel sharding) -----------------
     per_stage_layers = math.ceil(arch.num_layers / lay.pp)
     layer_frac = per_stage_layers / arch.num_layers if lay.pp > 1 else 1.0
-    linear_body = sum(g.weight_params + g.bias_params for g in arch.linears if g.role not in ("lm_head",))
-    lm_head_params = arch.lm_head.params if arch.lm_head is not None else 0
+    linear_body = arch.body_linear_params
+    lm_head = arch.lm_head
+    lm_head_params = lm_head.params if lm_head is not None else 0
     embed = arch.embedding_params
     other = arch.norm_params + arch.other_params
     if lay.pp > 1:

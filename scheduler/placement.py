@@ -23,6 +23,7 @@ from typing import Any, Literal
 from predictors.catalog import ResolvedModel, resolve_model
 from predictors.hardware import lookup_gpu
 from predictors.predict import Prediction, SpecPredictor
+from predictors.runtime import Interconnect
 from predictors.spec import TrainingSpec
 from predictors.units import format_bytes
 from scheduler.cost import hourly_cost_usd, job_cost_usd
@@ -163,15 +164,48 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def candidate_gpu_counts(spec: TrainingSpec, pool: NodePool, keep_growing: bool = False) -> list[int]:
-    """GPU counts to try on ``pool``, smallest first."""
+@dataclass(frozen=True)
+class _PoolFacts:
+    """What placement asks of a pool in every decision, worked out once per pool object."""
+
+    memory_bytes: int
+    links: Interconnect
+    max_job_gpus: int
+    auto_counts: tuple[int, ...]  # the counts ``gpus: auto`` tries, smallest first, before model parallelism
+
+
+# by identity: a NodePool is frozen, and an edited copy (model_copy) is another object with its own entry
+_POOL_FACTS: dict[int, tuple[NodePool, _PoolFacts]] = {}
+
+
+def _pool_facts(pool: NodePool) -> _PoolFacts:
+    hit = _POOL_FACTS.get(id(pool))
+    if hit is not None and hit[0] is pool:
+        return hit[1]
     limit = pool.max_job_gpus
-    if isinstance(spec.gpus, int):
-        return [spec.gpus] if spec.gpus <= limit else []
-    model_parallel = spec.tensor_parallel * spec.pipeline_parallel * spec.context_parallel
     counts = [n for n in (1, 2, 4, 8) if n <= pool.gpus_per_node]
     counts += [pool.gpus_per_node * k for k in range(2, pool.nodes + 1)]
-    counts = [n for n in counts if n <= limit and n % model_parallel == 0]
+    facts = _PoolFacts(pool.gpu_spec.memory_bytes, pool.links, limit, tuple(n for n in counts if n <= limit))
+    if len(_POOL_FACTS) > 4096:
+        _POOL_FACTS.clear()
+    _POOL_FACTS[id(pool)] = (pool, facts)
+    return facts
+
+
+def _usable_bytes(facts: _PoolFacts, headroom: float) -> int:
+    """:meth:`NodePool.usable_bytes` from the pool's facts."""
+    return int(facts.memory_bytes * (1.0 - headroom))
+
+
+def candidate_gpu_counts(spec: TrainingSpec, pool: NodePool, keep_growing: bool = False) -> list[int]:
+    """GPU counts to try on ``pool``, smallest first."""
+    facts = _pool_facts(pool)
+    if isinstance(spec.gpus, int):
+        return [spec.gpus] if spec.gpus <= facts.max_job_gpus else []
+    model_parallel = spec.tensor_parallel * spec.pipeline_parallel * spec.context_parallel
+    counts = list(facts.auto_counts)
+    if model_parallel > 1:
+        counts = [n for n in counts if n % model_parallel == 0]
     shrinks = (spec.sharding or "ddp") not in _REPLICATED
     if not shrinks and not keep_growing:
         counts = counts[:1]
@@ -220,8 +254,11 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
     done: dict[int, tuple[PoolOption, Prediction | None]] = {}
     usable: dict[int, int] = {}
     counts: dict[int, list[int]] = {}
+    links: dict[int, Interconnect] = {}
     for i, pool in enumerate(pools):
-        usable[i] = pool.usable_bytes(headroom)
+        facts = _pool_facts(pool)
+        usable[i] = _usable_bytes(facts, headroom)
+        links[i] = facts.links
         if spec.gpu is not None and lookup_gpu(spec.gpu).name != pool.gpu:
             done[i] = PoolOption(pool, False, f"spec pins gpu {spec.gpu}; pool has {pool.gpu}", usable[i]), None
             continue
@@ -232,7 +269,6 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
                                  "job", usable[i]), None
     position = dict.fromkeys(counts, 0)  # the count each pool tries next
     slow: dict[int, PoolOption] = {}  # the first fit that missed the deadline
-    links = {i: pools[i].links for i in counts}
     pending = list(counts)
     while pending:
         # stage 1: move each pool to its next count whose memory fits (or past its last count). A count whose
@@ -307,7 +343,7 @@ def _no_fit_option(spec: TrainingSpec, pool: NodePool, counts: list[int], usable
                   f"{_hours(deadline_seconds)}" + (" even with more GPUs" if len(counts) > 1 else ""))
         return PoolOption(**{**slow.__dict__, "reason": reason})
     n = counts[-1]
-    last = predictor.memory_many([(pool.gpu, n)])[0]
+    last = predictor.known_memory(pool.gpu, n) or predictor.memory_many([(pool.gpu, n)])[0]
     reason = (f"needs {format_bytes(last.peak_vram_upper_bytes)} per GPU (upper bound) on {n} GPU"
               f"{'s' if n > 1 else ''}; {pool.gpu} has {format_bytes(usable)} usable "
               f"({headroom:.0%} headroom)")

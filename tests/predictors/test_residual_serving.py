@@ -251,3 +251,46 @@ def test_served_model_predicts_like_the_analytic_path_expects() -> None:
     vram = predict_vram(spec, arch, gpu)
     fixed = correct_vram_many(loaded.model, spec, arch, [(gpu, vram)])[0]
     assert fixed.upper_bytes >= vram.peak_vram_bytes
+
+
+def test_distance_by_matrix_product_equals_the_element_wise_distance() -> None:
+    """The VRAM residual's distance to its training cases (one matrix product, placement's hot path) equals the
+    element-wise ``sqrt(|z - t|^2 + mismatches)``; rows it cannot take (a NaN numeric value, a code outside its
+    vocabulary, a NaN code) take the element-wise form and get its answer."""
+    from predictors.residual_serving import _CATEGORICAL_COLUMNS, _NUMERIC_COLUMNS, _distance_table
+
+    m = persistence.load_model(persistence.shipped_model_path()).model
+    assert isinstance(m, ServedVramModel)
+    assert _distance_table(m) is not None  # the shipped model takes the fast form
+    rng = np.random.default_rng(3)
+    n_rows, n_train = 40, m.train_numeric_.shape[0]
+    features = np.empty((n_rows, len(_NUMERIC_COLUMNS) + len(_CATEGORICAL_COLUMNS)))
+    picks = rng.integers(0, n_train, n_rows)
+    features[:, _NUMERIC_COLUMNS] = (m.train_numeric_[picks] + rng.normal(0, 0.7, (n_rows, len(_NUMERIC_COLUMNS)))
+                                     ) * m.numeric_scale_ + m.numeric_mean_
+    codes = m.train_codes_[rng.integers(0, n_train, n_rows)].copy()
+    shuffled = rng.random(codes.shape) < 0.3
+    codes[shuffled] = m.train_codes_[rng.integers(0, n_train, shuffled.sum()), np.nonzero(shuffled)[1]]
+    features[:, _CATEGORICAL_COLUMNS] = codes
+    features[0, _NUMERIC_COLUMNS] = m.train_numeric_[7] * m.numeric_scale_ + m.numeric_mean_  # a training case
+    features[0, _CATEGORICAL_COLUMNS] = m.train_codes_[7]
+
+    def element_wise(rows: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
+        """The squared distance, element by element."""
+        z = m._standardize(rows)
+        train_z, train_c = m.train_numeric_, m.train_codes_
+        if train_rows is not None:
+            train_z, train_c = train_z[train_rows], train_c[train_rows]
+        c = rows[:, _CATEGORICAL_COLUMNS]
+        return ((z[:, None, :] - train_z[None]) ** 2).sum(axis=2) + (c[:, None, :] != train_c[None]).sum(axis=2)
+
+    # the expansion |z|^2 + |t|^2 - 2 z.t rounds at ~1e-14 of the squared distances (a few units)
+    np.testing.assert_allclose(m._pairwise_sq_distance(features), element_wise(features), rtol=0, atol=1e-9)
+    assert 0.0 <= m._pairwise_sq_distance(features[:1])[0, 7] < 1e-9
+    subset = np.arange(0, n_train, 3)
+    np.testing.assert_allclose(m._pairwise_sq_distance(features, subset), element_wise(features, subset), atol=1e-9)
+    odd = features[:3].copy()
+    odd[0, _NUMERIC_COLUMNS[4]] = np.nan  # no GPU: no memory size
+    odd[1, _CATEGORICAL_COLUMNS[2]] = np.nan  # a value outside the vocabulary
+    odd[2, _CATEGORICAL_COLUMNS[0]] = 99.0  # a code no vocabulary has
+    np.testing.assert_array_equal(m._pairwise_sq_distance(odd), element_wise(odd))

@@ -248,3 +248,14 @@ def test_a_memory_only_prediction_gets_its_runtime_when_a_roomier_pool_asks() ->
     roomy = place(spec, [_pool("a", gpu="L40S")], headroom_fraction=0.0, suggest=False)
     out = roomy.to_dict()
     assert out["decision"] == "placed" and out["predicted_runtime_seconds"] and out["predicted_cost_usd"]
+
+
+def test_pool_facts_follow_an_edited_copy_of_a_pool() -> None:
+    """Placement works a pool's facts (memory, links, GPU counts) out once per pool object: an edited copy is
+    another object and gets its own."""
+    spec = _spec(gpus="auto", sharding="fsdp")
+    pool = _pool("p", nodes=3)
+    assert candidate_gpu_counts(spec, pool) == [1, 2, 4, 8, 16, 24]
+    smaller = pool.model_copy(update={"nodes": 1})
+    assert candidate_gpu_counts(spec, smaller) == [1, 2, 4, 8]
+    assert candidate_gpu_counts(spec, pool) == [1, 2, 4, 8, 16, 24]
