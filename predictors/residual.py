@@ -265,9 +265,9 @@ class ConformalResidualRegressor(ConformalServing, RegressorMixin, BaseEstimator
     random_state:
         Seed of the default regressor (where it has one) and of shuffled folds.
     site_group:
-        The group (as given to ``fit``) of this cluster's own actuals (``SITE_GROUP``: the ledger's). The VRAM
-        residual fits its site stage on them; the runtime residual treats them as one more source. ``None``:
-        no site stage.
+        The group (as given to ``fit``) of this cluster's own actuals (``SITE_GROUP``: the ledger's): they are
+        one more source for the reference stage and also fit the site stage (this cluster's own offset and
+        margin). ``None``: no site stage.
     """
 
     site_group: str | None = SITE_GROUP  # the default for models saved before the parameter existed
@@ -371,6 +371,53 @@ class ConformalResidualRegressor(ConformalServing, RegressorMixin, BaseEstimator
             if support >= MIN_MARGIN_SOURCES:
                 self.class_quantiles_[name] = self._quantile(scores[rows], None if labels is None else labels[rows])
 
+    # ---- the site stage --------------------------------------------------------------------------------
+    def _fit_site(self, specs: Sequence[TrainingSpec], features: np.ndarray, target: np.ndarray,
+                  groups: Sequence[str] | None, lower: bool = False) -> None:
+        """The site stage from the cases of ``site_group`` (``target``: their ``ln(measured / analytic)``):
+        ``site_offsets_``, ``site_quantiles_`` and ``site_figures_`` (what it was fitted on and how it did on
+        held-out actuals). The margins are of the scores the bound is one-sided against: how far the
+        measurement exceeds the prediction (``lower``: falls short of it, a slower job than predicted)."""
+        self.site_offsets_: dict[str, float] = {}
+        self.site_quantiles_: dict[str, float] = {}
+        self.site_figures_: dict[str, Any] = {"rows": 0}
+        if self.site_group is None or groups is None:
+            return
+        rows = np.flatnonzero(np.asarray(list(groups)) == self.site_group)
+        self.site_figures_["rows"] = int(rows.size)
+        if rows.size < MIN_SITE_ROWS:
+            return
+        methods = np.asarray([margin_group(specs[i]) for i in rows])
+        learned = self.alpha_ * self.log_correction(features[rows]) if self.alpha_ else 0.0
+        excess = target[rows] - learned  # ln(measured / prediction before the site stage)
+        out_of_fold = np.empty(rows.size)
+        folds = KFold(n_splits=min(SITE_FOLDS, rows.size), shuffle=True, random_state=self.random_state)
+        for train_rows, held_rows in folds.split(rows):
+            offsets = site_offsets(excess[train_rows], methods[train_rows])
+            out_of_fold[held_rows] = [offsets[m] for m in methods[held_rows]]
+        # APE of a prediction p of a measurement y: |p / y - 1| = |exp(-ln(y / p)) - 1|
+        before = float(np.median(np.abs(np.expm1(-excess))))
+        after = float(np.median(np.abs(np.expm1(-(excess - out_of_fold)))))
+        used = after < before
+        scores = excess - out_of_fold if used else excess
+        if lower:
+            scores = -scores
+        if used:
+            self.site_offsets_ = site_offsets(excess, methods)
+        for name in MARGIN_GROUPS:
+            group = scores[methods == name]
+            if calibrates(group.size, self.coverage):
+                self.site_quantiles_[name] = conformal_quantile(group, self.coverage)
+            elif group.size >= MIN_SITE_ROWS and calibrates(scores.size, self.coverage):
+                # too few of its own: the cluster's pooled margin, for a group the cluster does run
+                self.site_quantiles_[name] = conformal_quantile(scores, self.coverage)
+        self.site_figures_.update({
+            "offset_used": used,
+            "rows_by_group": {name: int((methods == name).sum()) for name in MARGIN_GROUPS},
+            "held_out_median_ape_before": before,
+            "held_out_median_ape_after": after if used else before,
+        })
+
     def _quantile(self, scores: np.ndarray, labels: np.ndarray | None) -> float:
         if self.group_weighting and labels is not None:
             return source_calibrated_quantile(scores, labels, self.coverage)[0]
@@ -411,50 +458,8 @@ class ResidualVramRegressor(VramServing, ConformalResidualRegressor):
             self.regressor_ = fit_weighted(self._new_regressor(), features, target, weights)
             self._calibrate(features, target, [c.spec for c in cases], groups, weights)
         self.compiled_ = compile_hist_gradient_boosting(self.regressor_)
-        self._fit_site(cases, features, target, groups)
+        self._fit_site([c.spec for c in cases], features, target, groups)
         return self
-
-    def _fit_site(self, cases: Sequence[VramCase], features: np.ndarray, target: np.ndarray,
-                  groups: Sequence[str] | None) -> None:
-        """The site stage from the cases of ``site_group``: ``site_offsets_``, ``site_quantiles_`` and
-        ``site_figures_`` (what it was fitted on and how it did on held-out actuals)."""
-        self.site_offsets_: dict[str, float] = {}
-        self.site_quantiles_: dict[str, float] = {}
-        self.site_figures_: dict[str, Any] = {"rows": 0}
-        if self.site_group is None or groups is None:
-            return
-        rows = np.flatnonzero(np.asarray(list(groups)) == self.site_group)
-        self.site_figures_["rows"] = int(rows.size)
-        if rows.size < MIN_SITE_ROWS:
-            return
-        methods = np.asarray([margin_group(cases[i].spec) for i in rows])
-        learned = self.alpha_ * self.log_correction(features[rows]) if self.alpha_ else 0.0
-        excess = target[rows] - learned  # ln(measured / prediction before the site stage)
-        out_of_fold = np.empty(rows.size)
-        folds = KFold(n_splits=min(SITE_FOLDS, rows.size), shuffle=True, random_state=self.random_state)
-        for train_rows, held_rows in folds.split(rows):
-            offsets = site_offsets(excess[train_rows], methods[train_rows])
-            out_of_fold[held_rows] = [offsets[m] for m in methods[held_rows]]
-        # APE of a prediction p of a measurement y: |p / y - 1| = |exp(-ln(y / p)) - 1|
-        before = float(np.median(np.abs(np.expm1(-excess))))
-        after = float(np.median(np.abs(np.expm1(-(excess - out_of_fold)))))
-        used = after < before
-        scores = excess - out_of_fold if used else excess
-        if used:
-            self.site_offsets_ = site_offsets(excess, methods)
-        for name in MARGIN_GROUPS:
-            group = scores[methods == name]
-            if calibrates(group.size, self.coverage):
-                self.site_quantiles_[name] = conformal_quantile(group, self.coverage)
-            elif group.size >= MIN_SITE_ROWS and calibrates(scores.size, self.coverage):
-                # too few of its own: the cluster's pooled margin, for a group the cluster does run
-                self.site_quantiles_[name] = conformal_quantile(scores, self.coverage)
-        self.site_figures_.update({
-            "offset_used": used,
-            "rows_by_group": {name: int((methods == name).sum()) for name in MARGIN_GROUPS},
-            "held_out_median_ape_before": before,
-            "held_out_median_ape_after": after if used else before,
-        })
 
     def _fit_distance(self, features: np.ndarray, groups: Sequence[str] | None) -> None:
         numeric = features[:, ~_CATEGORICAL]

@@ -66,7 +66,7 @@ def default_runs() -> list[Path]:
 
 def _runs(texts: Sequence[tuple[str, str]], site: bool = False) -> list[ReferenceRun]:
     """The runs of ``texts``; with ``site`` (this cluster's ledger actuals) each is relabelled to the source
-    ``SITE_GROUP``, whatever source it names, so that the VRAM residual fits its site stage on them."""
+    ``SITE_GROUP``, whatever source it names, so that the residuals fit their site stage on them."""
     runs: list[ReferenceRun] = []
     for name, text in texts:
         runs += parse_runs(text, source=name)
@@ -113,18 +113,23 @@ class ResidualKind:
         }
 
 
+def _site_metadata(model: Any) -> dict[str, Any]:
+    """What the site stage was fitted on, how it did on held-out actuals, and what it learned."""
+    return {**getattr(model, "site_figures_", {"rows": 0}), "offsets": dict(getattr(model, "site_offsets_", {})),
+            "quantiles": dict(getattr(model, "site_quantiles_", {}))}
+
+
 VRAM = ResidualKind("residual", "usable runs", training_rows, fit_residual, score_rows, summarize,
                     leave_one_source_out, build_metadata, load_default_model, shipped_model_path,
                     extra_metadata=lambda model: {"class_quantiles": dict(getattr(model, "class_quantiles_", {})),
-                                                  "site": {**getattr(model, "site_figures_", {"rows": 0}),
-                                                           "offsets": dict(getattr(model, "site_offsets_", {})),
-                                                           "quantiles": dict(getattr(model, "site_quantiles_", {}))}})
+                                                  "site": _site_metadata(model)})
 RUNTIME = ResidualKind(
     "runtime-residual", "usable runs with tokens_per_second", runtime_training_rows, fit_runtime_residual,
     score_runtime_rows, summarize_runtime, runtime_leave_one_source_out, build_runtime_metadata,
     load_default_runtime_model, shipped_runtime_model_path,
     extra_metadata=lambda model: {"regressor": repr(model.regressor_),
-                                  "fallback_upper_margin": DEFAULT_RUNTIME_UPPER_MARGIN})
+                                  "fallback_upper_margin": DEFAULT_RUNTIME_UPPER_MARGIN,
+                                  "site": _site_metadata(model)})
 
 
 def train(runs_texts: Sequence[tuple[str, str]], ledger_texts: Sequence[tuple[str, str]] = (),

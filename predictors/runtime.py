@@ -191,6 +191,20 @@ def _weight_dtype_bytes(spec: TrainingSpec) -> float:
     return 4.0 if spec.precision.startswith("32") else 2.0
 
 
+def job_tokens(spec: TrainingSpec, gpus: int | None = None) -> float | None:
+    """Tokens the whole job trains on (the work its runtime is predicted for): ``train_tokens``, else ``steps``
+    optimizer steps of ``micro_batch_size x seq_len x`` micro-batches per step (``grad_accum_steps``, at least
+    the pipeline depth) ``x`` data-parallel replicas; ``None`` when the spec gives neither."""
+    if spec.train_tokens is not None:
+        return float(spec.train_tokens)
+    if spec.steps is None:
+        return None
+    n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else 1)
+    n_micro = spec.grad_accum_steps if spec.pipeline_parallel == 1 else max(spec.grad_accum_steps,
+                                                                            spec.pipeline_parallel)
+    return float(spec.steps * spec.micro_batch_size * spec.seq_len * n_micro * spec.data_parallel(n_gpus))
+
+
 def predict_runtime(
     spec: TrainingSpec,
     arch: Architecture,

@@ -95,6 +95,8 @@ class ResidualRuntimeRegressor(RuntimeServing, ConformalResidualRegressor):
         self.regressor_ = fit_weighted(self._new_regressor(), rows, target, weights)
         self.linear_ = _linear_form(self.regressor_, rows)
         self._calibrate(features, target, [c.spec for c in cases], groups, weights)
+        # this cluster's own throughput offset and runtime margin, from the ledger's finished jobs
+        self._fit_site([c.spec for c in cases], features, target, groups, lower=True)
         return self
 
     def _calibrate(self, features: np.ndarray, target: np.ndarray, specs: Sequence[TrainingSpec],

@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--ledger", action="append", default=[],
                    help="this cluster's actuals joined to their specs (vramfit report --export), JSONL in the "
                         "reference-run schema (repeatable): they also fit the site stage, this cluster's own "
-                        "offset and upper-bound margin")
+                        "offset and upper-bound margin (of the peak, and with --runtime-out of the throughput "
+                        "of its finished jobs)")
     p.add_argument("--out", required=True, type=Path, help="model file to write (.skops; metadata beside it)")
     p.add_argument("--coverage", type=float, default=0.95, help="upper-bound target coverage (default 0.95)")
     p.add_argument("--no-cv", action="store_true", help="skip the leave-one-source-out figures in the metadata")
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SpecError.one("--runs", str(exc)) from None
     save_model(model, args.out, metadata)
-    _report(args.out, metadata, model.alpha_)
+    _report(args.out, metadata, model.alpha_, "offsets")
     if args.runtime_out is not None:
         try:
             runtime_model, runtime_metadata = train(runs, ledger, cv_source=not args.no_cv, kind=RUNTIME,
@@ -59,11 +60,11 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise SpecError.one("--runtime-out", str(exc)) from None
         save_model(runtime_model, args.runtime_out, runtime_metadata)
-        _report(args.runtime_out, runtime_metadata, runtime_model.alpha_)
+        _report(args.runtime_out, runtime_metadata, runtime_model.alpha_, "throughput offsets")
     return 0
 
 
-def _report(path: Path, metadata: dict[str, Any], alpha: float) -> None:
+def _report(path: Path, metadata: dict[str, Any], alpha: float, offsets_are: str) -> None:
     from predictors.persistence import serving_path
 
     print(f"wrote {path} ({metadata['model_version']}: {metadata['training_rows']} rows from "
@@ -72,7 +73,7 @@ def _report(path: Path, metadata: dict[str, Any], alpha: float) -> None:
         print(f"wrote {serving_path(path)} (what predict/place/serve apply it with, without scikit-learn)")
     site = metadata.get("site") or {}
     if site.get("rows"):
-        print(f"  {_site_line(site)}")
+        print(f"  {_site_line(site, offsets_are)}")
     for name, block in metadata["evaluation"].items():
         a, r = block["analytic"], block["residual"]
         print(f"  {name:22s} median APE {a['median_ape'] * 100:5.1f}% -> {r['median_ape'] * 100:5.1f}%  "
@@ -80,8 +81,9 @@ def _report(path: Path, metadata: dict[str, Any], alpha: float) -> None:
               f"coverage {r['coverage'] * 100:5.1f}%  median slack {r['median_slack'] * 100:5.1f}%")
 
 
-def _site_line(site: dict[str, Any]) -> str:
-    """What the site stage learned from the ledger's actuals (this cluster's jobs)."""
+def _site_line(site: dict[str, Any], offsets_are: str = "offsets") -> str:
+    """What the site stage learned from the ledger's actuals (this cluster's jobs): ``offsets_are`` names its
+    offsets (of the peak, or of the throughput)."""
     from predictors.residual import MIN_SITE_ROWS
 
     rows = site["rows"]
@@ -89,8 +91,8 @@ def _site_line(site: dict[str, Any]) -> str:
         return f"site stage: {rows} ledger actuals, fewer than {MIN_SITE_ROWS}: none fitted"
     if site["offset_used"]:
         offsets = ", ".join(f"{group} {math.expm1(v) * 100:+.1f}%" for group, v in site["offsets"].items())
-        what = (f"offsets {offsets}; held-out (5-fold) median APE {site['held_out_median_ape_before'] * 100:.1f}% "
-                f"-> {site['held_out_median_ape_after'] * 100:.1f}%")
+        what = (f"{offsets_are} {offsets}; held-out (5-fold) median APE "
+                f"{site['held_out_median_ape_before'] * 100:.1f}% -> {site['held_out_median_ape_after'] * 100:.1f}%")
     else:
         what = (f"no offset (it did not lower the held-out median APE, "
                 f"{site['held_out_median_ape_before'] * 100:.1f}%)")

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from pydantic import ValidationError
 
 from predictors.reference import ReferenceRun
+from predictors.runtime import job_tokens
 from scheduler.integrations.records import (
     ActualIn,
     DecisionIn,
@@ -138,13 +139,25 @@ class Ledger(abc.ABC):
         return result
 
 
+# Exit reasons of a job that ran to its end: only then is its runtime the runtime of all its work. ``None``: the
+# source does not say (a manual report); an OOM or any other failure is not a throughput.
+_FINISHED_REASONS = (None, "Completed")
+
+
 def reference_run_for(row: JoinedRow) -> ReferenceRun | str:
-    """The reference-run row of a joined decision, or the reason it has none."""
+    """The reference-run row of a joined decision, or the reason it has none.
+
+    The row carries the measured device peak (or the OOM) for the VRAM residual, and the job's achieved
+    throughput for the runtime residual: the tokens of its work (``train_tokens``, or ``steps`` times the tokens of
+    a step on its GPUs) over its measured runtime, when it ran to its end. A job with either is exported.
+    """
     merged = row.merged
     if merged is None:
         return "no actual"
-    if merged.peak_vram_bytes is None and not merged.oom:
-        return "no device peak"
+    finished = (not merged.oom and merged.exit_reason in _FINISHED_REASONS
+                and merged.runtime_seconds is not None and merged.runtime_seconds > 0)
+    if merged.peak_vram_bytes is None and not merged.oom and not finished:
+        return "no device peak or runtime"
     d = row.decision.decision
     if not d.features:
         return "no features"
@@ -156,7 +169,7 @@ def reference_run_for(row: JoinedRow) -> ReferenceRun | str:
     notes = f"pool={d.pool or 'none'}; model_version={d.model_version or 'unknown'}; " \
             f"sources={','.join(merged.sources)}; predicted_peak_vram_bytes={d.peak_vram_bytes}"
     try:
-        return ReferenceRun.model_validate({
+        run = ReferenceRun.model_validate({
             "id": f"ledger-{row.decision.decision_id}",
             "source_id": EXPORT_SOURCE_ID,
             "quality": "high",
@@ -173,6 +186,14 @@ def reference_run_for(row: JoinedRow) -> ReferenceRun | str:
         })
     except ValidationError:
         return "features are not a valid TrainingSpec"
+    tokens = job_tokens(run.spec) if finished else None
+    if tokens is not None and merged.runtime_seconds:
+        run.measured.tokens_per_second = tokens / merged.runtime_seconds
+        run.measured.tokens_per_second_scope = "per_job"
+        run.notes += f"; runtime_seconds={merged.runtime_seconds:g} for {tokens:.6g} tokens"
+    elif merged.peak_vram_bytes is None and not merged.oom:
+        return "no device peak; runtime without train_tokens or steps"
+    return run
 
 
 # --- SQLite -------------------------------------------------------------------------------------------

@@ -177,3 +177,38 @@ def test_export_reference_runs_is_valid_reference_jsonl(ledger_path):
     assert runs[0].gpu == "A100-80GB" and runs[0].spec.gpu == "A100-80GB"
     assert runs[1].measured.oom and runs[1].measured.peak_bytes is None
     assert json.loads(out.getvalue().splitlines()[0])["spec"]["method"] == "lora"
+
+
+def test_export_carries_the_jobs_throughput_when_it_ran_to_its_end(ledger_path):
+    """A finished job's throughput is its work over its runtime (per job): train_tokens, or steps x the tokens
+    of a step on its GPUs. Failed, OOM and unfinished jobs give none; a job with a runtime but no device peak
+    (only the Kubernetes watcher saw it) is still exported, for the runtime residual."""
+    ledger = SqliteLedger(ledger_path)
+    tokens = {"model": "llama-3.2-1b", "method": "lora", "gpu": "A100-80GB", "train_tokens": 3.6e8}
+    steps = {"model": "llama-3.2-1b", "method": "full", "gpu": "A100-80GB", "gpus": 4, "steps": 1000,
+             "micro_batch_size": 2, "seq_len": 1024, "grad_accum_steps": 8}
+    for name, spec in (("tok", tokens), ("steps", steps), ("failed", tokens), ("k8s", tokens), ("oom", tokens),
+                       ("nowork", None)):
+        ledger.record_decision(DecisionIn.model_validate(decision_payload(name, spec)))
+    ledger.record_actual(actual(decision_id="tok", runtime_seconds=3600.0, exit_reason="Completed"))
+    ledger.record_actual(actual(decision_id="steps", runtime_seconds=2000.0))
+    ledger.record_actual(actual(decision_id="failed", runtime_seconds=100.0, exit_reason="Error"))
+    ledger.record_actual(actual(decision_id="k8s", peak_vram_bytes=None, runtime_seconds=7200.0,
+                                exit_reason="Completed", source="kubernetes"))
+    ledger.record_actual(actual(decision_id="oom", peak_vram_bytes=None, oom=True, runtime_seconds=60.0))
+    ledger.record_actual(actual(decision_id="nowork", peak_vram_bytes=None, runtime_seconds=60.0,
+                                source="kubernetes"))
+    out = io.StringIO()
+    result = ledger.export_reference_runs(out)
+    assert result.skipped == {"no device peak; runtime without train_tokens or steps": 1}
+    runs = {r.id: r for r in parse_runs(out.getvalue())}
+    assert set(runs) == {"ledger-tok", "ledger-steps", "ledger-failed", "ledger-k8s", "ledger-oom"}
+    assert runs["ledger-tok"].measured.tokens_per_second == pytest.approx(3.6e8 / 3600)
+    assert runs["ledger-tok"].measured.tokens_per_second_scope == "per_job"
+    # 1000 steps x 2 x 1024 tokens x 8 micro-batches x 4 data-parallel GPUs in 2000 s
+    assert runs["ledger-steps"].measured.tokens_per_second == pytest.approx(1000 * 2 * 1024 * 8 * 4 / 2000)
+    assert runs["ledger-failed"].measured.tokens_per_second is None  # its peak is still a measurement
+    assert runs["ledger-failed"].measured.peak_bytes == 11 * GIB
+    assert runs["ledger-k8s"].measured.peak_bytes is None
+    assert runs["ledger-k8s"].measured.tokens_per_second == pytest.approx(3.6e8 / 7200)
+    assert runs["ledger-oom"].measured.oom and runs["ledger-oom"].measured.tokens_per_second is None
