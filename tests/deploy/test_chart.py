@@ -52,6 +52,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "collector": {"enabled": False},
     },
     "collector-existing-claim": {"collector": {"persistence": {"existingClaim": "ledger-data"}}},
+    "cluster-models": {"residualModels": {"volume": {"persistentVolumeClaim": {"claimName": "vramfit-models"}},
+                                          "vramModel": "site/vram.skops", "runtimeModel": "runtime.skops"}},
     "collector-no-persistence": {"collector": {"persistence": {"enabled": False}}},
     "collector-other-port": {"collector": {"port": 9090, "serviceMonitor": {"enabled": False}},
                              "serviceMonitor": {"enabled": True}},
@@ -93,8 +95,9 @@ def kinds(docs: list[Manifest]) -> list[str]:
 def test_every_rendered_manifest_validates(chart: Any, values: dict[str, Any]) -> None:
     docs = render(chart, values)
     assert_valid(docs)
-    claim = values.get("collector", {}).get("persistence", {}).get("existingClaim")
-    existing = [("PersistentVolumeClaim", claim)] if claim else []
+    claims = [values.get("collector", {}).get("persistence", {}).get("existingClaim"),
+              values.get("residualModels", {}).get("volume", {}).get("persistentVolumeClaim", {}).get("claimName")]
+    existing = [("PersistentVolumeClaim", claim) for claim in claims if claim]
     assert cross_reference_problems(docs, NAMESPACE, existing) == []
 
 
@@ -149,6 +152,11 @@ BAD_VALUES = {
     "bad scrape interval": ({"serviceMonitor": {"interval": "thirty seconds"}}, "/serviceMonitor/interval"),
     "privileged collector port": ({"collector": {"port": 80}}, "/collector/port"),
     "old collector metrics key": ({"collector": {"metrics": {"enabled": True}}}, "metrics"),
+    "model without a volume": ({"residualModels": {"vramModel": "vram.skops"}}, "/residualModels/volume"),
+    "model path leaving the volume": ({"residualModels": {"volume": {"emptyDir": {}}, "runtimeModel": "../rt.skops"}},
+                                      "/residualModels/runtimeModel"),
+    "absolute model path": ({"residualModels": {"volume": {"emptyDir": {}}, "vramModel": "/models/v.skops"}},
+                            "/residualModels/vramModel"),
 }
 
 
@@ -403,3 +411,25 @@ def test_readme_documents_every_value(chart: Any) -> None:
     readme = (CHART / "README.md").read_text()
     missing = [path for path in leaf_paths(chart.values) if f"`{path}`" not in readme]
     assert missing == []
+
+
+def test_cluster_models_reach_the_webhook(chart: Any) -> None:
+    """residualModels: the volume is mounted read-only and each named model reaches `vramfit serve` as the
+    environment variable predict/place/serve load it from; without them the container has no env at all."""
+    values = VALUE_SETS["cluster-models"]
+    pod = webhook_deployment(render(chart, values))["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert {e["name"]: e["value"] for e in container["env"]} == {
+        "VRAMFIT_RESIDUAL_MODEL": "/var/lib/vramfit/models/site/vram.skops",
+        "VRAMFIT_RUNTIME_RESIDUAL_MODEL": "/var/lib/vramfit/models/runtime.skops",
+    }
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "residual-models")
+    assert mount == {"name": "residual-models", "mountPath": "/var/lib/vramfit/models", "readOnly": True}
+    volume = next(v for v in pod["volumes"] if v["name"] == "residual-models")
+    assert volume == {"name": "residual-models", "persistentVolumeClaim": {"claimName": "vramfit-models"}}
+    only_runtime = {"residualModels": {"volume": {"emptyDir": {}}, "runtimeModel": "rt.skops"}}
+    env = webhook_deployment(render(chart, only_runtime))["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["name"] for e in env] == ["VRAMFIT_RUNTIME_RESIDUAL_MODEL"]
+    plain = webhook_deployment(render(chart, {}))["spec"]["template"]["spec"]
+    assert "env" not in plain["containers"][0]
+    assert "residual-models" not in {v["name"] for v in plain["volumes"]}
