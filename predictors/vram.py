@@ -340,9 +340,10 @@ def predict_vram_without_gpu(
     paged_states = 0.0
     if opt == "paged-adamw-8bit":
         paged_states, states = states, 0.0  # CUDA managed memory: outside the PyTorch allocator
-    if offload_states:
+    if offload_states:  # on the host, paged ones too
         states = 0.0
         master = 0.0
+        paged_states = 0.0
 
     # the saved modules' copies are kept in the dtype of the base's unquantized parameters, their gradients
     # too, and torch optimizers keep states in the parameter's dtype

@@ -188,6 +188,11 @@ def test_offload_and_paged_states() -> None:
     paged = run(precision="bf16-true", optimizer="paged-adamw-8bit")
     assert "optimizer_states" not in paged.breakdown_bytes
     assert paged.breakdown_bytes["paged_optimizer_states"] > 0  # outside the allocator, on the device
+    # offloaded, paged states live on the host like any others: the same device peak as 8-bit states offloaded
+    paged_off = run(precision="bf16-true", optimizer="paged-adamw-8bit", offload="optimizer")
+    assert "paged_optimizer_states" not in paged_off.breakdown_bytes
+    assert paged_off.peak_vram_bytes == run(precision="bf16-true", optimizer="adamw-8bit",
+                                            offload="optimizer").peak_vram_bytes
 
 
 def test_tensor_and_pipeline_parallel_split_weights() -> None:
