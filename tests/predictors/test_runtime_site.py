@@ -130,3 +130,41 @@ def test_train_cli_fits_the_runtime_site_stage_from_the_ledger(tmp_path: Path, d
     assert meta["site"]["rows"] == 30 and meta["site"]["offset_used"] is True
     assert all(v == pytest.approx(math.log(SLOWER), abs=0.08) for v in meta["site"]["offsets"].values())
     assert "ledger" in meta["training_sources"]
+
+
+def test_place_prices_jobs_by_the_clusters_runtime_model(tmp_path: Path, dev_runs: list[ReferenceRun],
+                                                         reference_rows: list[RuntimeTrainingRow],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """$VRAMFIT_RUNTIME_RESIDUAL_MODEL: predict and place take runtime (and so cost per job) from this cluster's
+    model: a cluster whose jobs reach 70 % of the analytic throughput gets runtimes and costs ~1 / 0.7 longer."""
+    from predictors.predict import predict
+    from predictors.spec import TrainingSpec
+    from scheduler.placement import clear_prediction_cache, place
+    from scheduler.pools import default_pools
+
+    site = runtime_training_rows(_cluster_jobs(dev_runs, SLOWER, 0.02, seed=0))[0][:40]
+    model = _fit(reference_rows, site)
+    path = tmp_path / "cluster-runtime.skops"
+    persistence.save_model(model, path, persistence.build_runtime_metadata(model_version="runtime-cluster"))
+    spec = TrainingSpec.model_validate({"model": "llama-3.1-8b", "method": "lora", "micro_batch_size": 2,
+                                        "seq_len": 2048, "train_tokens": 2e8})
+    shipped = predict(spec, gpu_name="A100-80GB")
+    before = place(spec, default_pools(), suggest=False)
+    monkeypatch.setenv(persistence.RUNTIME_MODEL_ENV, str(path))
+    persistence.load_default_runtime_model.cache_clear()
+    clear_prediction_cache()
+    try:
+        ours = predict(spec, gpu_name="A100-80GB")
+        assert ours.runtime_model_version == "runtime-cluster"
+        assert ours.runtime_seconds == pytest.approx(
+            shipped.runtime_seconds / math.exp(model.site_offsets_["adapter"]), rel=1e-6)
+        assert ours.runtime_seconds > 1.35 * shipped.runtime_seconds
+        after = place(spec, default_pools(), suggest=False)
+        assert after.chosen is not None and before.chosen is not None
+        assert after.chosen.pool.name == before.chosen.pool.name  # every pool's runtime grows by the same factor
+        assert after.chosen.cost_usd == pytest.approx(before.chosen.cost_usd / math.exp(model.site_offsets_["adapter"]),
+                                                      rel=1e-6)
+    finally:
+        monkeypatch.delenv(persistence.RUNTIME_MODEL_ENV)
+        persistence.load_default_runtime_model.cache_clear()
+        clear_prediction_cache()
