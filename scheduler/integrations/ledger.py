@@ -24,8 +24,11 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
+from predictors.catalog import resolve_model
+from predictors.errors import SpecError
+from predictors.hardware import lookup_gpu
 from predictors.reference import ReferenceRun
-from predictors.runtime import job_tokens
+from predictors.runtime import flops_per_token, job_tokens
 from scheduler.integrations.records import (
     ActualIn,
     DecisionIn,
@@ -188,12 +191,36 @@ def reference_run_for(row: JoinedRow) -> ReferenceRun | str:
         return "features are not a valid TrainingSpec"
     tokens = job_tokens(run.spec) if finished else None
     if tokens is not None and merged.runtime_seconds:
-        run.measured.tokens_per_second = tokens / merged.runtime_seconds
+        throughput = tokens / merged.runtime_seconds
+        if _above_peak(run, throughput):
+            if merged.peak_vram_bytes is None and not merged.oom:
+                return "throughput above the GPUs' peak FLOP/s (the runtime cannot be the whole job's)"
+            run.notes += f"; runtime_seconds={merged.runtime_seconds:g} left out: above the GPUs' peak FLOP/s"
+            return run
+        run.measured.tokens_per_second = throughput
         run.measured.tokens_per_second_scope = "per_job"
         run.notes += f"; runtime_seconds={merged.runtime_seconds:g} for {tokens:.6g} tokens"
     elif merged.peak_vram_bytes is None and not merged.oom:
         return "no device peak; runtime without train_tokens or steps"
     return run
+
+
+def _above_peak(run: ReferenceRun, tokens_per_second: float) -> bool:
+    """Whether a job throughput would need more than its GPUs' dense peak FLOP/s for the model's forward and
+    backward FLOPs alone: then the runtime is not the whole job's (a restart, a resumed run, a wrong report)
+    and must not teach the runtime residual. ``False`` where the model or the GPU is not known."""
+    if run.gpu == "unknown":
+        return False
+    try:
+        resolved = resolve_model(run.spec)
+        gpu = lookup_gpu(run.gpu)
+    except SpecError:
+        return False
+    fpt = flops_per_token(run.spec, resolved.architecture)
+    scale = resolved.params_override / resolved.architecture.params_total if resolved.params_override else 1.0
+    gpus = run.spec.gpus if isinstance(run.spec.gpus, int) else 1
+    flops_per_gpu = tokens_per_second * (fpt.forward + fpt.backward) * scale / max(gpus, 1)
+    return flops_per_gpu > gpu.dense_flops(run.spec.precision)
 
 
 # --- SQLite -------------------------------------------------------------------------------------------

@@ -190,25 +190,34 @@ def test_export_carries_the_jobs_throughput_when_it_ran_to_its_end(ledger_path):
     for name, spec in (("tok", tokens), ("steps", steps), ("failed", tokens), ("k8s", tokens), ("oom", tokens),
                        ("nowork", None)):
         ledger.record_decision(DecisionIn.model_validate(decision_payload(name, spec)))
-    ledger.record_actual(actual(decision_id="tok", runtime_seconds=3600.0, exit_reason="Completed"))
+    ledger.record_actual(actual(decision_id="tok", runtime_seconds=36000.0, exit_reason="Completed"))
     ledger.record_actual(actual(decision_id="steps", runtime_seconds=2000.0))
     ledger.record_actual(actual(decision_id="failed", runtime_seconds=100.0, exit_reason="Error"))
-    ledger.record_actual(actual(decision_id="k8s", peak_vram_bytes=None, runtime_seconds=7200.0,
+    ledger.record_actual(actual(decision_id="k8s", peak_vram_bytes=None, runtime_seconds=72000.0,
                                 exit_reason="Completed", source="kubernetes"))
     ledger.record_actual(actual(decision_id="oom", peak_vram_bytes=None, oom=True, runtime_seconds=60.0))
     ledger.record_actual(actual(decision_id="nowork", peak_vram_bytes=None, runtime_seconds=60.0,
                                 source="kubernetes"))
+    # 3.6e8 tokens of a 1B model in 1 s on one A100 would need ~2,700 PFLOP/s: not the whole job's runtime
+    ledger.record_decision(DecisionIn.model_validate(decision_payload("restarted", tokens)))
+    ledger.record_actual(actual(decision_id="restarted", runtime_seconds=1.0))
+    ledger.record_decision(DecisionIn.model_validate(decision_payload("restarted-k8s", tokens)))
+    ledger.record_actual(actual(decision_id="restarted-k8s", peak_vram_bytes=None, runtime_seconds=1.0,
+                                source="kubernetes"))
     out = io.StringIO()
     result = ledger.export_reference_runs(out)
-    assert result.skipped == {"no device peak; runtime without train_tokens or steps": 1}
+    assert result.skipped == {"no device peak; runtime without train_tokens or steps": 1,
+                              "throughput above the GPUs' peak FLOP/s (the runtime cannot be the whole job's)": 1}
     runs = {r.id: r for r in parse_runs(out.getvalue())}
-    assert set(runs) == {"ledger-tok", "ledger-steps", "ledger-failed", "ledger-k8s", "ledger-oom"}
-    assert runs["ledger-tok"].measured.tokens_per_second == pytest.approx(3.6e8 / 3600)
+    assert set(runs) == {"ledger-tok", "ledger-steps", "ledger-failed", "ledger-k8s", "ledger-oom", "ledger-restarted"}
+    assert runs["ledger-restarted"].measured.tokens_per_second is None  # its peak stays, its runtime does not
+    assert "above the GPUs' peak" in runs["ledger-restarted"].notes
+    assert runs["ledger-tok"].measured.tokens_per_second == pytest.approx(3.6e8 / 36000)
     assert runs["ledger-tok"].measured.tokens_per_second_scope == "per_job"
     # 1000 steps x 2 x 1024 tokens x 8 micro-batches x 4 data-parallel GPUs in 2000 s
     assert runs["ledger-steps"].measured.tokens_per_second == pytest.approx(1000 * 2 * 1024 * 8 * 4 / 2000)
     assert runs["ledger-failed"].measured.tokens_per_second is None  # its peak is still a measurement
     assert runs["ledger-failed"].measured.peak_bytes == 11 * GIB
     assert runs["ledger-k8s"].measured.peak_bytes is None
-    assert runs["ledger-k8s"].measured.tokens_per_second == pytest.approx(3.6e8 / 7200)
+    assert runs["ledger-k8s"].measured.tokens_per_second == pytest.approx(3.6e8 / 72000)
     assert runs["ledger-oom"].measured.oom and runs["ledger-oom"].measured.tokens_per_second is None
