@@ -199,6 +199,8 @@ def fit_weighted(regressor: Any, features: np.ndarray, target: np.ndarray, weigh
 # K-fold cross-validation; and a split-conformal margin per method group from those held-out errors where the
 # group has enough actuals to calibrate one at the target coverage (19 for 95 %), else the cluster's pooled
 # margin where the group has at least MIN_SITE_ROWS actuals and the pool enough, else the reference margin.
+# Both residuals have it: of the peak (its allocator, its kernels) and of the throughput of finished jobs
+# (their start-up, data loading and checkpoints, this cluster's network), in ``ConformalResidualRegressor``.
 SITE_GROUP = "ledger"  # the group (source) of the ledger's actuals: ``vramfit train --ledger``
 MIN_SITE_ROWS = 5
 SITE_PRIOR_ROWS = 5

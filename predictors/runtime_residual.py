@@ -25,6 +25,10 @@ to the training range and standardized (one-hot columns as they are), ``w(x) >= 
   job reaches with probability ``coverage``. Runtime is work over throughput, so the runtime upper bound
   is the analytic runtime times ``a(x) / predict_lower(X)``.
 
+The site stage (:mod:`predictors.residual`): the cases of ``site_group`` (this cluster's finished jobs, from
+the ledger) also fit a log offset of the throughput per method group and this cluster's own runtime margin,
+applied after ``alpha_ * f(x)``.
+
 ``w(x) = min(max_widening, 1 + distance_weight * max(0, d(x) / d_ref - 1))``, where ``d(x)`` is the mean
 Euclidean distance of ``(standardized numeric, one-hot)`` features to the ``n_neighbors`` nearest training
 cases and ``d_ref`` the median of that distance among the training cases (a GPU family or scale unlike the
