@@ -27,7 +27,7 @@ from predictors.runtime import Interconnect
 from predictors.spec import TrainingSpec
 from predictors.units import format_bytes
 from scheduler.cost import hourly_cost_usd, job_cost_usd
-from scheduler.pools import NodePool, PoolsConfig
+from scheduler.pools import NodePool, PoolsConfig, usable_memory_bytes
 
 Objective = Literal["cheapest", "fastest", "cheapest-within-deadline"]
 OBJECTIVES: tuple[str, ...] = ("cheapest", "fastest", "cheapest-within-deadline")
@@ -192,11 +192,6 @@ def _pool_facts(pool: NodePool) -> _PoolFacts:
     return facts
 
 
-def _usable_bytes(facts: _PoolFacts, headroom: float) -> int:
-    """:meth:`NodePool.usable_bytes` from the pool's facts."""
-    return int(facts.memory_bytes * (1.0 - headroom))
-
-
 def candidate_gpu_counts(spec: TrainingSpec, pool: NodePool, keep_growing: bool = False) -> list[int]:
     """GPU counts to try on ``pool``, smallest first."""
     facts = _pool_facts(pool)
@@ -257,7 +252,7 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
     links: dict[int, Interconnect] = {}
     for i, pool in enumerate(pools):
         facts = _pool_facts(pool)
-        usable[i] = _usable_bytes(facts, headroom)
+        usable[i] = usable_memory_bytes(facts.memory_bytes, headroom)
         links[i] = facts.links
         if spec.gpu is not None and lookup_gpu(spec.gpu).name != pool.gpu:
             done[i] = PoolOption(pool, False, f"spec pins gpu {spec.gpu}; pool has {pool.gpu}", usable[i]), None

@@ -106,10 +106,15 @@ class NodePool(BaseModel):
 
     def usable_bytes(self, headroom_fraction: float) -> int:
         """GPU memory placement may fill: the card's total minus the headroom."""
-        return int(self.gpu_spec.memory_bytes * (1.0 - headroom_fraction))
+        return usable_memory_bytes(self.gpu_spec.memory_bytes, headroom_fraction)
 
     def nodes_for(self, gpus: int) -> int:
         return -(-gpus // self.gpus_per_node)
+
+
+def usable_memory_bytes(memory_bytes: int, headroom_fraction: float) -> int:
+    """GPU memory placement may fill on a card of ``memory_bytes``: its total minus the headroom."""
+    return int(memory_bytes * (1.0 - headroom_fraction))
 
 
 class PoolsConfig(BaseModel):
