@@ -131,7 +131,10 @@ class ConformalServing:
                    for spec in specs]
         if not any(m > 0 for m in margins):
             return f, margins
-        widening = self._widening(self._neighbour_distance(features)).tolist()
+        # _widening per row in plain floats (the same IEEE operations, so the same numbers)
+        ref, weight, cap = self.distance_ref_, self.distance_weight, self.max_widening
+        widening = [min(1.0 + weight * max(0.0, d / ref - 1.0), cap)
+                    for d in self._neighbour_distance(features).tolist()]
         return f, [m * w if m > 0 else m for m, w in zip(margins, widening, strict=True)]
 
     def log_correction(self, X: Any) -> np.ndarray:
@@ -211,7 +214,7 @@ class VramServing(ConformalServing):
                 query = np.zeros((n_rows, _ONE_HOT_WIDTH))  # [-2 z, -onehot(codes)]
                 np.multiply(z, -2.0, out=query[:, :_N_VRAM_NUMERIC])
                 query[np.arange(n_rows)[:, None], (codes + _CATEGORY_OFFSETS).astype(np.intp)] = -1.0
-                sq = query @ augmented_train_t
+                sq = _rows_times(query, augmented_train_t)
                 sq += train_constant
                 sq += (z * z).sum(axis=1)[:, None]
                 return np.maximum(sq, 0.0, out=sq)  # rounding in the expansion can dip a zero distance below 0
@@ -320,6 +323,15 @@ class RuntimeServing(ConformalServing):
             point[i] = p = analytic * math.exp(f[i])
             lower[i] = min(p, analytic * math.exp(f[i] - width[i]))
         return point, lower
+
+
+def _rows_times(rows: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """``rows @ matrix``, one row at a time: BLAS may sum a product's terms in another order when it sees more
+    rows, and each row's distance (so its bound) must be the one it gets predicted alone."""
+    out = np.empty((rows.shape[0], matrix.shape[1]))
+    for i, row in enumerate(rows):
+        out[i] = row @ matrix
+    return out
 
 
 _TABLES: dict[int, tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]] = {}

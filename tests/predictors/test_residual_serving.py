@@ -287,6 +287,9 @@ def test_distance_by_matrix_product_equals_the_element_wise_distance() -> None:
     # the expansion |z|^2 + |t|^2 - 2 z.t rounds at ~1e-14 of the squared distances (a few units)
     np.testing.assert_allclose(m._pairwise_sq_distance(features), element_wise(features), rtol=0, atol=1e-9)
     assert 0.0 <= m._pairwise_sq_distance(features[:1])[0, 7] < 1e-9
+    # each row's distances are the ones it gets alone, bit for bit (placement batches a spec's GPUs)
+    alone = np.vstack([m._pairwise_sq_distance(features[i:i + 1]) for i in range(n_rows)])
+    np.testing.assert_array_equal(m._pairwise_sq_distance(features), alone)
     subset = np.arange(0, n_train, 3)
     np.testing.assert_allclose(m._pairwise_sq_distance(features, subset), element_wise(features, subset), atol=1e-9)
     odd = features[:3].copy()
