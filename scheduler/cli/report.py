@@ -33,13 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def accuracy(rows: Iterable[Any]) -> dict[str, dict[str, float]]:
-    """APE summaries per level over joined rows (``JoinedRow``), skipping rows missing either side."""
+    """APE summaries per level over joined rows (``JoinedRow``), skipping rows missing either side; the runtime
+    only of jobs that ran to their end (a failed or OOM job's runtime is not the job's)."""
     rows = list(rows)
     out: dict[str, dict[str, float]] = {}
     for name, predicted_field, measured_field in LEVELS:
         pairs = []
         for row in rows:
             merged = row.merged
+            if name == "runtime" and (merged is None or not merged.ran_to_end):
+                continue
             predicted = getattr(row.decision.decision, predicted_field)
             measured = getattr(merged, measured_field) if merged else None
             if predicted is not None and measured is not None:

@@ -142,11 +142,6 @@ class Ledger(abc.ABC):
         return result
 
 
-# Exit reasons of a job that ran to its end: only then is its runtime the runtime of all its work. ``None``: the
-# source does not say (a manual report); an OOM or any other failure is not a throughput.
-_FINISHED_REASONS = (None, "Completed")
-
-
 def reference_run_for(row: JoinedRow) -> ReferenceRun | str:
     """The reference-run row of a joined decision, or the reason it has none.
 
@@ -157,8 +152,7 @@ def reference_run_for(row: JoinedRow) -> ReferenceRun | str:
     merged = row.merged
     if merged is None:
         return "no actual"
-    finished = (not merged.oom and merged.exit_reason in _FINISHED_REASONS
-                and merged.runtime_seconds is not None and merged.runtime_seconds > 0)
+    finished = merged.ran_to_end
     if merged.peak_vram_bytes is None and not merged.oom and not finished:
         return "no device peak or runtime"
     d = row.decision.decision

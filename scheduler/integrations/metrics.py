@@ -21,7 +21,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from scheduler.integrations.ledger import Ledger
-from scheduler.integrations.records import ActualIn, StoredDecision
+from scheduler.integrations.records import ActualIn, StoredDecision, ran_to_end
 
 PREFIX = "vramfit"
 GIB = 2**30
@@ -130,7 +130,8 @@ class Metrics:
             if d.peak_vram_upper_bytes and actual.peak_vram_bytes > d.peak_vram_upper_bytes:
                 self.vram_under_predictions.labels(pool, method, source, "upper").inc()
         predicted_runtime = d.runtime_prediction_seconds
-        if actual.runtime_seconds is not None and predicted_runtime:
+        # a failed or OOM job stopped early: its runtime is not the job's
+        if ran_to_end(actual.oom, actual.exit_reason, actual.runtime_seconds) and predicted_runtime:
             self.runtime_prediction_ratio.labels(pool, method, source).observe(
                 actual.runtime_seconds / predicted_runtime)
 

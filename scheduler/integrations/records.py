@@ -168,6 +168,17 @@ class StoredActual:
         return out
 
 
+# Exit reasons of a job that ran to its end (the reporter and the Kubernetes watcher both say ``Completed``);
+# ``None``: the source does not say. An OOM or any other failure ends the job early.
+FINISHED_EXIT_REASONS: tuple[str | None, ...] = (None, "Completed")
+
+
+def ran_to_end(oom: bool, exit_reason: str | None, runtime_seconds: float | None) -> bool:
+    """Whether a job did all its work, so that its runtime is the runtime of the whole job (what the runtime
+    prediction is compared with): a runtime, no OOM, and an exit reason of ``Completed`` (or none given)."""
+    return not oom and exit_reason in FINISHED_EXIT_REASONS and runtime_seconds is not None and runtime_seconds > 0
+
+
 @dataclass(frozen=True)
 class MergedActual:
     """The actuals of one job from all its sources, merged (see ``SOURCE_PRIORITY``)."""
@@ -182,6 +193,11 @@ class MergedActual:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None} | {"sources": list(self.sources)}
+
+    @property
+    def ran_to_end(self) -> bool:
+        """Whether the job did all its work (:func:`ran_to_end`)."""
+        return ran_to_end(self.oom, self.exit_reason, self.runtime_seconds)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ def test_report_json_and_export(filled_ledger, tmp_path, capsys):
     assert device["median_ape"] == pytest.approx(0.1 / 0.9, rel=1e-3)  # APEs 0.1/0.9, 0.1/1.1, 0.3/1.3
     assert device["under_fraction"] == pytest.approx(2 / 3)
     assert out["accuracy"]["runtime"]["bias"] == pytest.approx(1.0)  # predicted 3600 s, measured 1800 s
+    assert out["accuracy"]["runtime"]["n"] == 3
     assert out["accuracy"]["allocated"]["n"] == 0 and out["accuracy"]["allocated"]["median_ape"] is None
     assert out["pending_actuals"] == 1 and out["with_actuals"] == 3
     assert out["upper_bound_exceeded_fraction"] == pytest.approx(1 / 3)  # 1.3 x > 1.15 x
@@ -69,3 +70,17 @@ def test_report_table(filled_ledger, capsys):
 def test_report_without_ledger(tmp_path, capsys):
     assert main(["report", "--ledger", str(tmp_path / "none.sqlite")]) == 2
     assert "no ledger" in capsys.readouterr().err
+
+
+def test_runtime_accuracy_counts_only_jobs_that_ran_to_their_end(ledger_path, capsys):
+    """A job that failed or ran out of memory stopped early: its runtime is not compared with the prediction."""
+    ledger = SqliteLedger(ledger_path)
+    for name, fields in (("done", {"exit_reason": "Completed"}), ("manual", {}), ("oom", {"oom": True}),
+                         ("error", {"exit_reason": "Error"})):
+        ledger.record_decision(DecisionIn.model_validate(decision_payload(name)))
+        ledger.record_actual(ActualIn(decision_id=name, peak_vram_bytes=GIB, runtime_seconds=1800.0,
+                                      **{"oom": False, "source": "reporter", **fields}))
+    ledger.close()
+    assert main(["report", "--ledger", str(ledger_path), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["accuracy"]["runtime"]["n"] == 2 and out["accuracy"]["device"]["n"] == 4

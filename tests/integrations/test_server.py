@@ -68,6 +68,7 @@ def test_decision_then_actual_scores_the_prediction(client):
     assert value(client, "vramfit_vram_prediction_ratio_count") == 1
     assert value(client, "vramfit_actuals_received_total", source="reporter") == 2
     assert value(client, "vramfit_ledger_records", table="actuals") == 1
+
     joined = client.get("/v1/decisions/d1").json()
     assert joined["actual"]["peak_vram_bytes"] == int(predicted * 1.1)
     assert client.get("/v1/decisions/nope").status_code == 404
@@ -185,3 +186,13 @@ def test_logs_are_json_lines(client, caplog):
     line = json.loads(JsonFormatter().format(records[-1]))
     assert line["path"] == "/v1/actuals" and line["status"] == 202 and line["level"] == "info"
     assert "duration_seconds" in line
+
+
+def test_a_job_that_stopped_early_scores_no_runtime(client):
+    """An OOM or a failed job ran for less than its work: its memory is scored, its runtime is not."""
+    for name, extra in (("oom", {"oom": True, "exit_reason": "CudaOOM"}), ("failed", {"exit_reason": "Error"}),
+                        ("done", {"exit_reason": "Completed"})):
+        client.post("/v1/decisions", json=decision_payload(name))
+        assert client.post("/v1/actuals", json=actual_body(name, 5, **extra)).status_code == 202
+    assert value(client, "vramfit_vram_prediction_ratio_count") == 3
+    assert value(client, "vramfit_runtime_prediction_ratio_count") == 1
