@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -191,11 +192,16 @@ def _template(shared: dict[str, float]) -> list[float]:
 def _row(case: VramCase, shared: dict[str, float] | list[float]) -> list[float]:
     """The features of ``case`` in the order of :data:`FEATURE_NAMES`; ``shared``: its spec's (as returned by
     :func:`_spec_features`, or its :func:`_template`)."""
-    spec, vram = case.spec, case.vram
+    return _row_of(case.spec, case.vram, case.gpu, case.metric, shared)
+
+
+def _row_of(spec: TrainingSpec, vram: VramPrediction, gpu: GpuSpec | None, metric: str,
+            shared: dict[str, float] | list[float]) -> list[float]:
+    """:func:`_row` of the case ``(spec, vram, gpu, metric)``, without the case object."""
     b = vram.breakdown_bytes
     get = b.get
-    level_name = case.level
-    level = max(case.level_bytes, 1)
+    level_name = LEVEL_FOR_METRIC[metric]
+    level = max(int(getattr(vram, level_name)), 1)
     resident = resident_bytes(vram)
     transient = _total(b, TRANSIENT_COMPONENTS)
     # context and NCCL count only where the level includes them (nvml)
@@ -206,7 +212,7 @@ def _row(case: VramCase, shared: dict[str, float] | list[float]) -> list[float]:
     row[_I_PARAMS_TRAINABLE] = _log2(vram.params_trainable)
     row[_I_TRAINABLE_FRACTION] = vram.params_trainable / max(vram.params_total, 1)
     row[_I_GPUS] = _log2(vram.gpus)
-    row[_I_GPU_MEMORY] = _log2(case.gpu.memory_bytes) if case.gpu is not None else math.nan
+    row[_I_GPU_MEMORY] = _log2(gpu.memory_bytes) if gpu is not None else math.nan
     row[_I_RESIDENT] = _log2(resident)
     row[_I_WEIGHTS_SHARE] = get("weights", 0) / max(resident, 1)
     row[_I_OPTIMIZER_SHARE] = optimizer / max(resident, 1)
@@ -215,14 +221,24 @@ def _row(case: VramCase, shared: dict[str, float] | list[float]) -> list[float]:
     row[_I_FIXED_SHARE] = fixed / level
     row[_I_BACKWARD] = 1.0 if vram.peak_phase == "backward" else 0.0
     row[_I_SHARDING] = _code("sharding", spec.resolved_sharding(vram.gpus))
-    row[_I_GPU_FAMILY] = _code("gpu_family", case.gpu.family if case.gpu is not None else "unknown")
-    row[_I_METRIC] = _code("metric", case.metric)
+    row[_I_GPU_FAMILY] = _code("gpu_family", gpu.family if gpu is not None else "unknown")
+    row[_I_METRIC] = _code("metric", metric)
     return row
 
 
 def case_features(case: VramCase) -> np.ndarray:
     """The feature vector of one case, in the order of :data:`FEATURE_NAMES`."""
     return np.asarray(_row(case, _spec_features(case.spec, case.architecture)), dtype=np.float64)
+
+
+def device_feature_matrix(spec: TrainingSpec, arch: Architecture,
+                          items: Sequence[tuple[GpuSpec | None, VramPrediction]], metric: str) -> np.ndarray:
+    """:func:`feature_matrix` of the cases ``(spec, arch, gpu, metric, vram)`` for each ``(gpu, vram)`` of one
+    spec (placement: a spec on every pool's GPU), without building the case objects."""
+    if not items:
+        return np.empty((0, len(FEATURE_NAMES)), dtype=np.float64)
+    shared = _template(_spec_features(spec, arch))
+    return np.asarray([_row_of(spec, vram, gpu, metric, shared) for gpu, vram in items], dtype=np.float64)
 
 
 def feature_matrix(cases: list[VramCase]) -> np.ndarray:

@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from predictors.architecture import Architecture
-from predictors.features import CATEGORICAL_MASK, CATEGORIES, VramCase, feature_matrix, resident_bytes
+from predictors.features import (
+    CATEGORICAL_MASK,
+    CATEGORIES,
+    VramCase,
+    device_feature_matrix,
+    feature_matrix,
+    resident_bytes,
+)
 from predictors.hardware import GpuSpec
 from predictors.runtime import RuntimePrediction
 from predictors.runtime_features import RUNTIME_NUMERIC, RuntimeCase, runtime_feature_matrix
@@ -247,12 +254,19 @@ class VramServing(ConformalServing):
         """Point prediction and upper bound (bytes) in one pass over the features."""
         self._require_fitted()
         cases = list(X)
-        f, width = self._row_terms(feature_matrix(cases), [c.spec for c in cases])
-        point = np.empty(len(cases))
-        upper = np.empty(len(cases))
-        for i, case in enumerate(cases):
-            analytic = float(max(case.level_bytes, 1))
-            point[i] = p = max(float(case.floor_bytes), analytic * math.exp(f[i]))
+        return self._point_and_upper(feature_matrix(cases), [c.spec for c in cases],
+                                     [c.level_bytes for c in cases], [c.floor_bytes for c in cases])
+
+    def _point_and_upper(self, features: np.ndarray, specs: Sequence[TrainingSpec], levels: Sequence[int],
+                         floors: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`predict_with_upper` of feature rows whose analytic level and resident model states are
+        ``levels`` and ``floors`` (bytes)."""
+        f, width = self._row_terms(features, specs)
+        point = np.empty(len(levels))
+        upper = np.empty(len(levels))
+        for i, (level, floor) in enumerate(zip(levels, floors, strict=True)):
+            analytic = float(max(level, 1))
+            point[i] = p = max(float(floor), analytic * math.exp(f[i]))
             upper[i] = max(p, analytic * math.exp(f[i] + width[i]))
         return point, upper
 
@@ -434,15 +448,23 @@ def correct_vram_many(model: VramServing, spec: TrainingSpec, architecture: Arch
     With a shrinkage of 0 and no site offset the levels stay analytic (above the model-state floor) and only
     the device level's upper bound needs the features: one row instead of three.
     """
-    cases: list[VramCase] = []
     device_only: list[bool] = []
     corrects = model.corrects_point
-    for gpu, vram in items:
-        alone = not corrects and resident_bytes(vram) <= vram.peak_allocated_bytes
-        device_only.append(alone)
-        metrics = (_LEVEL_METRICS["peak_vram_bytes"],) if alone else tuple(_LEVEL_METRICS.values())
-        cases.extend(VramCase(spec, architecture, gpu, metric, vram) for metric in metrics)
-    point, upper = model.predict_with_upper(cases)
+    residents = [resident_bytes(vram) for _, vram in items]
+    for (_, vram), resident in zip(items, residents, strict=True):
+        device_only.append(not corrects and resident <= vram.peak_allocated_bytes)
+    if all(device_only):  # placement's usual case: one device-level row per pair, without case objects
+        model._require_fitted()
+        device_metric = _LEVEL_METRICS["peak_vram_bytes"]
+        point, upper = model._point_and_upper(
+            device_feature_matrix(spec, architecture, items, device_metric), [spec] * len(items),
+            [vram.peak_vram_bytes for _, vram in items], residents)
+    else:
+        cases: list[VramCase] = []
+        for (gpu, vram), alone in zip(items, device_only, strict=True):
+            metrics = (_LEVEL_METRICS["peak_vram_bytes"],) if alone else tuple(_LEVEL_METRICS.values())
+            cases.extend(VramCase(spec, architecture, gpu, metric, vram) for metric in metrics)
+        point, upper = model.predict_with_upper(cases)
     out: list[CorrectedVram] = []
     row = 0
     for (_, vram), alone in zip(items, device_only, strict=True):

@@ -128,13 +128,24 @@ class RuntimePrediction:
 
 
 def _linear_forward_flops(arch: Architecture) -> float:
+    """Forward FLOPs per token of every linear layer (MoE: the routed top-k experts only), memoised per
+    architecture object: placement predicts one spec on many GPUs."""
+    hit = _LINEAR_FLOPS.get(id(arch))
+    if hit is not None and hit[0] is arch:
+        return hit[1]
     total = 0.0
     for g in arch.linears:
         flops = 2.0 * g.in_features * g.out_features * g.count
         if g.expert and arch.num_experts:
             flops *= arch.num_experts_per_tok / arch.num_experts
         total += flops
+    if len(_LINEAR_FLOPS) > 1024:
+        _LINEAR_FLOPS.clear()
+    _LINEAR_FLOPS[id(arch)] = (arch, total)
     return total
+
+
+_LINEAR_FLOPS: dict[int, tuple[Architecture, float]] = {}
 
 
 def _attention_forward_flops(arch: Architecture, seq_len: int) -> float:

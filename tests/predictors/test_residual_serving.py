@@ -297,3 +297,29 @@ def test_distance_by_matrix_product_equals_the_element_wise_distance() -> None:
     odd[1, _CATEGORICAL_COLUMNS[2]] = np.nan  # a value outside the vocabulary
     odd[2, _CATEGORICAL_COLUMNS[0]] = 99.0  # a code no vocabulary has
     np.testing.assert_array_equal(m._pairwise_sq_distance(odd), element_wise(odd))
+
+
+def test_device_rows_without_case_objects_match_predict_with_upper() -> None:
+    """Placement's path (one device-level row per GPU, built without VramCase objects) gives the bound that
+    predict_with_upper gives the same cases, bit for bit, on every catalog GPU family."""
+    from predictors.catalog import resolve_model
+    from predictors.features import VramCase
+    from predictors.hardware import lookup_gpu
+    from predictors.residual_serving import correct_vram_many
+    from predictors.spec import TrainingSpec
+    from predictors.vram import predict_vram
+
+    model = persistence.load_model(persistence.shipped_model_path()).model
+    assert not model.corrects_point  # the shipped model: the bound only, so the device-only path applies
+    gpus = [lookup_gpu(name) for name in ("L40S", "A100-80GB", "H100-80GB", "B200", "V100-32GB", "T4")]
+    for raw in ({"model": "llama-3.1-8b", "method": "lora", "micro_batch_size": 2, "seq_len": 2048},
+                {"model": "qwen2.5-14b", "method": "qlora", "seq_len": 4096},
+                {"model": "mistral-7b-v0.1", "method": "full", "gpus": 8, "sharding": "fsdp"}):
+        spec = TrainingSpec.model_validate(raw)
+        resolved = resolve_model(spec)
+        items = [(gpu, predict_vram(spec, resolved.architecture, gpu)) for gpu in gpus]
+        fast = correct_vram_many(model, spec, resolved.architecture, items)
+        _, upper = model.predict_with_upper([VramCase(spec, resolved.architecture, gpu, "nvml", vram)
+                                             for gpu, vram in items])
+        assert [f.upper_bytes for f in fast] == [max(int(round(u)), v.peak_vram_bytes)
+                                                 for u, (_, v) in zip(upper, items, strict=True)]
