@@ -161,6 +161,7 @@ class SpecPredictor:
         self._vram_model = _residual_model() if residual else None
         self._runtime_model: LoadedModel | None = None  # looked up at the first runtime (VRAM-only asks need none)
         self._full: dict[tuple[str | None, int | None, Interconnect | None], Prediction] = {}
+        self._floor_factor: tuple[float | None] | None = None  # (the factor,) once worked out
 
     def _runtime_residual(self) -> LoadedModel | None:
         if self._runtime_model is None and self.residual:
@@ -199,8 +200,12 @@ class SpecPredictor:
         loaded = self._vram_model
         if loaded is None:
             return int(device * (1 + DEFAULT_UPPER_MARGIN))
+        if self._floor_factor is None:  # the model's upper_floor_bytes, its per-spec factor worked out once
+            self._floor_factor = (loaded.model.upper_floor_factor(self.spec),)
+        factor = self._floor_factor[0]
+        floor = float(resident_bytes(base)) if factor is None else device * factor
         # a hair below the float floor: the bound itself is rounded to whole bytes
-        return math.floor(loaded.model.upper_floor_bytes(self.spec, device, resident_bytes(base)) * (1 - 1e-9))
+        return math.floor(floor * (1 - 1e-9))
 
     def memory_many(self, requests: Sequence[tuple[str | None, int | None]]) -> list[MemoryPrediction]:
         """The memory prediction of each ``(gpu_name, gpus)``; the new ones in one residual call."""

@@ -281,12 +281,19 @@ class VramServing(ConformalServing):
         point may fall below the analytic peak, but never below the resident model states. Placement uses it to
         skip GPU counts that surely do not fit.
         """
+        factor = self.upper_floor_factor(spec)
+        return float(resident) if factor is None else device_bytes * factor
+
+    def upper_floor_factor(self, spec: TrainingSpec) -> float | None:
+        """The factor on the device peak that :meth:`upper_floor_bytes` applies to ``spec`` (the same for all
+        its GPUs and counts: placement works it out once per spec); ``None`` with a learned correction, whose
+        floor is the resident model states."""
         self._require_fitted()
         if self.alpha_:
-            return float(resident)
+            return None
         margin = self._margin(spec)
         lowest_widening = min(1.0, self.max_widening) if self.distance_weight >= 0 else 0.0
-        return device_bytes * math.exp(self._site_offset(spec) + max(margin, 0.0) * lowest_widening)
+        return math.exp(self._site_offset(spec) + max(margin, 0.0) * lowest_widening)
 
 
 class RuntimeServing(ConformalServing):
