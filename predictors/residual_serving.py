@@ -200,7 +200,7 @@ class VramServing(ConformalServing):
     def _pairwise_sq_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
         """Squared distance: the standardized numeric one plus one per differing categorical setting.
 
-        One matrix product (:func:`_distance_table`): ``|z - t|^2 + mismatches`` is
+        A matrix product per row (:func:`_distance_table`, :func:`_rows_times`): ``|z - t|^2 + mismatches`` is
         ``|z|^2 + (|t|^2 + n_categorical) - 2 z . t - onehot(codes) . onehot(t)``: a matching setting adds one
         to the product of the one-hots, so it takes one away from the mismatches. Placement sends a handful of
         rows, for which numpy's per-call cost dominates, hence the few calls. Rows with a missing numeric value
