@@ -15,10 +15,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("train", help="fit the residual VRAM (and runtime) model on measured runs and save it (skops)")
     p.add_argument("--runs", action="append", required=True, help="reference runs JSONL (repeatable)")
     p.add_argument("--ledger", action="append", default=[],
-                   help="this cluster's actuals joined to their specs (vramfit report --export), JSONL in the "
-                        "reference-run schema (repeatable): they also fit the site stage, this cluster's own "
-                        "offset and upper-bound margin (of the peak, and with --runtime-out of the throughput "
-                        "of its finished jobs)")
+                   help="this cluster's actuals joined to their specs: the ledger file itself (SQLite, what "
+                        "vramfit serve --ledger writes) or its export (vramfit report --export, reference-run "
+                        "JSONL); repeatable. They also fit the site stage, this cluster's own offset and "
+                        "upper-bound margin (of the peak, and with --runtime-out of the throughput of its "
+                        "finished jobs)")
     p.add_argument("--out", required=True, type=Path, help="model file to write (.skops; metadata beside it)")
     p.add_argument("--coverage", type=float, default=0.95, help="upper-bound target coverage (default 0.95)")
     p.add_argument("--no-cv", action="store_true", help="skip the leave-one-source-out figures in the metadata")
@@ -29,14 +30,41 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
 def _read(paths: list[str], flag: str) -> list[tuple[str, str]]:
     texts = []
     for path in paths:
         try:
-            texts.append((Path(path).name, Path(path).read_text(encoding="utf-8")))
-        except OSError as exc:
+            with open(path, "rb") as head:
+                sqlite = head.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+            text = _export_ledger(path) if sqlite and flag == "--ledger" else Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
             raise SpecError.one(flag, f"cannot read {path}: {exc}") from None
+        texts.append((Path(path).name, text))
     return texts
+
+
+def _export_ledger(path: str) -> str:
+    """The reference-run JSONL of a ledger file (what ``vramfit report --export`` writes), with a line saying
+    how many joined rows it gave."""
+    import io
+
+    from scheduler.integrations.ledger import LedgerError, open_ledger
+
+    try:
+        ledger = open_ledger(path)
+    except LedgerError as exc:
+        raise SpecError.one("--ledger", str(exc)) from None
+    out = io.StringIO()
+    try:
+        result = ledger.export_reference_runs(out)
+    finally:
+        ledger.close()
+    skipped = ", ".join(f"{n} {why}" for why, n in result.skipped.items()) or "none"
+    print(f"ledger {path}: {result.written} joined actuals (skipped: {skipped})")
+    return out.getvalue()
 
 
 def run(args: argparse.Namespace) -> int:
