@@ -141,7 +141,9 @@ def save_model(model: Any, path: Path, metadata: dict[str, Any]) -> None:
     from predictors.residual_serving import serving_state
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    sio.dump({"metadata": metadata, "model": model}, path)
+    tmp = path.with_name(path.name + ".tmp")  # replaced in one step: a server re-loading it never reads half a file
+    sio.dump({"metadata": metadata, "model": model}, tmp)
+    tmp.replace(path)
     path.with_suffix(".json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     state = serving_state(model)
     serving = serving_path(path)

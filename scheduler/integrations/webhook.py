@@ -85,12 +85,82 @@ class PoolsSource:
         return self._pools
 
 
+class ResidualModelsWatch:
+    """The residual models that ``$VRAMFIT_RESIDUAL_MODEL`` and ``$VRAMFIT_RUNTIME_RESIDUAL_MODEL`` name, re-loaded
+    when their files change (a cluster model retrained with ``vramfit train --ledger`` and copied over the old
+    one): call it before each review; it looks at the files at most every ``interval_seconds``. A changed model
+    is loaded and checked first; only a usable one replaces the model in use (its caches and the placement
+    cache are emptied), a broken or incompatible one is logged and the last good one kept. Without the
+    variables (the shipped models) it does nothing."""
+
+    def __init__(self, interval_seconds: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+        from predictors import persistence
+
+        self.interval_seconds = interval_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._next_check = clock() + interval_seconds
+        self.reloads = 0
+        self._watched: list[tuple[Path, Callable[[dict[str, Any]], None], Any]] = []
+        for variable, check, loader in (
+                (persistence.MODEL_ENV, persistence.check_compatible, persistence.load_default_model),
+                (persistence.RUNTIME_MODEL_ENV, persistence.check_runtime_compatible,
+                 persistence.load_default_runtime_model)):
+            value = os.environ.get(variable, "").strip()
+            if value:
+                self._watched.append((Path(value).expanduser(), check, loader))
+        self._stamps = {path: self._stamp(path) for path, _, _ in self._watched}
+
+    @staticmethod
+    def _stamp(path: Path) -> tuple[tuple[int, int, int] | None, ...]:
+        """Identity of the model file and of the serving file beside it (a retrain rewrites both)."""
+        from predictors.persistence import serving_path
+
+        stamps: list[tuple[int, int, int] | None] = []
+        for file in (path, serving_path(path)):
+            try:
+                st = os.stat(file)
+                stamps.append((st.st_ino, st.st_size, st.st_mtime_ns))
+            except OSError:
+                stamps.append(None)
+        return tuple(stamps)
+
+    def __call__(self) -> None:
+        if not self._watched or self._clock() < self._next_check:
+            return
+        with self._lock:
+            self._next_check = self._clock() + self.interval_seconds
+            for path, check, loader in self._watched:
+                stamp = self._stamp(path)
+                if stamp == self._stamps[path]:
+                    continue
+                self._stamps[path] = stamp
+                self._reload(path, check, loader)
+
+    def _reload(self, path: Path, check: Callable[[dict[str, Any]], None], loader: Any) -> None:
+        from predictors.persistence import IncompatibleModel, load_model
+        from scheduler.placement import clear_prediction_cache
+
+        log = logging.getLogger("vramfit.webhook")
+        try:
+            loaded = load_model(path, check)
+        except (IncompatibleModel, OSError, ValueError) as exc:
+            log.error("residual model file unusable; keeping the model in use",
+                      extra={"fields": {"path": str(path), "error": str(exc)[:300]}})
+            return
+        loader.cache_clear()  # the next prediction loads the new file
+        clear_prediction_cache()
+        self.reloads += 1
+        log.info("residual model reloaded", extra={"fields": {"path": str(path), "model_version": loaded.version}})
+
+
 @dataclass
 class WebhookState:
     """What the admission routes need; pass it in, keep no globals."""
 
     settings: AdmissionSettings = field(default_factory=AdmissionSettings)
     pools: Callable[[], PoolsConfig] = field(default_factory=PoolsSource)
+    models: Callable[[], None] = field(default_factory=ResidualModelsWatch)
     on_timing: TimingHook | None = None
     on_decision: DecisionHook | None = None
     now: Callable[[], datetime] = utc_now
@@ -177,6 +247,7 @@ def _endpoint(state: WebhookState, webhook: Webhook) -> Callable[[Request], Any]
             fields["error"] = str(exc)[:300]
             return done("malformed", 400, JSONResponse({"error": f"not an AdmissionReview v1 request: {exc}"},
                                                        status_code=400))
+        state.models()
         result = admit(body, state.settings, state.pools(), state.now(), state.id_factory, webhook)
         answer = result.response["response"]
         fields.update(allowed=answer["allowed"], warnings=len(answer.get("warnings", [])),
