@@ -138,13 +138,13 @@ class ResidualModelsWatch:
                 self._reload(path, check, loader)
 
     def _reload(self, path: Path, check: Callable[[dict[str, Any]], None], loader: Any) -> None:
-        from predictors.persistence import IncompatibleModel, load_model
+        from predictors.persistence import load_model
         from scheduler.placement import clear_prediction_cache
 
         log = logging.getLogger("vramfit.webhook")
         try:
             loaded = load_model(path, check)
-        except (IncompatibleModel, OSError, ValueError) as exc:
+        except Exception as exc:  # whatever is wrong with the new file, the server keeps answering with the old
             log.error("residual model file unusable; keeping the model in use",
                       extra={"fields": {"path": str(path), "error": str(exc)[:300]}})
             return
