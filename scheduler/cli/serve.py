@@ -95,7 +95,7 @@ def build_app(args: argparse.Namespace, ledger: Any, forwarder: Any = None) -> A
     from scheduler.integrations.metrics import Metrics
     from scheduler.integrations.records import DecisionIn
     from scheduler.integrations.server import ServerSettings, create_app, store_decision
-    from scheduler.integrations.webhook import PoolsSource, WebhookState, webhook_routes
+    from scheduler.integrations.webhook import PoolsSource, ResidualModelsWatch, WebhookState, webhook_routes
 
     settings = ServerSettings(token=read_token(args.token_file), version=package_version())
     metrics = Metrics(version=settings.version)
@@ -122,8 +122,9 @@ def build_app(args: argparse.Namespace, ledger: Any, forwarder: Any = None) -> A
             if decision.outcome == "placed" and decision.predicted_cost_usd is not None:
                 metrics.predicted_cost_usd.labels(pool).inc(decision.predicted_cost_usd)
 
+    metrics.watch_residual_models()
     state = WebhookState(settings=admission_settings(args), pools=pools, on_timing=on_timing,
-                         on_decision=on_decision)
+                         on_decision=on_decision, models=ResidualModelsWatch(on_reload=metrics.on_model_reload))
     return create_app(ledger, settings, extra_routes=webhook_routes(state), metrics=metrics), state
 
 

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -51,6 +52,29 @@ class LedgerSizeCollector(Collector):
                 family.add_metric([table], count)
         except Exception:  # a scrape must not fail because the ledger is momentarily unreadable
             pass
+        yield family
+
+
+class ResidualModelsCollector(Collector):
+    """``vramfit_residual_model_info{kind, model_version}``: the residual models this process predicts with now
+    (value 1), read at scrape time, so a re-loaded model shows at once. A kind this process has not loaded yet
+    (a collector that only stores actuals) is left out rather than loaded for the scrape."""
+
+    def __init__(self, loaders: dict[str, Any]) -> None:
+        self.loaders = loaders  # kind -> the functools.cache'd loader of predictors.persistence
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(f"{PREFIX}_residual_model_info",
+                                   "Residual model in use per kind (vram, runtime); the value is 1; "
+                                   "model_version 'analytic' when none is usable", labels=["kind", "model_version"])
+        for kind, loader in self.loaders.items():
+            try:
+                if loader.cache_info().currsize == 0:
+                    continue
+                loaded = loader()
+            except Exception:  # a scrape must not fail because a model file is momentarily unreadable
+                continue
+            family.add_metric([kind, loaded.version if loaded is not None else "analytic"], 1)
         yield family
 
 
@@ -98,6 +122,23 @@ class Metrics:
 
     def watch_ledger(self, ledger: Ledger) -> None:
         self.registry.register(LedgerSizeCollector(ledger))
+
+    def watch_residual_models(self) -> None:
+        """Export the residual models in use, and count their re-loads (``on_model_reload``)."""
+        from predictors import persistence
+
+        self.registry.register(ResidualModelsCollector({"vram": persistence.load_default_model,
+                                                        "runtime": persistence.load_default_runtime_model}))
+        self.residual_model_reloads = Counter(
+            f"{PREFIX}_residual_model_reloads", "Residual model files that changed while serving (outcome=reloaded: "
+            "the new model is in use; rejected: it could not be used, the previous one stays)",
+            ["kind", "outcome"], registry=self.registry)
+        for kind in ("vram", "runtime"):
+            for outcome in ("reloaded", "rejected"):
+                self.residual_model_reloads.labels(kind, outcome)  # export the zeros from the start
+
+    def on_model_reload(self, kind: str, outcome: str) -> None:
+        self.residual_model_reloads.labels(kind, outcome).inc()
 
     # --- observations -------------------------------------------------------------------------------
     def observe_decision(self, stored: StoredDecision) -> None:

@@ -93,23 +93,26 @@ class ResidualModelsWatch:
     cache are emptied), a broken or incompatible one is logged and the last good one kept. Without the
     variables (the shipped models) it does nothing."""
 
-    def __init__(self, interval_seconds: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, interval_seconds: float = 2.0, clock: Callable[[], float] = time.monotonic,
+                 on_reload: Callable[[str, str], None] | None = None) -> None:
+        """``on_reload(kind, outcome)``: called with ``vram``/``runtime`` and ``reloaded``/``rejected`` (metrics)."""
         from predictors import persistence
 
         self.interval_seconds = interval_seconds
         self._clock = clock
+        self._on_reload = on_reload
         self._lock = threading.Lock()
         self._next_check = clock() + interval_seconds
         self.reloads = 0
-        self._watched: list[tuple[Path, Callable[[dict[str, Any]], None], Any]] = []
-        for variable, check, loader in (
-                (persistence.MODEL_ENV, persistence.check_compatible, persistence.load_default_model),
-                (persistence.RUNTIME_MODEL_ENV, persistence.check_runtime_compatible,
+        self._watched: list[tuple[str, Path, Callable[[dict[str, Any]], None], Any]] = []
+        for kind, variable, check, loader in (
+                ("vram", persistence.MODEL_ENV, persistence.check_compatible, persistence.load_default_model),
+                ("runtime", persistence.RUNTIME_MODEL_ENV, persistence.check_runtime_compatible,
                  persistence.load_default_runtime_model)):
             value = os.environ.get(variable, "").strip()
             if value:
-                self._watched.append((Path(value).expanduser(), check, loader))
-        self._stamps = {path: self._stamp(path) for path, _, _ in self._watched}
+                self._watched.append((kind, Path(value).expanduser(), check, loader))
+        self._stamps = {path: self._stamp(path) for _, path, _, _ in self._watched}
 
     @staticmethod
     def _stamp(path: Path) -> tuple[tuple[int, int, int] | None, ...]:
@@ -130,14 +133,20 @@ class ResidualModelsWatch:
             return
         with self._lock:
             self._next_check = self._clock() + self.interval_seconds
-            for path, check, loader in self._watched:
+            for kind, path, check, loader in self._watched:
                 stamp = self._stamp(path)
                 if stamp == self._stamps[path]:
                     continue
                 self._stamps[path] = stamp
-                self._reload(path, check, loader)
+                outcome = self._reload(path, check, loader)
+                if self._on_reload is not None:
+                    try:
+                        self._on_reload(kind, outcome)
+                    except Exception:
+                        logging.getLogger("vramfit.webhook").exception("model reload hook failed")
 
-    def _reload(self, path: Path, check: Callable[[dict[str, Any]], None], loader: Any) -> None:
+    def _reload(self, path: Path, check: Callable[[dict[str, Any]], None], loader: Any) -> str:
+        """Load and check the changed file; ``reloaded`` when it is now in use, else ``rejected``."""
         from predictors.persistence import load_model
         from scheduler.placement import clear_prediction_cache
 
@@ -147,11 +156,13 @@ class ResidualModelsWatch:
         except Exception as exc:  # whatever is wrong with the new file, the server keeps answering with the old
             log.error("residual model file unusable; keeping the model in use",
                       extra={"fields": {"path": str(path), "error": str(exc)[:300]}})
-            return
-        loader.cache_clear()  # the next prediction loads the new file
+            return "rejected"
+        loader.cache_clear()
+        loader()  # load the new file now, not in the next review
         clear_prediction_cache()
         self.reloads += 1
         log.info("residual model reloaded", extra={"fields": {"path": str(path), "model_version": loaded.version}})
+        return "reloaded"
 
 
 @dataclass

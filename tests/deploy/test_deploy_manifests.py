@@ -174,6 +174,8 @@ DASHBOARD_METRICS = (  # the series scheduler/integrations/metrics.py exports
     "vramfit_placements_total",
     "vramfit_predicted_cost_usd_total",
     "vramfit_actuals_received_total",
+    "vramfit_residual_model_info",
+    "vramfit_residual_model_reloads_total",
 )
 
 

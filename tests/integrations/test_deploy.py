@@ -21,8 +21,11 @@ NO_PROMTOOL = "promtool is not installed (apt-get install prometheus; CI install
 
 
 def exported_names() -> set[str]:
+    """What `vramfit serve` exports: every metric, the webhook's residual-model ones and the ledger size."""
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",), "info": ("",)}
-    return {family.name + suffix for family in Metrics().registry.collect() for suffix in suffixes[family.type]} | {
+    metrics = Metrics()
+    metrics.watch_residual_models()
+    return {family.name + suffix for family in metrics.registry.collect() for suffix in suffixes[family.type]} | {
         "vramfit_ledger_records"}
 
 

@@ -90,3 +90,34 @@ def test_without_the_variables_nothing_is_watched(monkeypatch: pytest.MonkeyPatc
     watch = ResidualModelsWatch(interval_seconds=0.0)
     watch()
     assert watch.reloads == 0
+
+
+def test_metrics_show_the_model_in_use_and_count_reloads(cluster_model: Path, estimator: Any) -> None:
+    """vramfit_residual_model_info names the model predictions use now; vramfit_residual_model_reloads_total
+    counts the changed files by outcome (a rejected one is what an operator must look at)."""
+    from prometheus_client import generate_latest
+
+    from scheduler.integrations.metrics import Metrics
+
+    metrics = Metrics(version="test")
+    metrics.watch_residual_models()
+    clock = [0.0]
+    watch = ResidualModelsWatch(interval_seconds=1.0, clock=lambda: clock[0], on_reload=metrics.on_model_reload)
+
+    def exported() -> str:
+        return generate_latest(metrics.registry).decode()
+
+    predict(SPEC)  # the process has loaded its models
+    assert 'vramfit_residual_model_info{kind="vram",model_version="residual-cluster-a"} 1.0' in exported()
+    _save(estimator, cluster_model, "residual-cluster-b")
+    clock[0] = 2.0
+    watch()
+    text = exported()  # a scrape right after the reload already names the new model
+    assert 'vramfit_residual_model_info{kind="vram",model_version="residual-cluster-b"} 1.0' in text
+    assert 'vramfit_residual_model_reloads_total{kind="vram",outcome="reloaded"} 1.0' in text
+    cluster_model.write_bytes(b"half a model")
+    clock[0] = 4.0
+    watch()
+    text = exported()
+    assert 'vramfit_residual_model_reloads_total{kind="vram",outcome="rejected"} 1.0' in text
+    assert 'vramfit_residual_model_info{kind="vram",model_version="residual-cluster-b"} 1.0' in text
