@@ -17,14 +17,15 @@ would correct the wrong thing. :func:`load_default_model` then warns and returns
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import threading
 import warnings
 import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -164,6 +165,19 @@ def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def serving_file_is_current(path: Path) -> bool | None:
+    """Whether the serving file beside the model file ``path`` was written for it (its header names the model
+    file's SHA-256); ``None`` when there is no serving file, or no readable one."""
+    serving = serving_path(path)
+    if not serving.exists():
+        return None
+    try:
+        header, _ = read_serving(serving)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        return None
+    return header.get("model_sha256") == _file_sha256(path)
+
+
 _SERVING_HEADER = "header.json"
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed member times: the same model gives the same bytes
 
@@ -290,11 +304,49 @@ def default_model_path() -> Path:
     return _configured_path(MODEL_ENV) or shipped_model_path()
 
 
-@cache
-def load_default_model() -> LoadedModel | None:
-    """The residual model (:func:`default_model_path`), loaded once; ``None`` with a warning when missing or
-    incompatible."""
+class DefaultModel:
+    """A default model, loaded once at the first call (thread-safe) and kept: ``load()`` returns it, or ``None``
+    (analytic only, warned once) when it is missing or incompatible. ``install`` puts a model that was loaded and
+    checked elsewhere in its place in one step (``vramfit serve`` re-loading a changed file: no moment without
+    a model); ``cache_clear`` forgets it, so the next call loads again; ``cache_info().currsize`` is 1 once
+    loaded (the names of ``functools.cache``, which this replaces)."""
+
+    def __init__(self, load: Callable[[], LoadedModel | None]) -> None:
+        self._load = load
+        self._lock = threading.Lock()
+        self._loaded: tuple[LoadedModel | None] | None = None
+        functools.update_wrapper(self, load)
+
+    def __call__(self) -> LoadedModel | None:
+        loaded = self._loaded
+        if loaded is None:
+            with self._lock:
+                if self._loaded is None:
+                    self._loaded = (self._load(),)
+                loaded = self._loaded
+        return loaded[0]
+
+    def install(self, model: LoadedModel) -> None:
+        self._loaded = (model,)
+
+    def cache_clear(self) -> None:
+        self._loaded = None
+
+    def cache_info(self) -> CacheInfo:
+        return CacheInfo(currsize=0 if self._loaded is None else 1)
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    currsize: int
+
+
+def _load_default_vram() -> LoadedModel | None:
+    """The residual model (:func:`default_model_path`); ``None`` with a warning when missing or incompatible."""
     return _load_default(default_model_path(), check_compatible, "residual model", REBUILD_HINT)
+
+
+load_default_model = DefaultModel(_load_default_vram)
 
 
 def _load_default(path: Path, check: Callable[[dict[str, Any]], None], what: str, hint: str) -> LoadedModel | None:
@@ -303,12 +355,12 @@ def _load_default(path: Path, check: Callable[[dict[str, Any]], None], what: str
         if path in configured:
             hint = f"it is what ${configured[path]} names: point it at a model file or unset it"
         warnings.warn(f"{what} {path} is missing: predictions are analytic only; {hint}",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning, stacklevel=4)
         return None
     try:
         return load_model(path, check)
     except IncompatibleModel as exc:
-        warnings.warn(f"{what} not used, predictions are analytic only: {exc}", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"{what} not used, predictions are analytic only: {exc}", RuntimeWarning, stacklevel=4)
         return None
 
 
@@ -390,9 +442,11 @@ def default_runtime_model_path() -> Path:
     return _configured_path(RUNTIME_MODEL_ENV) or shipped_runtime_model_path()
 
 
-@cache
-def load_default_runtime_model() -> LoadedModel | None:
-    """The runtime residual (:func:`default_runtime_model_path`), loaded once; ``None`` with a warning when
-    missing or incompatible."""
+def _load_default_runtime() -> LoadedModel | None:
+    """The runtime residual (:func:`default_runtime_model_path`); ``None`` with a warning when missing or
+    incompatible."""
     return _load_default(default_runtime_model_path(), check_runtime_compatible, "runtime residual model",
                          RUNTIME_REBUILD_HINT)
+
+
+load_default_runtime_model = DefaultModel(_load_default_runtime)

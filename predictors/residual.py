@@ -404,6 +404,8 @@ class ConformalResidualRegressor(ConformalServing, RegressorMixin, BaseEstimator
         scores = excess - out_of_fold if used else excess
         if lower:
             scores = -scores
+        # not divided by a widening as the reference stage's scores are: this cluster's jobs are near their own
+        # rows of the training data (widening ~1); serving still widens the margin far from the data (safer)
         if used:
             self.site_offsets_ = site_offsets(excess, methods)
         for name in MARGIN_GROUPS:

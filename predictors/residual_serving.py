@@ -208,23 +208,43 @@ class VramServing(ConformalServing):
         value so far out that its square overflows take the element-wise form, which handles them.
         """
         table = _distance_table(self)
-        if table is not None:
-            z = (features[:, :_N_VRAM_NUMERIC] - self.numeric_mean_) / self.numeric_scale_
-            codes = features[:, _N_VRAM_NUMERIC:]
-            # NaN fails every comparison, so the fast form is taken for clean rows only
-            if (np.abs(z).max(initial=0.0) <= _EXPANSION_LIMIT and codes.min(initial=0.0) >= 0
-                    and (codes < _CATEGORY_SIZES).all()):
-                augmented_train_t, train_constant = table
-                if train_rows is not None:
-                    augmented_train_t, train_constant = augmented_train_t[:, train_rows], train_constant[train_rows]
-                n_rows = z.shape[0]
-                query = np.zeros((n_rows, _ONE_HOT_WIDTH))  # [-2 z, -onehot(codes)]
-                np.multiply(z, -2.0, out=query[:, :_N_VRAM_NUMERIC])
-                query[np.arange(n_rows)[:, None], (codes + _CATEGORY_OFFSETS).astype(np.intp)] = -1.0
-                sq = _rows_times(query, augmented_train_t)
-                sq += train_constant
-                sq += (z * z).sum(axis=1)[:, None]
-                return np.maximum(sq, 0.0, out=sq)  # rounding in the expansion can dip a zero distance below 0
+        if table is None:  # a model of another feature layout: element by element
+            return self._elementwise_sq_distance(features, train_rows)
+        z = (features[:, :_N_VRAM_NUMERIC] - self.numeric_mean_) / self.numeric_scale_
+        codes = features[:, _N_VRAM_NUMERIC:]
+        # NaN fails every comparison; a code must be a whole index into its vocabulary
+        if (np.abs(z).max(initial=0.0) <= _EXPANSION_LIMIT and codes.min(initial=0.0) >= 0
+                and (codes < _CATEGORY_SIZES).all() and (codes == np.floor(codes)).all()):
+            return self._expanded_sq_distance(z, codes, table, train_rows)
+        # some rows cannot take the product: each row the form it takes alone (so the same numbers as alone)
+        clean = ((np.abs(z) <= _EXPANSION_LIMIT).all(axis=1)
+                 & ((codes >= 0) & (codes < _CATEGORY_SIZES) & (codes == np.floor(codes))).all(axis=1))
+        n_train = table[1].size if train_rows is None else table[1][train_rows].size
+        out = np.empty((features.shape[0], n_train))
+        if clean.any():
+            out[clean] = self._expanded_sq_distance(z[clean], codes[clean], table, train_rows)
+        out[~clean] = self._elementwise_sq_distance(features[~clean], train_rows)
+        return out
+
+    def _expanded_sq_distance(self, z: np.ndarray, codes: np.ndarray, table: tuple[np.ndarray, np.ndarray],
+                              train_rows: np.ndarray | None) -> np.ndarray:
+        """The squared distance of clean rows (standardized numeric ``z``, whole in-vocabulary ``codes``) by the
+        matrix product."""
+        augmented_train_t, train_constant = table
+        if train_rows is not None:
+            augmented_train_t, train_constant = augmented_train_t[:, train_rows], train_constant[train_rows]
+        n_rows = z.shape[0]
+        query = np.zeros((n_rows, _ONE_HOT_WIDTH))  # [-2 z, -onehot(codes)]
+        np.multiply(z, -2.0, out=query[:, :_N_VRAM_NUMERIC])
+        query[np.arange(n_rows)[:, None], (codes + _CATEGORY_OFFSETS).astype(np.intp)] = -1.0
+        sq = _rows_times(query, augmented_train_t)
+        sq += train_constant
+        sq += (z * z).sum(axis=1)[:, None]
+        return np.maximum(sq, 0.0, out=sq)  # rounding in the expansion can dip a zero distance below 0
+
+    def _elementwise_sq_distance(self, features: np.ndarray, train_rows: np.ndarray | None) -> np.ndarray:
+        """The squared distance element by element: NaN numeric values standardized to 0, a NaN code matching
+        nothing (``NaN != x``), values of any size (clipped to the float range)."""
         z = self._standardize(features)
         train_z, train_c = self.train_numeric_, self.train_codes_
         if train_rows is not None:

@@ -173,11 +173,15 @@ def _serve(args: argparse.Namespace) -> int:
     forwarder = make_forwarder(args)
     app, state = build_app(args, ledger, forwarder)
     warm_up(state)  # load the catalogs before the first review (a dry run: nothing is recorded)
+    if state.models is not None:
+        state.models.start()  # re-load this cluster's residual models when their files change
     if forwarder is not None:
         forwarder.start()
         log.info("forwarding decisions", extra={"fields": {"endpoint": forwarder.endpoint}})
 
     def on_exit() -> None:
+        if state.models is not None:
+            state.models.stop()
         if forwarder is not None:
             forwarder.stop(flush_seconds=5.0)
         if ledger is not None:

@@ -50,18 +50,23 @@ def _export_ledger(path: str) -> str:
     """The reference-run JSONL of a ledger file (what ``vramfit report --export`` writes), with a line saying
     how many joined rows it gave."""
     import io
+    import sqlite3
 
-    from scheduler.integrations.ledger import LedgerError, open_ledger
+    from pydantic import ValidationError
 
-    try:
-        ledger = open_ledger(path)
-    except LedgerError as exc:
-        raise SpecError.one("--ledger", str(exc)) from None
+    from scheduler.integrations.ledger import LedgerError, SqliteLedger
+
     out = io.StringIO()
     try:
-        result = ledger.export_reference_runs(out)
-    finally:
-        ledger.close()
+        ledger = SqliteLedger(path, read_only=True)  # a live ledger's file is read, never written
+        try:
+            result = ledger.export_reference_runs(out)
+        finally:
+            ledger.close()
+    except LedgerError as exc:
+        raise SpecError.one("--ledger", str(exc)) from None
+    except (sqlite3.DatabaseError, ValidationError) as exc:
+        raise SpecError.one("--ledger", f"cannot read the ledger {path}: {str(exc).splitlines()[0]}") from None
     skipped = ", ".join(f"{n} {why}" for why, n in result.skipped.items()) or "none"
     print(f"ledger {path}: {result.written} joined actuals (skipped: {skipped})")
     return out.getvalue()

@@ -261,10 +261,23 @@ def _dt(value: float) -> datetime:
 class SqliteLedger(Ledger):
     """The ledger in one SQLite file. Thread-safe: one connection behind a lock."""
 
-    def __init__(self, path: str | Path, migrations: Sequence[str] = MIGRATIONS) -> None:
+    def __init__(self, path: str | Path, migrations: Sequence[str] = MIGRATIONS, read_only: bool = False) -> None:
+        """Open (creating or migrating) the ledger at ``path``; with ``read_only``, read an existing ledger of
+        this schema version without writing to it at all (no journal-mode change, no migration): what
+        ``vramfit train --ledger`` does with a copy of a live ledger."""
         self.path = str(path)
         self._lock = threading.Lock()
         try:
+            if read_only:
+                uri = f"{Path(self.path).resolve().as_uri()}?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                                           timeout=10.0)
+                self._db.execute("PRAGMA query_only=ON")
+                version = self.schema_version
+                if version != len(migrations):
+                    raise LedgerError(f"{self.path} is not a vramfit ledger of this version (schema version "
+                                      f"{version}, this vramfit reads {len(migrations)})")
+                return
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")

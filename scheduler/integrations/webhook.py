@@ -88,21 +88,27 @@ class PoolsSource:
 class ResidualModelsWatch:
     """The residual models that ``$VRAMFIT_RESIDUAL_MODEL`` and ``$VRAMFIT_RUNTIME_RESIDUAL_MODEL`` name, re-loaded
     when their files change (a cluster model retrained with ``vramfit train --ledger`` and copied over the old
-    one): call it before each review; it looks at the files at most every ``interval_seconds``. A changed model
-    is loaded and checked first; only a usable one replaces the model in use (its caches and the placement
-    cache are emptied), a broken or incompatible one is logged and the last good one kept. Without the
-    variables (the shipped models) it does nothing."""
+    one). :meth:`start` checks in a daemon thread every ``interval_seconds``, off the request path; :meth:`check`
+    checks once. A changed model is loaded and checked first and, when usable, installed in one step (no moment
+    without a model; the placement cache is emptied); a broken or incompatible one is logged and the model in
+    use kept. A model file whose serving file is still the previous model's (``save_model`` writes the model,
+    then its serving file) is left for the next checks (``SERVING_FILE_WAITS``). Without the variables (the
+    shipped models) it does nothing."""
 
-    def __init__(self, interval_seconds: float = 2.0, clock: Callable[[], float] = time.monotonic,
+    # checks a model file beside a serving file of another model is left for (still being written); after
+    # that it is loaded as it is (and, if it is no model, rejected)
+    SERVING_FILE_WAITS = 3
+
+    def __init__(self, interval_seconds: float = 2.0,
                  on_reload: Callable[[str, str], None] | None = None) -> None:
         """``on_reload(kind, outcome)``: called with ``vram``/``runtime`` and ``reloaded``/``rejected`` (metrics)."""
         from predictors import persistence
 
         self.interval_seconds = interval_seconds
-        self._clock = clock
         self._on_reload = on_reload
         self._lock = threading.Lock()
-        self._next_check = clock() + interval_seconds
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self.reloads = 0
         self._watched: list[tuple[str, Path, Callable[[dict[str, Any]], None], Any]] = []
         for kind, variable, check, loader in (
@@ -113,6 +119,7 @@ class ResidualModelsWatch:
             if value:
                 self._watched.append((kind, Path(value).expanduser(), check, loader))
         self._stamps = {path: self._stamp(path) for _, path, _, _ in self._watched}
+        self._waits: dict[Path, int] = {}
 
     @staticmethod
     def _stamp(path: Path) -> tuple[tuple[int, int, int] | None, ...]:
@@ -128,41 +135,65 @@ class ResidualModelsWatch:
                 stamps.append(None)
         return tuple(stamps)
 
-    def __call__(self) -> None:
-        if not self._watched or self._clock() < self._next_check:
-            return
+    def check(self) -> None:
+        """Re-load every watched model whose files changed since the last check."""
         with self._lock:
-            self._next_check = self._clock() + self.interval_seconds
             for kind, path, check, loader in self._watched:
                 stamp = self._stamp(path)
                 if stamp == self._stamps[path]:
                     continue
-                self._stamps[path] = stamp
                 outcome = self._reload(path, check, loader)
+                if outcome is None:
+                    continue  # half written: look again at the next check
+                self._stamps[path] = stamp
                 if self._on_reload is not None:
                     try:
                         self._on_reload(kind, outcome)
                     except Exception:
                         logging.getLogger("vramfit.webhook").exception("model reload hook failed")
 
-    def _reload(self, path: Path, check: Callable[[dict[str, Any]], None], loader: Any) -> str:
-        """Load and check the changed file; ``reloaded`` when it is now in use, else ``rejected``."""
-        from predictors.persistence import load_model
+    def _reload(self, path: Path, check: Callable[[dict[str, Any]], None], loader: Any) -> str | None:
+        """Load and check the changed file: ``reloaded`` when it is now in use, ``rejected`` when it cannot be,
+        ``None`` while its serving file is still the previous model's (for ``SERVING_FILE_WAITS`` checks)."""
+        from predictors.persistence import load_model, serving_file_is_current
         from scheduler.placement import clear_prediction_cache
 
         log = logging.getLogger("vramfit.webhook")
         try:
+            if serving_file_is_current(path) is False and self._waits.get(path, 0) < self.SERVING_FILE_WAITS:
+                self._waits[path] = self._waits.get(path, 0) + 1
+                return None
+            self._waits.pop(path, None)
             loaded = load_model(path, check)
         except Exception as exc:  # whatever is wrong with the new file, the server keeps answering with the old
             log.error("residual model file unusable; keeping the model in use",
                       extra={"fields": {"path": str(path), "error": str(exc)[:300]}})
             return "rejected"
-        loader.cache_clear()
-        loader()  # load the new file now, not in the next review
+        loader.install(loaded)
         clear_prediction_cache()
         self.reloads += 1
         log.info("residual model reloaded", extra={"fields": {"path": str(path), "model_version": loaded.version}})
         return "reloaded"
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_seconds):
+            try:
+                self.check()
+            except Exception:  # the watch must outlive any surprise; the server keeps its models
+                logging.getLogger("vramfit.webhook").exception("residual model check failed")
+
+    def start(self) -> ResidualModelsWatch:
+        """Check in a daemon thread every ``interval_seconds`` until :meth:`stop` (nothing to do: no thread)."""
+        if self._watched and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="vramfit-model-reload", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_seconds + 1)
+            self._thread = None
 
 
 @dataclass
@@ -171,7 +202,7 @@ class WebhookState:
 
     settings: AdmissionSettings = field(default_factory=AdmissionSettings)
     pools: Callable[[], PoolsConfig] = field(default_factory=PoolsSource)
-    models: Callable[[], None] = field(default_factory=ResidualModelsWatch)
+    models: ResidualModelsWatch | None = None  # re-loads changed model files (vramfit serve starts it)
     on_timing: TimingHook | None = None
     on_decision: DecisionHook | None = None
     now: Callable[[], datetime] = utc_now
@@ -258,7 +289,6 @@ def _endpoint(state: WebhookState, webhook: Webhook) -> Callable[[Request], Any]
             fields["error"] = str(exc)[:300]
             return done("malformed", 400, JSONResponse({"error": f"not an AdmissionReview v1 request: {exc}"},
                                                        status_code=400))
-        state.models()
         result = admit(body, state.settings, state.pools(), state.now(), state.id_factory, webhook)
         answer = result.response["response"]
         fields.update(allowed=answer["allowed"], warnings=len(answer.get("warnings", [])),

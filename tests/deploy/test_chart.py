@@ -52,7 +52,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "collector": {"enabled": False},
     },
     "collector-existing-claim": {"collector": {"persistence": {"existingClaim": "ledger-data"}}},
-    "cluster-models": {"residualModels": {"volume": {"persistentVolumeClaim": {"claimName": "vramfit-models"}},
+    "cluster-models": {"residualModels": {"volume": {"persistentVolumeClaim": {"claimName": "vramfit-models",
+                                                                               "readOnly": True}},
                                           "vramModel": "site/vram.skops", "runtimeModel": "runtime.skops"}},
     "collector-no-persistence": {"collector": {"persistence": {"enabled": False}}},
     "collector-other-port": {"collector": {"port": 9090, "serviceMonitor": {"enabled": False}},
@@ -426,7 +427,8 @@ def test_cluster_models_reach_the_webhook(chart: Any) -> None:
     mount = next(m for m in container["volumeMounts"] if m["name"] == "residual-models")
     assert mount == {"name": "residual-models", "mountPath": "/var/lib/vramfit/models", "readOnly": True}
     volume = next(v for v in pod["volumes"] if v["name"] == "residual-models")
-    assert volume == {"name": "residual-models", "persistentVolumeClaim": {"claimName": "vramfit-models"}}
+    assert volume == {"name": "residual-models",
+                      "persistentVolumeClaim": {"claimName": "vramfit-models", "readOnly": True}}
     only_runtime = {"residualModels": {"volume": {"emptyDir": {}}, "runtimeModel": "rt.skops"}}
     env = webhook_deployment(render(chart, only_runtime))["spec"]["template"]["spec"]["containers"][0]["env"]
     assert [e["name"] for e in env] == ["VRAMFIT_RUNTIME_RESIDUAL_MODEL"]

@@ -1,9 +1,11 @@
 """The webhook re-loads this cluster's residual models when their files change (a model retrained with
-``vramfit train --ledger`` copied over the old one), and keeps the model in use when the new file is unusable."""
+``vramfit train --ledger`` copied over the old one), installs a checked model in one step, and keeps the model
+in use when the new file is unusable."""
 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,40 +47,70 @@ def cluster_model(tmp_path: Path, estimator: Any, monkeypatch: pytest.MonkeyPatc
 
 def test_a_retrained_model_replaces_the_one_in_use(cluster_model: Path, estimator: Any,
                                                    caplog: pytest.LogCaptureFixture) -> None:
-    clock = [0.0]
-    watch = ResidualModelsWatch(interval_seconds=5.0, clock=lambda: clock[0])
+    watch = ResidualModelsWatch()
     assert predict(SPEC).model_version == "residual-cluster-a"
+    watch.check()
+    assert watch.reloads == 0  # nothing changed
     _save(estimator, cluster_model, "residual-cluster-b")
-    watch()  # within the interval: the files are not looked at yet
-    assert watch.reloads == 0 and predict(SPEC).model_version == "residual-cluster-a"
-    clock[0] = 6.0
     with caplog.at_level(logging.INFO, logger="vramfit.webhook"):
-        watch()
+        watch.check()
     assert watch.reloads == 1 and predict(SPEC).model_version == "residual-cluster-b"
     assert any(r.getMessage() == "residual model reloaded" for r in caplog.records)
     # a broken file (a half-copied one, another scikit-learn's) is logged; the model in use stays
     cluster_model.write_bytes(b"not a model")
     persistence.serving_path(cluster_model).unlink()
-    clock[0] = 12.0
     with caplog.at_level(logging.ERROR, logger="vramfit.webhook"):
-        watch()
+        watch.check()
     assert watch.reloads == 1 and predict(SPEC).model_version == "residual-cluster-b"
     assert any("unusable" in r.getMessage() for r in caplog.records)
-    watch()  # the same broken file is not re-read at every call
-    clock[0] = 18.0
     _save(estimator, cluster_model, "residual-cluster-c")
-    watch()
+    watch.check()
     assert watch.reloads == 2 and predict(SPEC).model_version == "residual-cluster-c"
 
 
-def test_the_webhook_reviews_with_the_new_model(cluster_model: Path, estimator: Any) -> None:
+def test_a_model_whose_serving_file_is_not_written_yet_waits(cluster_model: Path, estimator: Any,
+                                                             tmp_path: Path) -> None:
+    """save_model writes the model file, then its serving file: a check between the two leaves it for later
+    instead of loading the model the slow way (scikit-learn) and again once the serving file lands."""
+    serving = persistence.serving_path(cluster_model)
+    stale = serving.read_bytes()
+    watch = ResidualModelsWatch()
+    assert predict(SPEC).model_version == "residual-cluster-a"
+    _save(estimator, cluster_model, "residual-cluster-b")
+    fresh = serving.read_bytes()
+    serving.write_bytes(stale)  # the model file is new, its serving file still the old model's
+    watch.check()
+    assert watch.reloads == 0 and predict(SPEC).model_version == "residual-cluster-a"
+    serving.write_bytes(fresh)
+    watch.check()
+    assert watch.reloads == 1 and predict(SPEC).model_version == "residual-cluster-b"
+    # a model file replaced by something that is no model, beside the old serving file, is not waited on forever
+    cluster_model.write_bytes(b"not a model")
+    outcomes: list[str] = []
+    watch = ResidualModelsWatch(on_reload=lambda kind, outcome: outcomes.append(outcome))
+    watch._stamps[cluster_model] = ()  # as if it had just changed
+    for _ in range(ResidualModelsWatch.SERVING_FILE_WAITS + 1):
+        watch.check()
+    assert outcomes == ["rejected"] and predict(SPEC).model_version == "residual-cluster-b"
+
+
+def test_the_running_watch_reloads_and_the_webhook_reviews_with_the_new_model(cluster_model: Path,
+                                                                               estimator: Any) -> None:
     records: list[dict[str, Any]] = []
-    state = WebhookState(models=ResidualModelsWatch(interval_seconds=0.0), on_decision=records.append)
+    watch = ResidualModelsWatch(interval_seconds=0.05).start()
+    state = WebhookState(on_decision=records.append, models=watch)
     review = admission_review(pod(1, SPEC_1B_LORA))
-    with TestClient(create_app(None, extra_routes=webhook_routes(state))) as client:
-        assert client.post("/mutate", json=review).status_code == 200
-        _save(estimator, cluster_model, "residual-cluster-b")
-        assert client.post("/mutate", json=review).status_code == 200
+    try:
+        with TestClient(create_app(None, extra_routes=webhook_routes(state))) as client:
+            assert client.post("/mutate", json=review).status_code == 200
+            _save(estimator, cluster_model, "residual-cluster-b")
+            deadline = time.monotonic() + 10
+            while watch.reloads == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert watch.reloads == 1
+            assert client.post("/mutate", json=review).status_code == 200
+    finally:
+        watch.stop()
     assert len(records) == 2
     assert records[0]["model_version"].startswith("residual-cluster-a-")  # then the package version
     assert records[1]["model_version"].startswith("residual-cluster-b-")
@@ -87,8 +119,10 @@ def test_the_webhook_reviews_with_the_new_model(cluster_model: Path, estimator: 
 def test_without_the_variables_nothing_is_watched(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(persistence.MODEL_ENV, raising=False)
     monkeypatch.delenv(persistence.RUNTIME_MODEL_ENV, raising=False)
-    watch = ResidualModelsWatch(interval_seconds=0.0)
-    watch()
+    watch = ResidualModelsWatch(interval_seconds=0.01).start()
+    assert watch._thread is None  # no thread for nothing to watch
+    watch.check()
+    watch.stop()
     assert watch.reloads == 0
 
 
@@ -101,8 +135,7 @@ def test_metrics_show_the_model_in_use_and_count_reloads(cluster_model: Path, es
 
     metrics = Metrics(version="test")
     metrics.watch_residual_models()
-    clock = [0.0]
-    watch = ResidualModelsWatch(interval_seconds=1.0, clock=lambda: clock[0], on_reload=metrics.on_model_reload)
+    watch = ResidualModelsWatch(on_reload=metrics.on_model_reload)
 
     def exported() -> str:
         return generate_latest(metrics.registry).decode()
@@ -110,14 +143,13 @@ def test_metrics_show_the_model_in_use_and_count_reloads(cluster_model: Path, es
     predict(SPEC)  # the process has loaded its models
     assert 'vramfit_residual_model_info{kind="vram",model_version="residual-cluster-a"} 1.0' in exported()
     _save(estimator, cluster_model, "residual-cluster-b")
-    clock[0] = 2.0
-    watch()
+    watch.check()
     text = exported()  # a scrape right after the reload already names the new model
     assert 'vramfit_residual_model_info{kind="vram",model_version="residual-cluster-b"} 1.0' in text
     assert 'vramfit_residual_model_reloads_total{kind="vram",outcome="reloaded"} 1.0' in text
+    persistence.serving_path(cluster_model).unlink()
     cluster_model.write_bytes(b"half a model")
-    clock[0] = 4.0
-    watch()
+    watch.check()
     text = exported()
     assert 'vramfit_residual_model_reloads_total{kind="vram",outcome="rejected"} 1.0' in text
     assert 'vramfit_residual_model_info{kind="vram",model_version="residual-cluster-b"} 1.0' in text

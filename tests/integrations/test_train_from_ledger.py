@@ -4,6 +4,7 @@ only its JSONL export: one command from a cluster's actuals to its own residual 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -50,11 +51,41 @@ def test_train_reads_the_ledger_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert runtime_site["offset_used"] and all(-0.3 < v < -0.15 for v in runtime_site["offsets"].values())
 
 
-def test_a_broken_ledger_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_ledger_file_is_only_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A copy of a live ledger is read without a write: the same bytes after, nothing in its write-ahead log
+    (a reader of a WAL database may leave SQLite's empty -wal/-shm files beside it; those are SQLite's own)."""
+    if DEV_RUNS is None:
+        pytest.skip("shared/reference/runs-dev.jsonl not found")
+    ledger = tmp_path / "ledgers" / "copy.sqlite"
+    ledger.parent.mkdir()
+    _cluster_ledger(ledger, 6)
+    before = ledger.read_bytes()
+    assert main(["train", "--runs", str(DEV_RUNS), "--ledger", str(ledger), "--out", str(tmp_path / "m.skops"),
+                 "--no-cv"]) == 0
+    assert ledger.read_bytes() == before
+    wal = ledger.with_name("copy.sqlite-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+
+
+@pytest.mark.parametrize("damage", ["header only", "another database", "damaged pages"])
+def test_a_file_that_is_no_ledger_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   damage: str) -> None:
     broken = tmp_path / "ledger.sqlite"
-    broken.write_bytes(b"SQLite format 3\x00" + b"\x00" * 200)
+    if damage == "header only":
+        broken.write_bytes(b"SQLite format 3\x00" + b"\x00" * 200)
+    elif damage == "another database":
+        with sqlite3.connect(broken) as db:
+            db.execute("CREATE TABLE notes (text TEXT)")
+        db.close()
+    else:
+        _cluster_ledger(broken, 6)
+        data = bytearray(broken.read_bytes())
+        data[4096:8192] = b"\xff" * 4096  # a page of the tables overwritten
+        broken.write_bytes(bytes(data))
+    before = broken.read_bytes()
     runs = tmp_path / "runs.jsonl"
     runs.write_text("", encoding="utf-8")
     assert main(["train", "--runs", str(runs), "--ledger", str(broken), "--out", str(tmp_path / "m.skops")]) == 2
     err = capsys.readouterr().err
-    assert "--ledger" in err and str(broken) in err
+    assert "--ledger" in err and str(broken) in err and "Traceback" not in err
+    assert broken.read_bytes() == before  # nothing added to a file that is not ours

@@ -292,16 +292,31 @@ def test_distance_by_matrix_product_equals_the_element_wise_distance() -> None:
     np.testing.assert_array_equal(m._pairwise_sq_distance(features), alone)
     subset = np.arange(0, n_train, 3)
     np.testing.assert_allclose(m._pairwise_sq_distance(features, subset), element_wise(features, subset), atol=1e-9)
-    odd = features[:3].copy()
+    odd = features[:4].copy()
     odd[0, _NUMERIC_COLUMNS[4]] = np.nan  # no GPU: no memory size
     odd[1, _CATEGORICAL_COLUMNS[2]] = np.nan  # a value outside the vocabulary
     odd[2, _CATEGORICAL_COLUMNS[0]] = 99.0  # a code no vocabulary has
+    odd[3, _CATEGORICAL_COLUMNS[1]] += 0.5  # not a whole code: matches nothing, as element-wise
     np.testing.assert_array_equal(m._pairwise_sq_distance(odd), element_wise(odd))
+    # a batch mixing clean and odd rows: every row gets what it gets alone
+    mixed = np.vstack([features[:5], odd, features[5:9]])
+    rows_alone = np.vstack([m._pairwise_sq_distance(mixed[i:i + 1]) for i in range(len(mixed))])
+    np.testing.assert_array_equal(m._pairwise_sq_distance(mixed), rows_alone)
+
+
+# The bounds these (spec, GPU) pairs got at 32cfa90, before placement's device-level rows were built without
+# VramCase objects and the distance became a matrix product: the shipped model's arrays are the same since.
+PINNED_UPPER_BYTES = [
+    [139072703918, 139072703918, 139212601747, 139300037890, 140436707745, 139737218603],
+    [128397145101, 128397145101, 128537042930, 128624479072, 129761148928, 129061659786],
+    [42095959547, 42095959547, 42211361174, 42283487191, 43221125408, 42644117274],
+]
 
 
 def test_device_rows_without_case_objects_match_predict_with_upper() -> None:
     """Placement's path (one device-level row per GPU, built without VramCase objects) gives the bound that
-    predict_with_upper gives the same cases, bit for bit, on every catalog GPU family."""
+    predict_with_upper gives the same cases, bit for bit, on six GPU families, and the bounds pinned from before
+    the change (so a mistake shared by both paths shows too)."""
     from predictors.catalog import resolve_model
     from predictors.features import VramCase
     from predictors.hardware import lookup_gpu
@@ -312,9 +327,10 @@ def test_device_rows_without_case_objects_match_predict_with_upper() -> None:
     model = persistence.load_model(persistence.shipped_model_path()).model
     assert not model.corrects_point  # the shipped model: the bound only, so the device-only path applies
     gpus = [lookup_gpu(name) for name in ("L40S", "A100-80GB", "H100-80GB", "B200", "V100-32GB", "T4")]
-    for raw in ({"model": "llama-3.1-8b", "method": "lora", "micro_batch_size": 2, "seq_len": 2048},
-                {"model": "qwen2.5-14b", "method": "qlora", "seq_len": 4096},
-                {"model": "mistral-7b-v0.1", "method": "full", "gpus": 8, "sharding": "fsdp"}):
+    specs = ({"model": "llama-3.1-8b", "method": "lora", "micro_batch_size": 2, "seq_len": 2048},
+             {"model": "qwen2.5-14b", "method": "qlora", "seq_len": 4096},
+             {"model": "mistral-7b-v0.1", "method": "full", "gpus": 8, "sharding": "fsdp"})
+    for raw, pinned in zip(specs, PINNED_UPPER_BYTES, strict=True):
         spec = TrainingSpec.model_validate(raw)
         resolved = resolve_model(spec)
         items = [(gpu, predict_vram(spec, resolved.architecture, gpu)) for gpu in gpus]
@@ -323,3 +339,4 @@ def test_device_rows_without_case_objects_match_predict_with_upper() -> None:
                                              for gpu, vram in items])
         assert [f.upper_bytes for f in fast] == [max(int(round(u)), v.peak_vram_bytes)
                                                  for u, (_, v) in zip(upper, items, strict=True)]
+        assert [f.upper_bytes for f in fast] == pinned
