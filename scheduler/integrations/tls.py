@@ -16,6 +16,8 @@ import ssl
 import threading
 from pathlib import Path
 
+from scheduler.integrations.periodic import PeriodicCheck
+
 log = logging.getLogger("vramfit.tls")
 
 Stamp = tuple[tuple[int, int, int], tuple[int, int, int]]
@@ -34,19 +36,20 @@ def _stamp(path: Path) -> tuple[int, int, int]:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-class CertReloader:
-    """Keeps ``context`` serving the current contents of ``cert_file``/``key_file``."""
+class CertReloader(PeriodicCheck):
+    """Keeps ``context`` serving the current contents of ``cert_file``/``key_file`` (:meth:`start` checks in a
+    daemon thread every ``interval_seconds``)."""
+
+    thread_name = "vramfit-tls-reload"
 
     def __init__(self, cert_file: str | Path, key_file: str | Path, interval_seconds: float = 5.0) -> None:
+        super().__init__(interval_seconds)
         self.cert_file = Path(cert_file)
         self.key_file = Path(key_file)
-        self.interval_seconds = interval_seconds
         self.context = server_context(self.cert_file, self.key_file)
         self.reloads = 0
         self._stamp: Stamp = (_stamp(self.cert_file), _stamp(self.key_file))
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def check(self) -> bool:
         """Reload when either file changed and the new pair is valid; True when it reloaded."""
@@ -69,19 +72,3 @@ class CertReloader:
             log.info("tls certificate reloaded from %s", self.cert_file)
             return True
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_seconds):
-            self.check()
-
-    def start(self) -> CertReloader:
-        """Check in a daemon thread every ``interval_seconds`` until :meth:`stop`."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="vramfit-tls-reload", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval_seconds + 1)
-            self._thread = None

@@ -35,6 +35,7 @@ from scheduler.integrations.admission import (
     check_review,
     stable_digest,
 )
+from scheduler.integrations.periodic import PeriodicCheck
 from scheduler.pools import PoolsConfig, default_pools, load_pools
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # an AdmissionReview holds the object twice (object, oldObject)
@@ -85,7 +86,7 @@ class PoolsSource:
         return self._pools
 
 
-class ResidualModelsWatch:
+class ResidualModelsWatch(PeriodicCheck):
     """The residual models that ``$VRAMFIT_RESIDUAL_MODEL`` and ``$VRAMFIT_RUNTIME_RESIDUAL_MODEL`` name, re-loaded
     when their files change (a cluster model retrained with ``vramfit train --ledger`` and copied over the old
     one). :meth:`start` checks in a daemon thread every ``interval_seconds``, off the request path; :meth:`check`
@@ -95,6 +96,7 @@ class ResidualModelsWatch:
     then its serving file) is left for the next checks (``SERVING_FILE_WAITS``). Without the variables (the
     shipped models) it does nothing."""
 
+    thread_name = "vramfit-model-reload"
     # checks a model file beside a serving file of another model is left for (still being written); after
     # that it is loaded as it is (and, if it is no model, rejected)
     SERVING_FILE_WAITS = 3
@@ -104,11 +106,9 @@ class ResidualModelsWatch:
         """``on_reload(kind, outcome)``: called with ``vram``/``runtime`` and ``reloaded``/``rejected`` (metrics)."""
         from predictors import persistence
 
-        self.interval_seconds = interval_seconds
+        super().__init__(interval_seconds)
         self._on_reload = on_reload
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.reloads = 0
         self._watched: list[tuple[str, Path, Callable[[dict[str, Any]], None], Any]] = []
         for kind, variable, check, loader in (
@@ -175,25 +175,8 @@ class ResidualModelsWatch:
         log.info("residual model reloaded", extra={"fields": {"path": str(path), "model_version": loaded.version}})
         return "reloaded"
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_seconds):
-            try:
-                self.check()
-            except Exception:  # the watch must outlive any surprise; the server keeps its models
-                logging.getLogger("vramfit.webhook").exception("residual model check failed")
-
-    def start(self) -> ResidualModelsWatch:
-        """Check in a daemon thread every ``interval_seconds`` until :meth:`stop` (nothing to do: no thread)."""
-        if self._watched and self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="vramfit-model-reload", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval_seconds + 1)
-            self._thread = None
+    def _has_work(self) -> bool:
+        return bool(self._watched)  # nothing configured: no thread
 
 
 @dataclass

@@ -1,0 +1,51 @@
+"""A check run in a daemon thread every few seconds (files re-loaded when they change: the TLS pair, the residual
+models), stopped with the server."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TypeVar
+
+log = logging.getLogger("vramfit.periodic")
+
+_Self = TypeVar("_Self", bound="PeriodicCheck")
+
+
+class PeriodicCheck:
+    """Runs :meth:`check` in a daemon thread every ``interval_seconds`` from :meth:`start` until :meth:`stop`;
+    an exception in one check is logged and the next check runs. Subclasses define :meth:`check` and may say
+    there is nothing to watch (:meth:`_has_work`: then no thread starts)."""
+
+    thread_name = "vramfit-periodic-check"
+
+    def __init__(self, interval_seconds: float) -> None:
+        self.interval_seconds = interval_seconds
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def check(self) -> object:
+        raise NotImplementedError
+
+    def _has_work(self) -> bool:
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_seconds):
+            try:
+                self.check()
+            except Exception:  # the thread must outlive any surprise: the server keeps what it has
+                log.exception("%s failed", self.thread_name)
+
+    def start(self: _Self) -> _Self:
+        """Check in a daemon thread every ``interval_seconds`` until :meth:`stop`."""
+        if self._has_work() and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_seconds + 1)
+            self._thread = None
