@@ -45,10 +45,10 @@ _CATEGORICAL_COLUMNS = np.flatnonzero(_CATEGORICAL)
 _FLOAT_MAX = np.finfo(np.float64).max
 _N_VRAM_NUMERIC = len(_NUMERIC_COLUMNS)
 # the one-hot layout of the categorical features in the distance (VramServing._pairwise_sq_distance): column
-# j's value v sits at _CATEGORY_OFFSETS[j] + v of the training table
+# j's value v sits at _CATEGORY_OFFSETS[j] + v of the one-hot table
 _CATEGORY_SIZES = np.asarray([len(vocab) for vocab in CATEGORIES.values()], dtype=np.float64)
-_CATEGORY_OFFSETS = _N_VRAM_NUMERIC + np.concatenate(([0], np.cumsum(_CATEGORY_SIZES)[:-1]))
-_ONE_HOT_WIDTH = int(_N_VRAM_NUMERIC + _CATEGORY_SIZES.sum())
+_CATEGORY_OFFSETS = np.concatenate(([0], np.cumsum(_CATEGORY_SIZES)[:-1]))
+_ONE_HOT_WIDTH = int(_CATEGORY_SIZES.sum())
 _EXPANSION_LIMIT = 1e100  # standardized values beyond this take the element-wise distance (no inf - inf)
 # the runtime features: the numeric ones come first (runtime_features), then the one-hot columns
 _N_NUMERIC = len(RUNTIME_NUMERIC)
@@ -200,7 +200,7 @@ class VramServing(ConformalServing):
     def _pairwise_sq_distance(self, features: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
         """Squared distance: the standardized numeric one plus one per differing categorical setting.
 
-        A matrix product per row (:func:`_distance_table`, :func:`_rows_times`): ``|z - t|^2 + mismatches`` is
+        Two products (:func:`_distance_table`): ``|z - t|^2 + mismatches`` is
         ``|z|^2 + (|t|^2 + n_categorical) - 2 z . t - onehot(codes) . onehot(t)``: a matching setting adds one
         to the product of the one-hots, so it takes one away from the mismatches. Placement sends a handful of
         rows, for which numpy's per-call cost dominates, hence the few calls. Rows with a missing numeric value
@@ -219,25 +219,30 @@ class VramServing(ConformalServing):
         # some rows cannot take the product: each row the form it takes alone (so the same numbers as alone)
         clean = ((np.abs(z) <= _EXPANSION_LIMIT).all(axis=1)
                  & ((codes >= 0) & (codes < _CATEGORY_SIZES) & (codes == np.floor(codes))).all(axis=1))
-        n_train = table[1].size if train_rows is None else table[1][train_rows].size
+        n_train = table[2].size if train_rows is None else table[2][train_rows].size
         out = np.empty((features.shape[0], n_train))
         if clean.any():
             out[clean] = self._expanded_sq_distance(z[clean], codes[clean], table, train_rows)
         out[~clean] = self._elementwise_sq_distance(features[~clean], train_rows)
         return out
 
-    def _expanded_sq_distance(self, z: np.ndarray, codes: np.ndarray, table: tuple[np.ndarray, np.ndarray],
+    def _expanded_sq_distance(self, z: np.ndarray, codes: np.ndarray,
+                              table: tuple[np.ndarray, np.ndarray, np.ndarray],
                               train_rows: np.ndarray | None) -> np.ndarray:
         """The squared distance of clean rows (standardized numeric ``z``, whole in-vocabulary ``codes``) by the
-        matrix product."""
-        augmented_train_t, train_constant = table
+        products. Each row's numbers are the ones it gets alone: ``einsum`` sums every output over the features
+        in one order whatever the number of rows (BLAS's matrix product does not), and the one-hot product counts
+        matches, whole numbers that any order sums exactly."""
+        numeric_t, one_hot_t, train_constant = table
         if train_rows is not None:
-            augmented_train_t, train_constant = augmented_train_t[:, train_rows], train_constant[train_rows]
+            numeric_t, one_hot_t = numeric_t[:, train_rows], one_hot_t[:, train_rows]
+            train_constant = train_constant[train_rows]
         n_rows = z.shape[0]
-        query = np.zeros((n_rows, _ONE_HOT_WIDTH))  # [-2 z, -onehot(codes)]
-        np.multiply(z, -2.0, out=query[:, :_N_VRAM_NUMERIC])
-        query[np.arange(n_rows)[:, None], (codes + _CATEGORY_OFFSETS).astype(np.intp)] = -1.0
-        sq = _rows_times(query, augmented_train_t)
+        hits = np.zeros((n_rows, one_hot_t.shape[0]))
+        hits[np.arange(n_rows)[:, None], (codes + _CATEGORY_OFFSETS).astype(np.intp)] = 1.0
+        sq = np.einsum("ik,kj->ij", z, numeric_t)
+        sq *= -2.0
+        sq -= hits @ one_hot_t
         sq += train_constant
         sq += (z * z).sum(axis=1)[:, None]
         return np.maximum(sq, 0.0, out=sq)  # rounding in the expansion can dip a zero distance below 0
@@ -366,35 +371,26 @@ class RuntimeServing(ConformalServing):
         return point, lower
 
 
-def _rows_times(rows: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    """``rows @ matrix``, one row at a time: BLAS may sum a product's terms in another order when it sees more
-    rows, and each row's distance (so its bound) must be the one it gets predicted alone."""
-    out = np.empty((rows.shape[0], matrix.shape[1]))
-    for i, row in enumerate(rows):
-        out[i] = row @ matrix
-    return out
+_TABLES: dict[int, tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]] = {}
 
 
-_TABLES: dict[int, tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]] = {}
-
-
-def _distance_table(model: VramServing) -> tuple[np.ndarray, np.ndarray] | None:
-    """``[t, onehot(t)]`` transposed and ``|t|^2 + n_categorical`` of the model's training cases for the
-    distance's matrix product (memoised per fitted model); ``None`` when a training code is outside its
+def _distance_table(model: VramServing) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``t`` transposed, ``onehot(t)`` transposed and ``|t|^2 + n_categorical`` of the model's training cases for
+    the distance's products (memoised per fitted model); ``None`` when a training code is outside its
     vocabulary or the layout is not this code's (numeric columns first, then the categorical ones)."""
     train_z, train_c = model.train_numeric_, model.train_codes_
     hit = _TABLES.get(id(train_z))
     if hit is not None and hit[0] is train_z and hit[1] is train_c:
         return hit[2]
-    table: tuple[np.ndarray, np.ndarray] | None = None
+    table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     layout = (bool(np.array_equal(_NUMERIC_COLUMNS, np.arange(_N_VRAM_NUMERIC)))
               and train_c.ndim == 2 and train_c.shape[1] == len(_CATEGORY_SIZES)
               and train_z.ndim == 2 and train_z.shape[1] == _N_VRAM_NUMERIC)
     if layout and bool(((train_c >= 0) & (train_c < _CATEGORY_SIZES) & (train_c == np.round(train_c))).all()):
-        augmented = np.zeros((train_z.shape[0], _ONE_HOT_WIDTH))
-        augmented[:, :_N_VRAM_NUMERIC] = train_z
-        augmented[np.arange(train_c.shape[0])[:, None], (_CATEGORY_OFFSETS + train_c).astype(np.intp)] = 1.0
-        table = np.ascontiguousarray(augmented.T), (train_z * train_z).sum(axis=1) + train_c.shape[1]
+        one_hot = np.zeros((train_c.shape[0], _ONE_HOT_WIDTH))
+        one_hot[np.arange(train_c.shape[0])[:, None], (_CATEGORY_OFFSETS + train_c).astype(np.intp)] = 1.0
+        table = (np.ascontiguousarray(train_z.T), np.ascontiguousarray(one_hot.T),
+                 (train_z * train_z).sum(axis=1) + train_c.shape[1])
     if len(_TABLES) > 16:
         _TABLES.clear()
     _TABLES[id(train_z)] = (train_z, train_c, table)
