@@ -309,7 +309,7 @@ class DefaultModel:
     (analytic only, warned once) when it is missing or incompatible. ``install`` puts a model that was loaded and
     checked elsewhere in its place in one step (``vramfit serve`` re-loading a changed file: no moment without
     a model); ``cache_clear`` forgets it, so the next call loads again; ``cache_info().currsize`` is 1 once
-    loaded (the names of ``functools.cache``, which this replaces)."""
+    loaded (the names ``functools.cache`` gives, which this replaced)."""
 
     def __init__(self, load: Callable[[], LoadedModel | None]) -> None:
         self._load = load
@@ -327,10 +327,12 @@ class DefaultModel:
         return loaded[0]
 
     def install(self, model: LoadedModel) -> None:
-        self._loaded = (model,)
+        with self._lock:  # after a first load still running in another thread, not overwritten by it
+            self._loaded = (model,)
 
     def cache_clear(self) -> None:
-        self._loaded = None
+        with self._lock:
+            self._loaded = None
 
     def cache_info(self) -> CacheInfo:
         return CacheInfo(currsize=0 if self._loaded is None else 1)

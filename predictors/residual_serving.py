@@ -210,6 +210,7 @@ class VramServing(ConformalServing):
         table = _distance_table(self)
         if table is None:  # a model of another feature layout: element by element
             return self._elementwise_sq_distance(features, train_rows)
+        features = np.ascontiguousarray(features)  # row-major: einsum's order per output then follows the rows
         z = (features[:, :_N_VRAM_NUMERIC] - self.numeric_mean_) / self.numeric_scale_
         codes = features[:, _N_VRAM_NUMERIC:]
         # NaN fails every comparison; a code must be a whole index into its vocabulary
@@ -250,10 +251,12 @@ class VramServing(ConformalServing):
     def _elementwise_sq_distance(self, features: np.ndarray, train_rows: np.ndarray | None) -> np.ndarray:
         """The squared distance element by element: NaN numeric values standardized to 0, a NaN code matching
         nothing (``NaN != x``), values of any size (clipped to the float range)."""
-        z = self._standardize(features)
+        z = np.ascontiguousarray(self._standardize(features))
         train_z, train_c = self.train_numeric_, self.train_codes_
         if train_rows is not None:
             train_z, train_c = train_z[train_rows], train_c[train_rows]
+        # row-major operands: the sum over the last axis then runs in one order per row, whatever the batch
+        train_z = np.ascontiguousarray(train_z)
         codes = features[:, _CATEGORICAL_COLUMNS]
         sq = ((z[:, None, :] - train_z[None, :, :]) ** 2).sum(axis=2)
         return sq + (codes[:, None, :] != train_c[None, :, :]).sum(axis=2)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import json
+import logging
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ from scheduler.integrations.records import (
 )
 
 EXPORT_SOURCE_ID = "vramfit_ledger"
+log = logging.getLogger("vramfit.ledger")
 
 
 class LedgerError(RuntimeError):
@@ -269,14 +271,14 @@ class SqliteLedger(Ledger):
         self._lock = threading.Lock()
         try:
             if read_only:
-                uri = f"{Path(self.path).resolve().as_uri()}?mode=ro"
-                self._db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
-                                           timeout=10.0)
-                self._db.execute("PRAGMA query_only=ON")
+                self._db = self._open_read_only()
                 version = self.schema_version
                 if version != len(migrations):
+                    self._db.close()
+                    hint = ("open it once with `vramfit report --ledger` to bring it to this version"
+                            if 0 < version < len(migrations) else "give the file `vramfit serve --ledger` writes")
                     raise LedgerError(f"{self.path} is not a vramfit ledger of this version (schema version "
-                                      f"{version}, this vramfit reads {len(migrations)})")
+                                      f"{version}, this vramfit reads {len(migrations)}): {hint}")
                 return
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -285,6 +287,27 @@ class SqliteLedger(Ledger):
             self._migrate(migrations)
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot open the ledger {self.path}: {exc}") from exc
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """A read-only connection. A WAL ledger's readers share an index file beside it (``-shm``), which SQLite
+        creates where it can; in a directory this process cannot write to (a read-only volume, a copy owned by
+        someone else) the file is read as an immutable snapshot instead, which is right for a copy and wrong
+        for a ledger a server is writing at that moment."""
+        uri = Path(self.path).resolve().as_uri()
+        try:
+            db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, check_same_thread=False,
+                                 timeout=10.0)
+            db.execute("PRAGMA query_only=ON")
+            db.execute("PRAGMA user_version").fetchone()
+            return db
+        except sqlite3.OperationalError as exc:
+            if not Path(self.path).is_file():
+                raise
+            log.info("ledger %s read as an immutable snapshot (%s)", self.path, exc)
+            db = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None,
+                                 check_same_thread=False, timeout=10.0)
+            db.execute("PRAGMA query_only=ON")
+            return db
 
     @property
     def schema_version(self) -> int:

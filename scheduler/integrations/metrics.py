@@ -61,7 +61,7 @@ class ResidualModelsCollector(Collector):
     (a collector that only stores actuals) is left out rather than loaded for the scrape."""
 
     def __init__(self, loaders: dict[str, Any]) -> None:
-        self.loaders = loaders  # kind -> the functools.cache'd loader of predictors.persistence
+        self.loaders = loaders  # kind -> the DefaultModel loader of predictors.persistence
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(f"{PREFIX}_residual_model_info",

@@ -89,3 +89,29 @@ def test_a_file_that_is_no_ledger_is_a_clear_error(tmp_path: Path, capsys: pytes
     err = capsys.readouterr().err
     assert "--ledger" in err and str(broken) in err and "Traceback" not in err
     assert broken.read_bytes() == before  # nothing added to a file that is not ours
+
+
+def test_a_ledger_in_a_place_it_cannot_write_is_read_as_a_snapshot(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A WAL ledger's readers need an index file beside it; where SQLite cannot create one (a read-only volume),
+    the file is read as an immutable snapshot instead of failing."""
+    from scheduler.integrations import ledger as ledger_module
+
+    path = tmp_path / "ledger.sqlite"
+    _cluster_ledger(path, 3)
+    real_connect = sqlite3.connect
+    uris: list[str] = []
+
+    def connect(database: str, *args: object, **kwargs: object) -> sqlite3.Connection:
+        uris.append(database)
+        if "immutable=1" not in database:
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        return real_connect(database, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ledger_module.sqlite3, "connect", connect)
+    ledger = SqliteLedger(path, read_only=True)
+    try:
+        assert len(ledger.joined_rows()) == 3
+    finally:
+        ledger.close()
+    assert [u.endswith("?mode=ro") for u in uris] == [True, False] and uris[1].endswith("&immutable=1")

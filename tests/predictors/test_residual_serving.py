@@ -297,11 +297,14 @@ def test_distance_by_matrix_product_equals_the_element_wise_distance() -> None:
     odd[1, _CATEGORICAL_COLUMNS[2]] = np.nan  # a value outside the vocabulary
     odd[2, _CATEGORICAL_COLUMNS[0]] = 99.0  # a code no vocabulary has
     odd[3, _CATEGORICAL_COLUMNS[1]] += 0.5  # not a whole code: matches nothing, as element-wise
-    np.testing.assert_array_equal(m._pairwise_sq_distance(odd), element_wise(odd))
+    np.testing.assert_allclose(m._pairwise_sq_distance(odd), element_wise(odd), rtol=1e-12, atol=0)
     # a batch mixing clean and odd rows: every row gets what it gets alone
     mixed = np.vstack([features[:5], odd, features[5:9]])
-    rows_alone = np.vstack([m._pairwise_sq_distance(mixed[i:i + 1]) for i in range(len(mixed))])
-    np.testing.assert_array_equal(m._pairwise_sq_distance(mixed), rows_alone)
+    for train_rows in (None, subset):  # placement (all training cases) and calibration (a fold's)
+        rows_alone = np.vstack([m._pairwise_sq_distance(mixed[i:i + 1], train_rows) for i in range(len(mixed))])
+        np.testing.assert_array_equal(m._pairwise_sq_distance(mixed, train_rows), rows_alone)
+    # whatever the memory order of the input
+    np.testing.assert_array_equal(m._pairwise_sq_distance(np.asfortranarray(mixed)), m._pairwise_sq_distance(mixed))
 
 
 # The bounds these (spec, GPU) pairs got at 32cfa90, before placement's device-level rows were built without
