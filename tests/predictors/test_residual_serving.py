@@ -254,7 +254,7 @@ def test_served_model_predicts_like_the_analytic_path_expects() -> None:
 
 
 def test_distance_by_matrix_product_equals_the_element_wise_distance() -> None:
-    """The VRAM residual's distance to its training cases (one matrix product, placement's hot path) equals the
+    """The VRAM residual's distance to its training cases (an expansion by products, placement's hot path) equals the
     element-wise ``sqrt(|z - t|^2 + mismatches)``; rows it cannot take (a NaN numeric value, a code outside its
     vocabulary, a NaN code) take the element-wise form and get its answer."""
     from predictors.residual_serving import _CATEGORICAL_COLUMNS, _NUMERIC_COLUMNS, _distance_table
