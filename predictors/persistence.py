@@ -305,7 +305,7 @@ def default_model_path() -> Path:
 
 
 class DefaultModel:
-    """A default model, loaded once at the first call (thread-safe) and kept: ``load()`` returns it, or ``None``
+    """A default model, loaded once at the first call (thread-safe) and kept: calling it returns it, or ``None``
     (analytic only, warned once) when it is missing or incompatible. ``install`` puts a model that was loaded and
     checked elsewhere in its place in one step (``vramfit serve`` re-loading a changed file: no moment without
     a model); ``cache_clear`` forgets it, so the next call loads again; ``cache_info().currsize`` is 1 once

@@ -4,12 +4,31 @@ models), stopped with the server."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
+from pathlib import Path
 from typing import TypeVar
 
 log = logging.getLogger("vramfit.periodic")
 
 _Self = TypeVar("_Self", bound="PeriodicCheck")
+
+Stamp = tuple[int, int, int]
+
+
+def file_stamp(path: str | Path) -> Stamp:
+    """The identity of a file's contents (inode, size, modification time); ``OSError`` when it cannot be read.
+    Follows symlinks, as a mounted ConfigMap or Secret uses them."""
+    st = os.stat(path)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def file_stamp_or_none(path: str | Path) -> Stamp | None:
+    """:func:`file_stamp`, or ``None`` for a file that is missing or unreadable now."""
+    try:
+        return file_stamp(path)
+    except OSError:
+        return None
 
 
 class PeriodicCheck:

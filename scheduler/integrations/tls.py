@@ -11,12 +11,11 @@ A new pair is first loaded into a scratch context: a half-written or mismatched 
 from __future__ import annotations
 
 import logging
-import os
 import ssl
 import threading
 from pathlib import Path
 
-from scheduler.integrations.periodic import PeriodicCheck
+from scheduler.integrations.periodic import PeriodicCheck, file_stamp
 
 log = logging.getLogger("vramfit.tls")
 
@@ -31,9 +30,6 @@ def server_context(cert_file: str | Path, key_file: str | Path) -> ssl.SSLContex
     return context
 
 
-def _stamp(path: Path) -> tuple[int, int, int]:
-    st = os.stat(path)  # follows the symlink a mounted Secret uses
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class CertReloader(PeriodicCheck):
@@ -48,14 +44,14 @@ class CertReloader(PeriodicCheck):
         self.key_file = Path(key_file)
         self.context = server_context(self.cert_file, self.key_file)
         self.reloads = 0
-        self._stamp: Stamp = (_stamp(self.cert_file), _stamp(self.key_file))
+        self._stamp: Stamp = (file_stamp(self.cert_file), file_stamp(self.key_file))
         self._lock = threading.Lock()
 
     def check(self) -> bool:
         """Reload when either file changed and the new pair is valid; True when it reloaded."""
         with self._lock:
             try:
-                stamp = (_stamp(self.cert_file), _stamp(self.key_file))
+                stamp = (file_stamp(self.cert_file), file_stamp(self.key_file))
             except OSError as exc:
                 log.warning("tls files unreadable, keeping the current certificate: %s", exc)
                 return False

@@ -35,7 +35,7 @@ from scheduler.integrations.admission import (
     check_review,
     stable_digest,
 )
-from scheduler.integrations.periodic import PeriodicCheck
+from scheduler.integrations.periodic import PeriodicCheck, Stamp, file_stamp_or_none
 from scheduler.pools import PoolsConfig, default_pools, load_pools
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # an AdmissionReview holds the object twice (object, oldObject)
@@ -59,20 +59,12 @@ class PoolsSource:
         self._stamp: tuple[int, int, int] | None = None
         self._pools = load_pools(self.path) if self.path else default_pools()
         if self.path:
-            self._stamp = self._file_stamp()
-
-    def _file_stamp(self) -> tuple[int, int, int] | None:
-        assert self.path is not None
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
+            self._stamp = file_stamp_or_none(self.path)
 
     def __call__(self) -> PoolsConfig:
         if self.path is None:
             return self._pools
-        stamp = self._file_stamp()
+        stamp = file_stamp_or_none(self.path)
         if stamp is not None and stamp != self._stamp:
             with self._lock:
                 try:
@@ -122,18 +114,11 @@ class ResidualModelsWatch(PeriodicCheck):
         self._waits: dict[Path, int] = {}
 
     @staticmethod
-    def _stamp(path: Path) -> tuple[tuple[int, int, int] | None, ...]:
+    def _stamp(path: Path) -> tuple[Stamp | None, Stamp | None]:
         """Identity of the model file and of the serving file beside it (a retrain rewrites both)."""
         from predictors.persistence import serving_path
 
-        stamps: list[tuple[int, int, int] | None] = []
-        for file in (path, serving_path(path)):
-            try:
-                st = os.stat(file)
-                stamps.append((st.st_ino, st.st_size, st.st_mtime_ns))
-            except OSError:
-                stamps.append(None)
-        return tuple(stamps)
+        return file_stamp_or_none(path), file_stamp_or_none(serving_path(path))
 
     def check(self) -> None:
         """Re-load every watched model whose files changed since the last check."""
