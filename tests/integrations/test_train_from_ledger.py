@@ -14,10 +14,6 @@ from scheduler.integrations.ledger import SqliteLedger
 from scheduler.integrations.records import ActualIn, DecisionIn
 from tests.integrations.payloads import decision_payload
 
-DEV_RUNS = next((p for p in (Path(__file__).resolve().parents[3] / "shared" / "reference" / "runs-dev.jsonl",
-                             Path(__file__).resolve().parents[4] / "shared" / "reference" / "runs-dev.jsonl")
-                 if p.exists()), None)
-
 
 def _cluster_ledger(path: Path, jobs: int) -> None:
     """Jobs whose device peak is 25 % above the prediction and that run at 80 % of the predicted throughput."""
@@ -33,13 +29,12 @@ def _cluster_ledger(path: Path, jobs: int) -> None:
     ledger.close()
 
 
-def test_train_reads_the_ledger_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    if DEV_RUNS is None:
-        pytest.skip("shared/reference/runs-dev.jsonl not found")
+def test_train_reads_the_ledger_file(tmp_path: Path, dev_runs_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
     ledger = tmp_path / "vramfit-ledger.sqlite"
     _cluster_ledger(ledger, 24)
     vram, runtime = tmp_path / "vram.skops", tmp_path / "runtime.skops"
-    assert main(["train", "--runs", str(DEV_RUNS), "--ledger", str(ledger), "--out", str(vram),
+    assert main(["train", "--runs", str(dev_runs_path), "--ledger", str(ledger), "--out", str(vram),
                  "--runtime-out", str(runtime), "--no-cv"]) == 0
     printed = capsys.readouterr().out
     assert f"ledger {ledger}: 24 joined actuals (skipped: none)" in printed
@@ -51,16 +46,14 @@ def test_train_reads_the_ledger_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert runtime_site["offset_used"] and all(-0.3 < v < -0.15 for v in runtime_site["offsets"].values())
 
 
-def test_the_ledger_file_is_only_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_ledger_file_is_only_read(tmp_path: Path, dev_runs_path: Path) -> None:
     """A copy of a live ledger is read without a write: the same bytes after, nothing in its write-ahead log
     (a reader of a WAL database may leave SQLite's empty -wal/-shm files beside it; those are SQLite's own)."""
-    if DEV_RUNS is None:
-        pytest.skip("shared/reference/runs-dev.jsonl not found")
     ledger = tmp_path / "ledgers" / "copy.sqlite"
     ledger.parent.mkdir()
     _cluster_ledger(ledger, 6)
     before = ledger.read_bytes()
-    assert main(["train", "--runs", str(DEV_RUNS), "--ledger", str(ledger), "--out", str(tmp_path / "m.skops"),
+    assert main(["train", "--runs", str(dev_runs_path), "--ledger", str(ledger), "--out", str(tmp_path / "m.skops"),
                  "--no-cv"]) == 0
     assert ledger.read_bytes() == before
     wal = ledger.with_name("copy.sqlite-wal")

@@ -18,18 +18,13 @@ from predictors.residual_serving import SERVING_FORMAT_VERSION, SITE_FORMAT_VERS
 from predictors.training import TrainingRow, case_for_run, training_rows
 from scheduler.cli import main
 
-DEV_RUNS = next((p for p in (Path(__file__).resolve().parents[3] / "shared" / "reference" / "runs-dev.jsonl",
-                             Path(__file__).resolve().parents[4] / "shared" / "reference" / "runs-dev.jsonl")
-                 if p.exists()), None)
 REFERENCE_SOURCES = ("S02", "S07", "S11", "S17")
 BIAS = 1.25  # this cluster's jobs peak 25 % above the analytic device peak (its framework, say)
 
 
 @pytest.fixture(scope="module")
-def dev_runs() -> list:  # type: ignore[type-arg]
-    if DEV_RUNS is None:
-        pytest.skip("shared/reference/runs-dev.jsonl not found")
-    return parse_runs(DEV_RUNS.read_text(encoding="utf-8"))
+def dev_runs(dev_runs_path: Path) -> list:  # type: ignore[type-arg]
+    return parse_runs(dev_runs_path.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")

@@ -26,17 +26,12 @@ from predictors.runtime_training import (
 )
 from scheduler.cli import main
 
-DEV_RUNS = next((p for p in (Path(__file__).resolve().parents[3] / "shared" / "reference" / "runs-dev.jsonl",
-                             Path(__file__).resolve().parents[4] / "shared" / "reference" / "runs-dev.jsonl")
-                 if p.exists()), None)
 SLOWER = 0.7  # this cluster's jobs reach 70 % of the analytic throughput (start-up, data loading, its network)
 
 
 @pytest.fixture(scope="module")
-def dev_runs() -> list[ReferenceRun]:
-    if DEV_RUNS is None:
-        pytest.skip("shared/reference/runs-dev.jsonl not found")
-    return parse_runs(DEV_RUNS.read_text(encoding="utf-8"))
+def dev_runs(dev_runs_path: Path) -> list[ReferenceRun]:
+    return parse_runs(dev_runs_path.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
