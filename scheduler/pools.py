@@ -12,12 +12,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from predictors.errors import FieldProblem, SpecError
 from predictors.hardware import GpuSpec, lookup_gpu
 from predictors.runtime import Interconnect
+from scheduler.spec.yamltext import YAML_ERRORS, safe_load, yaml_error_hint, yaml_error_text
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -175,11 +175,9 @@ def parse_pools(data: Any, source: str = "<pools>") -> PoolsConfig:
 
 def parse_pools_text(text: str, source: str = "<pools>") -> PoolsConfig:
     try:
-        data = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise SpecError.one("", f"is not valid YAML{where}", "fix the syntax", source) from None
+        data = safe_load(text)
+    except YAML_ERRORS as exc:
+        raise SpecError.one("", yaml_error_text(exc), yaml_error_hint(exc), source) from None
     return parse_pools(data, source)
 
 

@@ -32,13 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from predictors.catalog import lookup_model
 from predictors.errors import FieldProblem, SpecError
 from predictors.spec import TrainingSpec, parse_training_spec, problems_from_validation, spec_to_dict
-from scheduler.spec.document import YAML_ERRORS, yaml_error_text
+from scheduler.spec.yamltext import YAML_ERRORS, safe_load, yaml_error_hint, yaml_error_text
 
 # Keys that hold the layer count in Hugging Face configs (family-specific names besides the generic one).
 LAYER_KEYS: tuple[str, ...] = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
@@ -288,8 +287,8 @@ def load_sweep(path: Path) -> tuple[Sweep, list[SweepConfig]]:
     except OSError as exc:
         raise SpecError.one("--sweep", f"cannot read {path}: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except YAML_ERRORS as exc:
-        raise SpecError.one("", yaml_error_text(exc), "fix the syntax", source=str(path)) from None
+        raise SpecError.one("", yaml_error_text(exc), yaml_error_hint(exc), source=str(path)) from None
     sweep = parse_sweep(data, source=str(path))
     return sweep, expand_sweep(sweep, base_dir=path.parent, source=str(path))

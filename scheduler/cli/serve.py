@@ -16,8 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from predictors.errors import SpecError
 from scheduler.cli.server_common import (
     DEFAULT_LEDGER,
@@ -30,6 +28,7 @@ from scheduler.cli.server_common import (
     tls_pair_problem,
 )
 from scheduler.integrations.forwarder import DEFAULT_CAPACITY
+from scheduler.spec.yamltext import YAML_ERRORS, safe_load
 
 __all__ = ["DEFAULT_LEDGER", "build_app", "open_ledger_for", "package_version", "read_token", "register"]
 
@@ -69,8 +68,8 @@ def admission_settings(args: argparse.Namespace) -> Any:
     data: dict[str, Any] = {}
     if args.settings is not None:
         try:
-            loaded = yaml.safe_load(args.settings.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
+            loaded = safe_load(args.settings.read_text(encoding="utf-8")) or {}
+        except (OSError, *YAML_ERRORS) as exc:
             raise SpecError.one("--settings", f"cannot read {args.settings}: {exc}") from None
         if not isinstance(loaded, dict):
             raise SpecError.one("--settings", "must be a mapping of admission settings")

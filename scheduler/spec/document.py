@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from predictors.errors import FieldProblem, SpecError
 from predictors.spec import TrainingSpec, parse_training_spec
+from scheduler.spec.yamltext import YAML_ERRORS, safe_load_all, yaml_error_hint, yaml_error_text
 
 T = TypeVar("T")
 
@@ -86,21 +85,6 @@ class NoTrainingJob(SpecError):
 Outcome = ParsedJob | NoTrainingJob | SpecError
 
 
-# What a YAML (or JSON) parse of user input may raise: PyYAML's errors, and RecursionError for a document nested
-# thousands of levels deep (PyYAML's composer recurses per level).
-YAML_ERRORS: tuple[type[BaseException], ...] = (yaml.YAMLError, RecursionError)
-
-
-def yaml_error_text(exc: BaseException) -> str:
-    """``is not valid YAML at line L, column C: PROBLEM`` for a PyYAML error (or a document nested too deeply)."""
-    if isinstance(exc, RecursionError):
-        return "is not valid YAML: nested too deeply"
-    mark = getattr(exc, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    return f"is not valid YAML{where}: {problem}"
-
-
 def not_a_mapping(doc: Any, path: str, source: str) -> SpecError:
     """The error for a YAML document that is a list or a scalar where a spec or an object must be."""
     return SpecError.one(path, f"must be a mapping (a TrainingSpec or a job manifest); got {type(doc).__name__}",
@@ -110,9 +94,9 @@ def not_a_mapping(doc: Any, path: str, source: str) -> SpecError:
 def load_documents(text: str, source: str) -> list[Any]:
     """All YAML documents of a text (JSON is YAML), empty ones dropped; a clear error when broken."""
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in safe_load_all(text) if d is not None]
     except YAML_ERRORS as exc:
-        raise SpecError.one("", yaml_error_text(exc), "fix the syntax", source) from None
+        raise SpecError.one("", yaml_error_text(exc), yaml_error_hint(exc), source) from None
     if not docs:
         raise SpecError.one("", "is empty", "write a TrainingSpec or a job manifest", source)
     return docs

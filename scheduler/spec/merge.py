@@ -19,12 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import yaml
-
 from predictors.catalog import lookup_model
 from predictors.errors import FieldProblem, SpecError
 from predictors.spec import TrainingSpec, parse_training_spec
-from scheduler.spec.document import YAML_ERRORS, NoTrainingJob, ParsedJob, PodTemplateRef, yaml_error_text
+from scheduler.spec.document import NoTrainingJob, ParsedJob, PodTemplateRef
 from scheduler.spec.pods import Container, ObjectRef, Path, Role, dotted, pointer
 from scheduler.spec.trainer_args import (
     Reading,
@@ -37,6 +35,7 @@ from scheduler.spec.trainer_args import (
     read_pairs,
     resolve,
 )
+from scheduler.spec.yamltext import YAML_ERRORS, safe_load, yaml_error_text
 
 ANNOTATION = "vramfit.io/spec"
 ANNOTATION_HINT = (
@@ -253,7 +252,7 @@ def _inline_configs(env: Mapping[str, str], where: str) -> Reading:
         if "\n" not in value and not value.lstrip().startswith("{"):
             continue
         try:
-            data = yaml.safe_load(value)
+            data = safe_load(value)
         except YAML_ERRORS:
             continue
         if looks_like_trainer_config(data):
@@ -283,7 +282,7 @@ def read_annotation(w: Workload) -> Settings:
         return {}
     path = (*w.annotation_path, ANNOTATION)
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except YAML_ERRORS as exc:
         raise w.obj.error(
             path,

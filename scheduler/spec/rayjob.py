@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
-from scheduler.spec.document import YAML_ERRORS, yaml_error_text
 from scheduler.spec.merge import Context, Workload
 from scheduler.spec.pods import ObjectRef, get, metadata
 from scheduler.spec.ray_submission import entrypoint_workload
 from scheduler.spec.raycluster import logical_gpus, read_cluster_spec
+from scheduler.spec.yamltext import YAML_ERRORS, safe_load, yaml_error_text
 
 
 def parse(doc: dict[str, Any], ctx: Context) -> Workload:
@@ -55,7 +53,7 @@ def _runtime_env_vars(obj: ObjectRef, spec: dict[str, Any]) -> dict[str, str]:
     if not text:
         return {}
     try:
-        runtime_env = yaml.safe_load(text)
+        runtime_env = safe_load(text)
     except YAML_ERRORS as exc:
         raise obj.error(("spec", "runtimeEnvYAML"), yaml_error_text(exc)) from None
     env = runtime_env.get("env_vars") if isinstance(runtime_env, dict) else None

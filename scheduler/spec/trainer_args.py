@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-import yaml
+from scheduler.spec.yamltext import YAML_ERRORS, safe_load
 
 
 @dataclass(frozen=True)
@@ -503,8 +503,8 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
 
 def _load_mapping(text: str) -> dict[str, Any] | None:
     try:
-        data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError, RecursionError):
+        data = json.loads(text) if text.lstrip().startswith("{") else safe_load(text)
+    except (ValueError, *YAML_ERRORS):
         return None
     return data if isinstance(data, dict) else None
 

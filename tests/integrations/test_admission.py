@@ -17,6 +17,7 @@ from scheduler.integrations.admission import AdmissionSettings, MalformedReview,
 from scheduler.integrations.patches import Patch, escape, resolve
 from scheduler.pools import parse_pools
 from tests.integrations.manifests import (
+    ALIAS_BOMB,
     KINDS,
     SPEC_1B_LORA,
     SPEC_8B_FULL_AUTO,
@@ -30,6 +31,7 @@ from tests.integrations.manifests import (
     pod,
     pytorchjob,
     raycluster,
+    rayjob,
     trainjob,
     volcano_job,
 )
@@ -335,6 +337,33 @@ def test_a_spec_annotation_nested_too_deeply_is_named_not_an_internal_error() ->
     validated = body(run(obj, webhook="validate"))
     text = " ".join(validated.get("warnings", [])) + validated.get("status", {}).get("message", "")
     assert "nested too deeply" in text and "RecursionError" not in text, validated
+
+
+@pytest.mark.parametrize("setting", ["allow", "deny"])
+def test_an_alias_bomb_in_the_spec_annotation_is_refused_not_expanded(setting: str) -> None:
+    # Before the alias cap, validating this annotation built a 10**9-node structure and the process was killed.
+    settings = AdmissionSettings(unreadable_job=setting)  # type: ignore[arg-type]
+    validated = body(run(pod(spec="model: llama-3.1-8b\n" + ALIAS_BOMB), webhook="validate", settings=settings))
+    assert validated["allowed"] is (setting == "allow")
+    text = validated["warnings"][0] if setting == "allow" else validated["status"]["message"]
+    assert "vramfit.io/spec" in text and "aliases expand to more than 100,000 nodes" in text
+    assert "patch" not in body(run(pod(spec="model: llama-3.1-8b\n" + ALIAS_BOMB), settings=settings))
+
+
+def test_an_alias_bomb_in_a_container_env_value_is_skipped_and_the_job_still_placed() -> None:
+    obj = pod()
+    obj["spec"]["containers"][0]["env"] = [{"name": "TRAIN_CONFIG", "value": ALIAS_BOMB}]
+    ops = patch_ops(run(obj))
+    assert apply(obj, ops)["spec"]["nodeSelector"]["pool"] in {"small", "big"}
+
+
+def test_an_alias_bomb_in_a_rayjob_runtime_env_is_named_at_its_field() -> None:
+    obj = rayjob(spec="")
+    del obj["metadata"]["annotations"]
+    obj["spec"]["runtimeEnvYAML"] = "env_vars:\n  MODEL_ID: meta-llama/Llama-3.1-8B\n" + ALIAS_BOMB
+    validated = body(run(obj, webhook="validate"))
+    text = " ".join(validated.get("warnings", [])) + validated.get("status", {}).get("message", "")
+    assert "spec.runtimeEnvYAML" in text and "aliases expand to more than" in text, validated
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.serialization import Encoding  # noqa: E402
 
 from tests.integrations.certs import Authority, make_ca, write_server_pair  # noqa: E402
 from tests.integrations.manifests import (  # noqa: E402
+    ALIAS_BOMB,
     KINDS,
     REPO,
     SPEC_70B_ONE_GPU,
@@ -193,6 +194,19 @@ def test_validate_denies_a_job_that_fits_no_pool(server: Server) -> None:
     assert review["uid"] == "deny-1" and review["allowed"] is False
     assert "fits no node pool" in review["status"]["message"]
     assert all(f"  - {p}: " in review["status"]["message"] for p in ("l40s", "h100", "b200"))
+
+
+def test_an_alias_bomb_annotation_is_answered_and_the_server_lives_on(server: Server) -> None:
+    """Before the alias cap this review made the server build a 10**9-node object and be killed for memory."""
+    obj = KINDS["Pod"][0](spec="model: llama-3.1-8b\n" + ALIAS_BOMB)
+    with server.client() as client:
+        for path in ("/mutate", "/validate"):
+            review = client.post(path, json=admission_review(obj, uid=f"bomb{path}")).json()["response"]
+            assert review["uid"] == f"bomb{path}" and review["allowed"] is True and "patch" not in review
+            assert "aliases expand to more than" in review["warnings"][0]
+        assert client.get("/healthz").json() == {"status": "ok"}
+        assert patch_ops(client.post("/mutate", json=admission_review(KINDS["Pod"][0]())).json())
+    assert server.process.poll() is None
 
 
 @pytest.mark.parametrize(
