@@ -35,7 +35,7 @@ from scheduler.spec.trainer_args import (
     read_pairs,
     resolve,
 )
-from scheduler.spec.yamltext import YAML_ERRORS, safe_load, yaml_error_text
+from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load, too_long, yaml_error_text
 
 ANNOTATION = "vramfit.io/spec"
 ANNOTATION_HINT = (
@@ -227,9 +227,10 @@ def _command_and_env(w: Workload, roles: Sequence[Role]) -> tuple[Reading, Setti
     containers: list[Container] = [c for r in roles for c in r.containers]
     candidates += [(c.argv, {**w.extra_env, **c.env}, dotted(c.path)) for c in containers]
     chosen: tuple[Reading, dict[str, str], str] | None = None
+    budget = TextBudget()
     for argv, env, where in candidates:
-        inline = _inline_configs(env, where)
-        reading, script = read_command(argv, env, where, w.files)
+        inline = _inline_configs(env, where, budget)
+        reading, script = read_command(argv, env, where, w.files, budget)
         reading.settings = {**inline.settings, **reading.settings}
         reading.notes = inline.notes + reading.notes
         if chosen is None or (reading.settings and not chosen[0].settings):
@@ -239,17 +240,22 @@ def _command_and_env(w: Workload, roles: Sequence[Role]) -> tuple[Reading, Setti
     if chosen is None:
         return Reading(), {}
     reading, env, where = chosen
+    reading.notes += [note for note in budget.notes if note not in reading.notes]  # from every container
     env_where = (
         w.extra_env_where if w.entrypoint and where == w.entrypoint[1] and w.extra_env_where else where
     )
     return reading, read_env_settings(env, env_where)
 
 
-def _inline_configs(env: Mapping[str, str], where: str) -> Reading:
+def _inline_configs(env: Mapping[str, str], where: str, budget: TextBudget) -> Reading:
     """Trainer configs (axolotl, LLaMA-Factory, DeepSpeed) written inline in an env var's value."""
     raw: Settings = {}
+    notes: list[str] = []
     for name, value in env.items():
         if "\n" not in value and not value.lstrip().startswith("{"):
+            continue
+        if (note := budget.refuse(value, f"{where}.env.{name}")) is not None:
+            notes.append(note)
             continue
         try:
             data = safe_load(value)
@@ -257,7 +263,9 @@ def _inline_configs(env: Mapping[str, str], where: str) -> Reading:
             continue
         if looks_like_trainer_config(data):
             raw.update(read_mapping(data, f"{config_flavour(data)} in env {name}", f"{where}.env.{name}"))
-    return resolve(raw)
+    reading = resolve(raw)
+    reading.notes = notes + reading.notes
+    return reading
 
 
 def read_env_settings(env: Mapping[str, str], where: str) -> Settings:
@@ -281,6 +289,9 @@ def read_annotation(w: Workload) -> Settings:
     if text is None:
         return {}
     path = (*w.annotation_path, ANNOTATION)
+    if (long := too_long(text)) is not None:
+        raise w.obj.error(path, f"{long} (Kubernetes allows 256 KiB for all annotations of an object)",
+                          "keep only TrainingSpec fields in it, e.g. model, method, seq_len")
     try:
         data = safe_load(text)
     except YAML_ERRORS as exc:

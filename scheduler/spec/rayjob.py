@@ -14,7 +14,7 @@ from scheduler.spec.merge import Context, Workload
 from scheduler.spec.pods import ObjectRef, get, metadata
 from scheduler.spec.ray_submission import entrypoint_workload
 from scheduler.spec.raycluster import logical_gpus, read_cluster_spec
-from scheduler.spec.yamltext import YAML_ERRORS, safe_load, yaml_error_text
+from scheduler.spec.yamltext import YAML_ERRORS, safe_load, too_long, yaml_error_text
 
 
 def parse(doc: dict[str, Any], ctx: Context) -> Workload:
@@ -52,6 +52,8 @@ def _runtime_env_vars(obj: ObjectRef, spec: dict[str, Any]) -> dict[str, str]:
     text = get(obj, spec, "runtimeEnvYAML", ("spec",), str, "")
     if not text:
         return {}
+    if (long := too_long(text)) is not None:
+        raise obj.error(("spec", "runtimeEnvYAML"), long, "keep the runtime env small; ship large files in the image")
     try:
         runtime_env = safe_load(text)
     except YAML_ERRORS as exc:

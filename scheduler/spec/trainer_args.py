@@ -16,6 +16,7 @@ each with the source it came from, plus notes for what was guessed.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from scheduler.spec.yamltext import YAML_ERRORS, safe_load
+from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load
 
 
 @dataclass(frozen=True)
@@ -501,7 +502,11 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     return Reading(out, notes)
 
 
+@functools.lru_cache(maxsize=32)
 def _load_mapping(text: str) -> dict[str, Any] | None:
+    """A config file's text as a mapping (None when it is not one). Cached: a script may name the file its
+    heredoc wrote in every one of a thousand commands, and each parse of 64 KiB of YAML takes about 0.5 s.
+    Callers only read the result."""
     try:
         data = json.loads(text) if text.lstrip().startswith("{") else safe_load(text)
     except (ValueError, *YAML_ERRORS):
@@ -513,7 +518,10 @@ def _load_mapping(text: str) -> dict[str, Any] | None:
 
 _SHELLS = {"sh", "bash", "zsh", "dash", "ash"}
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
-_SHELL_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+# ``${NAME}``, ``${NAME:-default}`` (a default may hold ``$OTHER`` but not another ``${``: the scan for the
+# closing brace stops at the next ``${``, so an unclosed ``${a:-${a:-...`` costs linear time, not quadratic),
+# and ``$NAME``.
+_SHELL_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-((?:[^}$]|\$(?!\{))*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _OPERATORS = {";", "&&", "||", "|", "&", "(", ")", ";;"}
 
@@ -525,6 +533,7 @@ class Script:
     commands: list[list[str]] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # basename -> content written by a heredoc
     env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what was not read, and why
 
 
 def _heredocs(text: str, files: dict[str, str]) -> str:
@@ -555,7 +564,7 @@ def _expand(text: str, env: Mapping[str, str]) -> str:
         name = m.group(1) or m.group(3)
         if name in env:
             return env[name]
-        return m.group(2) if m.group(2) is not None else m.group(0)
+        return _expand(m.group(2), env) if m.group(2) is not None else m.group(0)  # holds no ``${``: one level
 
     return _SHELL_VAR.sub(value, text)
 
@@ -596,9 +605,12 @@ def _split_shell(text: str) -> list[str]:
         return text.split()
 
 
-def split_script(argv: Sequence[str], env: Mapping[str, str]) -> Script:
+def split_script(
+    argv: Sequence[str], env: Mapping[str, str], budget: TextBudget | None = None, where: str = ""
+) -> Script:
     """A container command (exec form or ``bash -c SCRIPT``) as simple commands, ``$VAR`` expanded in
-    shell scripts from the container env and the script's own ``export``s."""
+    shell scripts from the container env and the script's own ``export``s. A script that ``budget`` (by
+    default one of its own) refuses is not read, with a note naming ``where`` it is."""
     script = Script(env=dict(env))
     tokens = list(argv)
     shell_text: str | None = None
@@ -609,6 +621,10 @@ def split_script(argv: Sequence[str], env: Mapping[str, str]) -> Script:
             shell_text = rest[0]
     if shell_text is None:
         script.commands = [tokens] if tokens else []
+        return script
+    what = f"{where}: the shell script of the command" if where else "the shell script of the command"
+    if (note := (budget or TextBudget()).refuse(shell_text, what)) is not None:
+        script.notes.append(note)
         return script
     text = _heredocs(shell_text.replace("\\\r\n", " ").replace("\\\n", " "), script.files)
     command: list[str] = []
@@ -627,7 +643,7 @@ def split_script(argv: Sequence[str], env: Mapping[str, str]) -> Script:
 def _exports(text: str, env: dict[str, str]) -> str:
     """Record ``export NAME=value`` / ``NAME=value`` lines of a script before ``$NAME`` is expanded."""
     for match in re.finditer(
-        r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|\S*)\s*(?:#.*)?$", text, re.M
+        r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|\S*)[ \t]*(?:#.*)?$", text, re.M
     ):
         env[match.group(1)] = _expand(match.group(2).strip("'\""), env)
     return text
@@ -677,13 +693,14 @@ def _config_paths(tokens: Sequence[str]) -> list[str]:
 
 
 def read_command(
-    argv: Sequence[str], env: Mapping[str, str], where: str, files: Mapping[str, str] | None = None
+    argv: Sequence[str], env: Mapping[str, str], where: str, files: Mapping[str, str] | None = None,
+    budget: TextBudget | None = None,
 ) -> tuple[Reading, Script]:
     """Settings from a container's command line: the trainer flags, torchtune overrides, and trainer
     config files the manifest itself carries (heredocs, ConfigMaps in the same file)."""
-    script = split_script(argv, env)
+    script = split_script(argv, env, budget, where)
     known = {**(files or {}), **script.files}
-    reading = Reading()
+    reading = Reading(notes=list(script.notes))
     for tokens in script.commands:
         if len(tokens) >= 2 and PurePosixPath(tokens[0]).name == "tune" and tokens[1] == "run":
             part = read_torchtune(tokens[2:], where)

@@ -25,6 +25,17 @@ from yaml.nodes import MappingNode, Node, SequenceNode
 # exhausts memory (a 10**5-node expansion validates in well under a second).
 MAX_ALIAS_NODES = 100_000
 
+# Text that a job carries inside one field and that vramfit parses: the spec annotation, a trainer config in an
+# env var, a RayJob's runtimeEnvYAML, a container's shell script. Real ones take a few KiB (a whole axolotl
+# config is about 2 KiB). Pure-Python YAML costs about 8 s per MiB of dense flow lists and shlex grows a long
+# word one character at a time, while a review body may be 8 MiB: at 64 KiB the slowest parse of one field is
+# about 0.5 s (bench/hostile_reviews.py). Kubernetes itself allows 256 KiB for all annotations of an object
+# together (apimachinery's TotalAnnotationSizeLimitB).
+MAX_EMBEDDED_CHARS = 64 * 1024
+# All such text of one job together (its containers' scripts and inline configs): a Pod template may have many
+# containers, and each may carry a field just under the cap. Two fields' worth bounds a review near 1 s.
+MAX_JOB_EMBEDDED_CHARS = 2 * MAX_EMBEDDED_CHARS
+
 # What a YAML (or JSON) parse of user input may raise: PyYAML's errors (the alias cap's included), and
 # RecursionError for a document nested thousands of levels deep (PyYAML's composer recurses per level).
 YAML_ERRORS: tuple[type[BaseException], ...] = (yaml.YAMLError, RecursionError)
@@ -44,6 +55,36 @@ def yaml_error_text(exc: BaseException) -> str:
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     return f"is not valid YAML{where}: {problem}"
+
+
+def too_long(text: str, limit: int = MAX_EMBEDDED_CHARS) -> str | None:
+    """``is 70,000 characters long; vramfit reads at most 65,536 (64 KiB) here`` when ``text`` is over ``limit``."""
+    if len(text) <= limit:
+        return None
+    return f"is {len(text):,} characters long; vramfit reads at most {limit:,} ({limit / 1024:g} KiB) here"
+
+
+class TextBudget:
+    """What one job may still have parsed of embedded text: each field at most :data:`MAX_EMBEDDED_CHARS`,
+    all fields together at most ``total`` characters. Keeps a note for every text it refuses."""
+
+    def __init__(self, total: int = MAX_JOB_EMBEDDED_CHARS) -> None:
+        self.total = total
+        self.left = total
+        self.notes: list[str] = []
+
+    def refuse(self, text: str, what: str) -> str | None:
+        """``WHAT is N characters long ...; it was not read`` when ``text`` may not be parsed (the note is also
+        kept in :attr:`notes`); None when it may, and its length is taken from what is left."""
+        reason = too_long(text)
+        if reason is None and len(text) > self.left:
+            reason = (f"is {len(text):,} characters long, past the {self.total:,} characters of scripts and configs "
+                      "that vramfit reads of one job")
+        if reason is None:
+            self.left -= len(text)
+            return None
+        self.notes.append(f"{what} {reason}; it was not read")
+        return self.notes[-1]
 
 
 def yaml_error_hint(exc: BaseException) -> str:

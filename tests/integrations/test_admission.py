@@ -366,6 +366,14 @@ def test_an_alias_bomb_in_a_rayjob_runtime_env_is_named_at_its_field() -> None:
     assert "spec.runtimeEnvYAML" in text and "aliases expand to more than" in text, validated
 
 
+def test_a_runtime_env_above_the_embedded_text_cap_is_named_at_its_field() -> None:
+    obj = rayjob()
+    obj["spec"]["runtimeEnvYAML"] = "env_vars:\n" + "".join(f"  V{i}: '{i}'\n" for i in range(8_000))
+    validated = body(run(obj, webhook="validate"))
+    text = " ".join(validated.get("warnings", [])) + validated.get("status", {}).get("message", "")
+    assert "spec.runtimeEnvYAML" in text and "vramfit reads at most 65,536 (64 KiB) here" in text, validated
+
+
 @pytest.mark.parametrize(
     ("bad", "problem"),
     [

@@ -196,14 +196,24 @@ def test_validate_denies_a_job_that_fits_no_pool(server: Server) -> None:
     assert all(f"  - {p}: " in review["status"]["message"] for p in ("l40s", "h100", "b200"))
 
 
-def test_an_alias_bomb_annotation_is_answered_and_the_server_lives_on(server: Server) -> None:
-    """Before the alias cap this review made the server build a 10**9-node object and be killed for memory."""
-    obj = KINDS["Pod"][0](spec="model: llama-3.1-8b\n" + ALIAS_BOMB)
+@pytest.mark.parametrize(
+    ("annotation", "problem"),
+    [
+        # Before the alias cap this made the server build a 10**9-node object and be killed for memory.
+        ("model: llama-3.1-8b\n" + ALIAS_BOMB, "aliases expand to more than"),
+        # Before the size cap pure-Python YAML took about 26 s over this 3 MiB list (the client gives up at 10 s).
+        ("model: llama-3.1-8b\nx: [" + "1," * 1_500_000 + "1]\n", "vramfit reads at most 65,536"),
+    ],
+    ids=["alias-bomb", "3MiB-annotation"],
+)
+def test_a_hostile_annotation_is_answered_and_the_server_lives_on(server: Server, annotation: str,
+                                                                  problem: str) -> None:
+    obj = KINDS["Pod"][0](spec=annotation)
     with server.client() as client:
         for path in ("/mutate", "/validate"):
-            review = client.post(path, json=admission_review(obj, uid=f"bomb{path}")).json()["response"]
-            assert review["uid"] == f"bomb{path}" and review["allowed"] is True and "patch" not in review
-            assert "aliases expand to more than" in review["warnings"][0]
+            review = client.post(path, json=admission_review(obj, uid=f"hostile{path}")).json()["response"]
+            assert review["uid"] == f"hostile{path}" and review["allowed"] is True and "patch" not in review
+            assert problem in review["warnings"][0]
         assert client.get("/healthz").json() == {"status": "ok"}
         assert patch_ops(client.post("/mutate", json=admission_review(KINDS["Pod"][0]())).json())
     assert server.process.poll() is None

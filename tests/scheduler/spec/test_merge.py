@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from scheduler.spec.document import NoTrainingJob, read_jobs_text
-from tests.scheduler.spec.helpers import dump, one_job, pod
+from scheduler.spec.merge import ANNOTATION
+from scheduler.spec.yamltext import MAX_EMBEDDED_CHARS
+from tests.scheduler.spec.helpers import dump, one_job, pod, scan
 
 ARGS = [
     "python",
@@ -150,3 +152,31 @@ def test_read_jobs_skips_configmaps_and_reports_a_file_without_jobs() -> None:
 def test_plain_training_spec_still_reads() -> None:
     jobs = read_jobs_text("model: llama-2-7b\nmethod: lora\n", "spec.yaml")
     assert jobs[0].kind == "TrainingSpec" and jobs[0].pod_templates == [] and jobs[0].pinned_gpu is None
+
+
+def test_an_inline_trainer_config_above_the_cap_is_noted_and_skipped() -> None:
+    config = "base_model: mistralai/Mistral-7B-v0.1\nadapter: lora\n" + "# padding\n" * (MAX_EMBEDDED_CHARS // 10)
+    job = one_job(pod(env={"AXOLOTL_CONFIG": config}, annotations={ANNOTATION: "model: llama-3.2-1b"}))
+    assert job.spec.model == "llama-3.2-1b" and job.spec.method != "lora"
+    note = "env.AXOLOTL_CONFIG is 65,582 characters long; vramfit reads at most 65,536 (64 KiB) here; it was not read"
+    assert any(note in a for a in job.assumptions), job.assumptions
+
+
+def test_a_spec_annotation_above_the_cap_is_a_named_error() -> None:
+    outcomes = scan(pod(annotations={ANNOTATION: "model: llama-3.2-1b\n" + "x: 1\n" * 20_000}))
+    text = str(outcomes[0])
+    assert 'metadata.annotations["vramfit.io/spec"]' in text
+    assert "is 100,020 characters long; vramfit reads at most 65,536 (64 KiB)" in text
+
+
+def test_scripts_and_inline_configs_of_all_containers_share_one_budget() -> None:
+    # Three containers, each with a 50,000-character env value: the first two fit the job's 131,072; the third is
+    # noted, not parsed (before the budget, 100 such containers cost 50 s of YAML parsing in one review).
+    obj = pod(annotations={ANNOTATION: "model: llama-3.2-1b"})
+    value = "{x: [" + "1," * 25_000 + "1]}"
+    obj["spec"]["containers"] = [
+        {"name": f"c{i}", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}},
+         "env": [{"name": "CFG", "value": value}]} for i in range(3)]
+    job = one_job(obj)
+    past = [a for a in job.assumptions if "past the 131,072 characters of scripts and configs" in a]
+    assert len(past) == 1 and past[0].startswith("spec.containers[2].env.CFG is 50,008 characters long"), past

@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from scheduler.spec.trainer_args import deepspeed_stage_from_name, optimizer_name, split_script
+from scheduler.spec.trainer_args import (
+    _load_mapping,
+    deepspeed_stage_from_name,
+    optimizer_name,
+    read_command,
+    split_script,
+)
+from scheduler.spec.yamltext import MAX_EMBEDDED_CHARS
 from tests.scheduler.spec.helpers import one_job, pod
 
 M = "meta-llama/Llama-3.1-8B"
@@ -374,3 +381,35 @@ def test_deepspeed_stage_from_file_name(name: str, stage: int | None, offload: b
 def test_shell_script_split_into_commands_keeps_quoted_newlines() -> None:
     script = split_script(["bash", "-c", "pip install x && python -c 'a = 1\nprint(a)' ; echo done # c"], {})
     assert script.commands == [["pip", "install", "x"], ["python", "-c", "a = 1\nprint(a)"], ["echo", "done"]]
+
+
+def test_a_default_may_name_another_variable_which_is_expanded() -> None:
+    script = split_script(["bash", "-c", "export B=8\ntrain --bs ${BS:-$B} --lr ${LR:-1e-4} --x ${X:-${Y:-y}}"], {})
+    # Bash expands a default word; a nested ``${`` is read one level deep (the inner default), not more.
+    assert script.commands == [["train", "--bs", "8", "--lr", "1e-4", "--x", "${X:-y}"]]
+
+
+def test_unclosed_expansions_and_blank_lines_are_left_as_text() -> None:
+    # Both once cost quadratic time (an unclosed ``${a:-`` scanned to the end of the script from every ``$``;
+    # ``^\s*`` in the export scan ran over every following blank line from every line): 172 s for 420 KiB.
+    script = split_script(["bash", "-c", "${a:-" * 5_000 + "\n" * 30_000 + "export M=x\ntrain $M"], {})
+    assert script.commands[-1] == ["train", "x"] and script.commands[0][0].startswith("${a:-${a:-")
+
+
+def test_a_shell_script_above_the_cap_is_noted_not_read() -> None:
+    argv = ["bash", "-c", "train --model_name_or_path gpt2 " + "x" * MAX_EMBEDDED_CHARS]
+    script = split_script(argv, {})
+    assert script.commands == [] and "at most 65,536 (64 KiB)" in script.notes[0] and "not read" in script.notes[0]
+    reading, _ = read_command(argv, {}, "spec.containers[0]")
+    assert reading.notes == [f"spec.containers[0]: {script.notes[0]}"]
+
+
+def test_a_config_file_named_by_many_commands_is_parsed_once() -> None:
+    # Uncached, 800 commands naming one 13 KiB heredoc config took 159 s in one review (bench/hostile_reviews.py).
+    config = "model_name_or_path: Qwen/Qwen2.5-0.5B\nfinetuning_type: lora\nx: [" + "1," * 5_000 + "1]\n"
+    script = "cat > /tmp/c.yaml <<EOF\n" + config + "EOF\n" + "llamafactory-cli train /tmp/c.yaml\n" * 300
+    before = _load_mapping.cache_info()
+    reading, _ = read_command(["bash", "-c", script], {}, "spec.containers[0]")
+    after = _load_mapping.cache_info()
+    assert reading.settings["model"].value == "Qwen/Qwen2.5-0.5B"
+    assert after.misses - before.misses <= 1 and after.hits - before.hits >= 299

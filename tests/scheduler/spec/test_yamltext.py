@@ -10,10 +10,13 @@ from predictors.errors import SpecError
 from scheduler.spec import read_jobs_text
 from scheduler.spec.yamltext import (
     MAX_ALIAS_NODES,
+    MAX_EMBEDDED_CHARS,
     AliasExpansionError,
+    TextBudget,
     alias_expansion,
     safe_load,
     safe_load_all,
+    too_long,
     yaml_error_text,
 )
 
@@ -85,3 +88,20 @@ def test_a_spec_file_with_a_bomb_in_its_model_config_is_a_clear_error() -> None:
         read_jobs_text(config, source="bomb.yaml")
     text = caught.value.render()
     assert "bomb.yaml" in text and "aliases expand to more than" in text
+
+
+def test_too_long_names_the_size_and_the_cap() -> None:
+    assert too_long("x" * MAX_EMBEDDED_CHARS) is None
+    assert too_long("x" * (MAX_EMBEDDED_CHARS + 1)) == (
+        "is 65,537 characters long; vramfit reads at most 65,536 (64 KiB) here")
+    assert too_long("x" * 10, limit=8) == "is 10 characters long; vramfit reads at most 8 (0.0078125 KiB) here"
+
+
+def test_a_text_budget_caps_each_field_and_the_job() -> None:
+    budget = TextBudget(total=100)
+    assert budget.refuse("x" * 60, "a") is None and budget.left == 40
+    assert budget.refuse("x" * 50, "b") == ("b is 50 characters long, past the 100 characters of scripts and "
+                                            "configs that vramfit reads of one job; it was not read")
+    assert budget.refuse("x" * 40, "c") is None and budget.left == 0 and len(budget.notes) == 1
+    long = "x" * (MAX_EMBEDDED_CHARS + 1)
+    assert TextBudget().refuse(long, "d") == f"d {too_long(long)}; it was not read"
