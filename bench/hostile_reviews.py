@@ -7,21 +7,30 @@ unclosed ``${``, a very long model name that the closest-name hint compares, a Y
 one ``/validate`` review in-process and prints the body size, the time and the outcome.
 
     python bench/hostile_reviews.py [--mib 8] [--only NAME]
+    python bench/hostile_reviews.py --server [--attackers 2] [--seconds 10]
 
 A review that takes seconds here holds a server worker that long; the API server's webhook timeout (10 s
-by default, 30 s at most) then answers by the failure policy.
+by default, 30 s at most) then answers by the failure policy. ``--server`` starts ``vramfit serve`` on
+127.0.0.1 and measures what other clients see meanwhile: ``/healthz`` and a normal ``/mutate`` latency while
+``--attackers`` clients post the slowest case back to back, against the same figures with no attack.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import ssl
+import statistics
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -30,7 +39,9 @@ from scheduler.integrations.admission import review  # noqa: E402
 from scheduler.integrations.webhook import MAX_BODY_BYTES  # noqa: E402
 from scheduler.pools import parse_pools  # noqa: E402
 from scheduler.spec.yamltext import MAX_EMBEDDED_CHARS  # noqa: E402
+from tests.integrations.certs import make_ca, write_server_pair  # noqa: E402
 from tests.integrations.manifests import ALIAS_BOMB, admission_review, pod  # noqa: E402
+from tests.integrations.serving import free_port, start_webhook, stop  # noqa: E402
 
 POOLS = parse_pools({"pools": [
     {"name": "l40s", "gpu": "L40S", "gpus_per_node": 8, "nodes": 4, "price_usd_per_gpu_hour": 1.45},
@@ -76,11 +87,92 @@ def cases(budget_bytes: int) -> dict[str, Callable[[], dict[str, Any]]]:
     }
 
 
+def _latencies_ms(url: str, context: ssl.SSLContext, path: str, body: bytes | None, count: int) -> list[float]:
+    out = []
+    with httpx.Client(base_url=url, verify=context, timeout=120) as client:
+        for _ in range(count):
+            start = time.perf_counter()
+            if body is None:
+                client.get(path)
+            else:
+                client.post(path, content=body, headers={"content-type": "application/json"})
+            out.append((time.perf_counter() - start) * 1000)
+            time.sleep(0.05)
+    return out
+
+
+def serve_under_attack(attackers: int, seconds: float, case: str) -> None:
+    """Latency of /healthz and a normal /mutate with and without ``attackers`` clients posting ``case``."""
+    directory = Path(tempfile.mkdtemp(prefix="vramfit-hostile-"))
+    ca = make_ca()
+    (directory / "ca.crt").write_bytes(ca.pem())
+    write_server_pair(ca, directory)
+    port = free_port()
+    process, _ = start_webhook(directory, port, ["--log-level", "warning"])
+    context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
+    url = f"https://127.0.0.1:{port}"
+    hostile = json.dumps(admission_review(cases(MAX_BODY_BYTES - 64 * 1024)[case]())).encode()
+    normal = json.dumps(admission_review(pod())).encode()
+    stop_attack = threading.Event()
+    hostile_ms: list[float] = []
+
+    def attack() -> None:
+        with httpx.Client(base_url=url, verify=context, timeout=120) as client:
+            while not stop_attack.is_set():
+                start = time.perf_counter()
+                client.post("/validate", content=hostile, headers={"content-type": "application/json"})
+                hostile_ms.append((time.perf_counter() - start) * 1000)
+
+    try:
+        deadline = time.monotonic() + 60
+        with httpx.Client(base_url=url, verify=context, timeout=5) as client:
+            while True:
+                try:
+                    if client.get("/readyz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    if time.monotonic() > deadline:
+                        raise
+                time.sleep(0.1)
+        count = max(10, int(seconds / 2 / 0.06))
+        quiet = {path: _latencies_ms(url, context, path, body, count)
+                 for path, body in (("/healthz", None), ("/mutate", normal))}
+        threads = [threading.Thread(target=attack, daemon=True) for _ in range(attackers)]
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)
+        loud = {path: _latencies_ms(url, context, path, body, count)
+                for path, body in (("/healthz", None), ("/mutate", normal))}
+        stop_attack.set()
+        for thread in threads:
+            thread.join()
+    finally:
+        stop(process)
+
+    def figures(values: list[float]) -> str:
+        ordered = sorted(values)
+        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        return f"p50 {statistics.median(values):7.1f} ms  p99 {p99:7.1f} ms  max {max(values):7.1f} ms"
+
+    print(f"hostile case {case!r}, {len(hostile) / 2**20:.2f} MiB, {attackers} clients back to back")
+    for path in ("/healthz", "/mutate"):
+        print(f"{path:9} quiet        {figures(quiet[path])}")
+        print(f"{path:9} under attack {figures(loud[path])}")
+    print(f"hostile   {len(hostile_ms)} answered   {figures(hostile_ms)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=float, default=MAX_BODY_BYTES / 2**20, help="body size to aim for (MiB)")
     parser.add_argument("--only", default="", help="run the cases whose name contains this text")
+    parser.add_argument("--server", action="store_true", help="measure a running server under attack instead")
+    parser.add_argument("--attackers", type=int, default=2, help="--server: clients posting the hostile case")
+    parser.add_argument("--seconds", type=float, default=10.0, help="--server: about how long each phase runs")
+    parser.add_argument("--case", default="containers: many, inline configs", help="--server: the hostile case")
     args = parser.parse_args(argv)
+    if args.server:
+        serve_under_attack(args.attackers, args.seconds, args.case)
+        return 0
     now = datetime.now(timezone.utc)
     review(admission_review(pod()), None, POOLS, now, webhook="validate")  # warm the catalogs
     print(f"{'case':36} {'body':>9} {'seconds':>8}  outcome")

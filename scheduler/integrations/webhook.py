@@ -21,12 +21,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from predictors.errors import SpecError
 from scheduler.integrations.admission import (
+    Admission,
     AdmissionSettings,
     IdFactory,
     MalformedReview,
@@ -39,6 +42,9 @@ from scheduler.integrations.periodic import PeriodicCheck, Stamp, file_stamp_or_
 from scheduler.pools import PoolsConfig, default_pools, load_pools
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # an AdmissionReview holds the object twice (object, oldObject)
+# A training job's review is a few KiB (examples/jobs and the shared upstream fixtures are at most 4 KiB of YAML);
+# above this, reviews wait for each other (see the endpoint).
+LARGE_BODY_BYTES = 256 * 1024
 OUTCOMES = ("allowed", "patched", "denied", "skipped", "error", "malformed")
 
 TimingHook = Callable[[str, str, float], None]
@@ -177,6 +183,13 @@ class WebhookState:
     id_factory: IdFactory = stable_digest
     max_body_bytes: int = MAX_BODY_BYTES
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("vramfit.webhook"))
+    _large_reviews: anyio.CapacityLimiter | None = field(default=None, repr=False)
+
+    def large_review_limiter(self) -> anyio.CapacityLimiter:
+        """One token for reviews with a body above :data:`LARGE_BODY_BYTES` (made in the event loop)."""
+        if self._large_reviews is None:
+            self._large_reviews = anyio.CapacityLimiter(1)
+        return self._large_reviews
 
 
 class JsonFormatter(logging.Formatter):
@@ -223,6 +236,17 @@ def _summary(body: Any) -> dict[str, Any]:
     }
 
 
+def _decode_and_admit(state: WebhookState, webhook: Webhook, raw: bytes, fields: dict[str, Any]) -> Admission:
+    """The body as an AdmissionReview, answered (raises ValueError / MalformedReview for a malformed one)."""
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise MalformedReview("JSON nested too deeply") from None
+    fields.update(_summary(body))
+    check_review(body)
+    return admit(body, state.settings, state.pools(), state.now(), state.id_factory, webhook)
+
+
 def _endpoint(state: WebhookState, webhook: Webhook) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> Response:
         start = time.perf_counter()
@@ -246,18 +270,15 @@ def _endpoint(state: WebhookState, webhook: Webhook) -> Callable[[Request], Any]
         raw = await request.body()
         if len(raw) > state.max_body_bytes:
             return done("malformed", 413, JSONResponse({"error": "body too large"}, status_code=413))
+        # Off the event loop, so /healthz and small reviews are answered while a large one is worked on; large
+        # bodies one at a time, so a burst of them takes one thread's share of the CPU, not all of it.
+        limiter = state.large_review_limiter() if len(raw) > LARGE_BODY_BYTES else None
         try:
-            try:
-                body = json.loads(raw)
-            except RecursionError:
-                raise MalformedReview("JSON nested too deeply") from None
-            fields.update(_summary(body))
-            check_review(body)
+            result = await anyio.to_thread.run_sync(_decode_and_admit, state, webhook, raw, fields, limiter=limiter)
         except (ValueError, MalformedReview) as exc:  # JSON and UTF-8 errors are ValueErrors too
             fields["error"] = str(exc)[:300]
             return done("malformed", 400, JSONResponse({"error": f"not an AdmissionReview v1 request: {exc}"},
                                                        status_code=400))
-        result = admit(body, state.settings, state.pools(), state.now(), state.id_factory, webhook)
         answer = result.response["response"]
         fields.update(allowed=answer["allowed"], warnings=len(answer.get("warnings", [])),
                       decision_id=answer.get("auditAnnotations", {}).get("decision-id"),

@@ -8,6 +8,7 @@ import json
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -216,6 +217,28 @@ def test_a_hostile_annotation_is_answered_and_the_server_lives_on(server: Server
             assert problem in review["warnings"][0]
         assert client.get("/healthz").json() == {"status": "ok"}
         assert patch_ops(client.post("/mutate", json=admission_review(KINDS["Pod"][0]())).json())
+    assert server.process.poll() is None
+
+
+def test_large_and_small_reviews_sent_together_are_all_answered(server: Server) -> None:
+    """Bodies above LARGE_BODY_BYTES are answered one at a time in a worker thread, small ones beside them."""
+    big = KINDS["Pod"][0]()
+    big["spec"]["containers"][0]["env"] = [{"name": f"V{i}", "value": "x" * 100} for i in range(3_000)]  # ~0.4 MiB
+    bodies = [(f"big-{i}", big) for i in range(3)] + [(f"small-{i}", KINDS["Pod"][0]()) for i in range(6)]
+    answers: dict[str, dict[str, Any]] = {}
+
+    def post(uid: str, obj: dict[str, Any]) -> None:
+        with server.client() as client:
+            answers[uid] = client.post("/mutate", json=admission_review(obj, uid=uid)).json()
+
+    threads = [threading.Thread(target=post, args=pair) for pair in bodies]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(answers) == sorted(uid for uid, _ in bodies)
+    for uid, answer in answers.items():
+        assert answer["response"]["uid"] == uid and answer["response"]["allowed"] is True and patch_ops(answer)
     assert server.process.poll() is None
 
 
