@@ -122,6 +122,11 @@ class Ledger(abc.ABC):
                 attached[owner.decision_id].append(stored)
         return [JoinedRow(d, tuple(attached[d.decision_id])) for d in decisions]
 
+    def joined_row(self, decision_id: str) -> JoinedRow | None:
+        """The row of :meth:`joined_rows` for one decision (None when it is not recorded). This default reads
+        the whole ledger; implementations answer from the decision's own keys."""
+        return next((r for r in self.joined_rows() if r.decision.decision_id == decision_id), None)
+
     def pending_actuals(self) -> list[StoredActual]:
         """Actuals whose decision has not been recorded (yet)."""
         joined = {(a.actual.job_ref, a.actual.source) for row in self.joined_rows() for a in row.actuals}
@@ -408,7 +413,9 @@ class SqliteLedger(Ledger):
 
     def _select_decision(self, where: str, args: tuple[Any, ...]) -> StoredDecision | None:
         """The latest decision matching ``where``; the caller holds the lock."""
-        query = f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE {where} ORDER BY decided_at DESC LIMIT 1"
+        # rowid breaks ties of decided_at the way joined_rows does (the later write wins)
+        query = (f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE {where} "
+                 "ORDER BY decided_at DESC, rowid DESC LIMIT 1")
         found = self._db.execute(query, args).fetchone()
         return self._decision_row(found) if found else None
 
@@ -424,12 +431,35 @@ class SqliteLedger(Ledger):
 
     def decisions(self) -> list[StoredDecision]:
         with self._lock:
-            rows = self._db.execute(f"SELECT {_DECISION_COLUMNS} FROM decisions ORDER BY decided_at").fetchall()
+            rows = self._db.execute(f"SELECT {_DECISION_COLUMNS} FROM decisions ORDER BY decided_at, rowid").fetchall()
         return [self._decision_row(r) for r in rows]
+
+    def joined_row(self, decision_id: str) -> JoinedRow | None:
+        """The decision and its actuals by index lookups: an actual keyed by the decision's id always belongs
+        to it; one keyed by its uid or name only when it is the latest decision with that uid or name."""
+        with self._lock:
+            stored = self._select_decision("decision_id = ?", (decision_id,))
+            if stored is None:
+                return None
+            d = stored.decision
+            refs = [f"id:{decision_id}"]
+            if d.uid and self._latest_is("uid = ?", (d.uid,), decision_id):
+                refs.append(f"uid:{d.uid}")
+            if d.namespace is not None and d.kind is not None and d.name is not None and self._latest_is(
+                    "namespace = ? AND kind = ? AND name = ?", (d.namespace, d.kind, d.name), decision_id):
+                refs.append(f"name:{d.namespace}/{d.kind}/{d.name}")
+            marks = ",".join("?" * len(refs))
+            rows = self._db.execute(f"SELECT payload, received_at FROM actuals WHERE job_ref IN ({marks}) "
+                                    "ORDER BY received_at, rowid", refs).fetchall()
+        return JoinedRow(stored, tuple(StoredActual(ActualIn.model_validate_json(p), _dt(t)) for p, t in rows))
+
+    def _latest_is(self, where: str, args: tuple[Any, ...], decision_id: str) -> bool:
+        latest = self._select_decision(where, args)
+        return latest is not None and latest.decision_id == decision_id
 
     def actuals(self) -> list[StoredActual]:
         with self._lock:
-            rows = self._db.execute("SELECT payload, received_at FROM actuals ORDER BY received_at").fetchall()
+            rows = self._db.execute("SELECT payload, received_at FROM actuals ORDER BY received_at, rowid").fetchall()
         return [StoredActual(ActualIn.model_validate_json(p), _dt(t)) for p, t in rows]
 
     def counts(self) -> dict[str, int]:

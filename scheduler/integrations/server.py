@@ -220,11 +220,9 @@ async def get_decision(request: Request) -> Response:
     _check_token(request)
     decision_id = request.path_params["decision_id"]
     ledger: Ledger = request.app.state.ledger
-    stored = await run_in_threadpool(ledger.get_decision, decision_id)
-    if stored is None:
+    row = await run_in_threadpool(ledger.joined_row, decision_id)
+    if row is None:
         raise BadRequest(404, f"no decision {decision_id!r} in the ledger")
-    rows = await run_in_threadpool(ledger.joined_rows)
-    row = next(r for r in rows if r.decision.decision_id == decision_id)
     return JSONResponse(row.to_dict())
 
 

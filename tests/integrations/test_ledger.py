@@ -2,13 +2,15 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import sqlite3
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from pydantic import ValidationError
 
 from predictors.reference import parse_runs
-from scheduler.integrations.ledger import MIGRATIONS, LedgerError, SqliteLedger, open_ledger
+from scheduler.integrations.ledger import MIGRATIONS, Ledger, LedgerError, SqliteLedger, open_ledger
 from scheduler.integrations.records import ActualIn, DecisionIn
 from tests.integrations.payloads import GIB, decision_payload
 
@@ -221,3 +223,31 @@ def test_export_carries_the_jobs_throughput_when_it_ran_to_its_end(ledger_path):
     assert runs["ledger-k8s"].measured.peak_bytes is None
     assert runs["ledger-k8s"].measured.tokens_per_second == pytest.approx(3.6e8 / 72000)
     assert runs["ledger-oom"].measured.oom and runs["ledger-oom"].measured.tokens_per_second is None
+
+
+def test_one_joined_row_equals_its_row_of_the_whole_join(ledger_path):
+    """GET /v1/decisions/{id} reads one row by index; it must be the row the full join gives, with re-decided
+    names and uids, actuals keyed by id, uid or name (some before their decision), and ties of decided_at."""
+    rng = random.Random(7)
+    ledger = SqliteLedger(ledger_path)
+    template = DecisionIn.model_validate(decision_payload("t")).model_dump(exclude_none=True)
+    times = [datetime(2025, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=rng.randrange(6)) for _ in range(40)]
+    writes = []
+    for i, decided_at in enumerate(times):
+        body = template | {"decision_id": f"d{i}", "name": f"job-{rng.randrange(8)}", "decided_at": decided_at}
+        if rng.random() < 0.5:
+            body["uid"] = f"u{rng.randrange(6)}"
+        writes.append(("decision", DecisionIn.model_validate(body)))
+    for _ in range(60):
+        key = rng.choice([{"decision_id": f"d{rng.randrange(45)}"}, {"uid": f"u{rng.randrange(7)}"},
+                          {"namespace": "ml", "kind": "Job", "name": f"job-{rng.randrange(9)}"}])
+        writes.append(("actual", actual(**key, source=rng.choice(["reporter", "dcgm", "kubernetes"]))))
+    rng.shuffle(writes)
+    for what, record in writes:
+        ledger.record_decision(record) if what == "decision" else ledger.record_actual(record)
+    rows = ledger.joined_rows()
+    assert sum(len(r.actuals) for r in rows) > 20  # the draw joins a fair share of the actuals
+    for row in rows:
+        assert ledger.joined_row(row.decision.decision_id) == row
+        assert Ledger.joined_row(ledger, row.decision.decision_id) == row  # the default, by the full join
+    assert ledger.joined_row("d99") is None
