@@ -1,6 +1,7 @@
 """Prometheus metrics of vramfit: one prefix (``vramfit_``), base units, small fixed label sets.
 
-Labels come only from small sets: ``pool``, ``method``, ``source`` (reporter, dcgm, kubernetes, manual),
+Labels come only from small sets: ``pool`` (the first 64 names seen, then ``other``), ``method`` (full, lora,
+qlora, none, other), ``source`` (reporter, dcgm, kubernetes, manual),
 ``outcome``, ``bound`` (point, upper), ``operation`` (mutate, validate), ``reason`` (queue_full, rejected,
 failed). A job id is never a label: per-job
 figures live in the ledger. Each server builds its own registry so tests can run several side by side.
@@ -11,16 +12,19 @@ two arrives second), so retried posts do not count twice.
 
 from __future__ import annotations
 
+import logging
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from predictors.spec import Method
 from scheduler.integrations.ledger import Ledger
 from scheduler.integrations.records import ActualIn, StoredDecision, ran_to_end
 
@@ -35,8 +39,45 @@ RUNTIME_RATIO_BUCKETS: tuple[float, ...] = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25
 ADMISSION_BUCKETS_SECONDS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+METHODS: frozenset[str] = frozenset(get_args(Method))
+# Pool names get their own label value up to this many; later new names share "other". A cluster has a
+# handful of pools, but `pool` arrives in POST /v1/decisions, and every new value would be a new series for
+# as long as the process lives.
+MAX_POOL_LABELS = 64
+
+
 def _label(value: str | None) -> str:
     return value or "none"
+
+
+class PoolLabels:
+    """The label value of a pool name: itself for the first :data:`MAX_POOL_LABELS` names seen, ``other``
+    after (logged once)."""
+
+    def __init__(self, limit: int = MAX_POOL_LABELS) -> None:
+        self.limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+        self._warned = False
+
+    def __call__(self, pool: str | None) -> str:
+        value = _label(pool)
+        with self._lock:
+            if value in self._seen:
+                return value
+            if len(self._seen) < self.limit:
+                self._seen.add(value)
+                return value
+            if not self._warned:
+                self._warned = True
+                logging.getLogger("vramfit.metrics").warning(
+                    "more than %d pool names seen; later ones are exported as pool=\"other\"", self.limit)
+        return "other"
+
+
+def _method_label(method: str | None) -> str:
+    value = _label(method)
+    return value if value in METHODS or value == "none" else "other"
 
 
 class LedgerSizeCollector(Collector):
@@ -83,6 +124,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None, version: str = "unknown") -> None:
         self.registry = registry or CollectorRegistry()
+        self.pool_label = PoolLabels()
         r = self.registry
         self.predicted_peak_vram_bytes = Histogram(
             f"{PREFIX}_predicted_peak_vram_bytes", "Predicted device peak VRAM of placed jobs",
@@ -143,7 +185,7 @@ class Metrics:
     # --- observations -------------------------------------------------------------------------------
     def observe_decision(self, stored: StoredDecision) -> None:
         d = stored.decision
-        pool, method = _label(d.pool), _label(d.method)
+        pool, method = self.pool_label(d.pool), _method_label(d.method)
         self.placements.labels(pool, d.outcome).inc()
         if d.outcome != "placed":
             return
@@ -158,7 +200,7 @@ class Metrics:
     def observe_outcome(self, stored: StoredDecision, actual: ActualIn) -> None:
         """An actual met its decision for the first time: record how good the prediction was."""
         d = stored.decision
-        pool, method, source = _label(d.pool), _label(d.method), actual.source
+        pool, method, source = self.pool_label(d.pool), _method_label(d.method), actual.source
         if actual.oom:
             self.ooms.labels(pool, method).inc()
         if actual.peak_vram_bytes is not None:

@@ -11,6 +11,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from scheduler.integrations.ledger import LedgerError, SqliteLedger
+from scheduler.integrations.metrics import MAX_POOL_LABELS
 from scheduler.integrations.records import DecisionIn
 from scheduler.integrations.server import JsonFormatter, ServerSettings, create_app, store_decision
 from tests.integrations.payloads import GIB, decision_payload
@@ -90,6 +91,18 @@ def test_no_job_id_in_any_label(client):
         client.post("/v1/decisions", json=decision_payload(f"job-{i}-uid"))
         client.post("/v1/actuals", json=actual_body(f"job-{i}-uid", 10))
     assert "job-" not in client.get("/metrics").text
+
+
+def test_pool_and_method_labels_stay_bounded_whatever_clients_post(client):
+    # Every new pool name would be a new series for the process's life; the first 64 keep their own.
+    for i in range(MAX_POOL_LABELS + 16):
+        client.post("/v1/decisions", json=decision_payload(f"d{i}", pool=f"pool-{i}", method="lora"))
+    client.post("/v1/decisions", json=decision_payload("odd", pool="pool-0", method="sparse-magic"))
+    placed = {dict(ls)["pool"]: v for (n, ls), v in samples(client).items() if n == "vramfit_placements_total"}
+    assert len(placed) == MAX_POOL_LABELS + 1 and placed["other"] == 16 and placed["pool-0"] == 2
+    methods = {dict(ls)["method"] for (n, ls), _ in samples(client).items()
+               if n == "vramfit_predicted_peak_vram_bytes_count"}
+    assert methods == {"lora", "other"}
 
 
 @pytest.mark.parametrize(
