@@ -26,12 +26,15 @@ from typing import Any
 
 from scheduler.cli.server_common import (
     DEFAULT_LEDGER,
+    add_prune_argument,
     add_tls_arguments,
     open_ledger_for,
     package_version,
     port_problem,
+    prune_problem,
     read_token,
     run_http_server,
+    start_pruner,
     tls_pair_problem,
 )
 
@@ -47,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--kube", action="store_true", help="watch pods (needs vramfit[kube] and cluster access)")
     p.add_argument("--namespace", help="watch only this namespace")
     p.add_argument("--interval-seconds", type=float, default=60.0, help="time between DCGM sweeps (s)")
-    p.add_argument("--once", action="store_true", help="one DCGM sweep, then exit")
+    p.add_argument("--once", action="store_true", help="one DCGM sweep (and prune), then exit")
+    add_prune_argument(p)
     p.add_argument("--serve-host", default="127.0.0.1", help="address --serve-port listens on (default 127.0.0.1)")
     p.add_argument("--serve-port", type=int,
                    help="serve /healthz, /readyz, /metrics, /v1/decisions and /v1/actuals over the ledger here")
@@ -103,6 +107,8 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
         return "vramfit collect: give --kube, --prometheus-url, --serve-port, or several"
     if args.once and args.serve_port is not None:
         return "vramfit collect: --once is one DCGM sweep; it does not go with --serve-port"
+    if problem := prune_problem(args.prune_unjoined_days, "collect"):
+        return problem
     if args.serve_port is None and (args.tls_cert or args.tls_key or args.token_file):
         return "vramfit collect: --tls-cert, --tls-key and --token-file go with --serve-port"
     return port_problem(args.serve_port, "--serve-port", "collect") or tls_pair_problem(args.tls_cert, args.tls_key,
@@ -150,6 +156,11 @@ def _collect(args: argparse.Namespace) -> int:
     if ledger is None:
         return 2
     app, sink = _server_app(args, ledger) if args.serve_port is not None else (None, ledger.record_actual)
+    pruner = start_pruner(ledger, None if args.once else args.prune_unjoined_days)
+    if args.once and args.prune_unjoined_days is not None:
+        from scheduler.integrations.ledger import LedgerPruner
+
+        LedgerPruner(ledger, args.prune_unjoined_days).check()
 
     stop = threading.Event()
     threads: list[threading.Thread] = []
@@ -164,6 +175,8 @@ def _collect(args: argparse.Namespace) -> int:
 
     def shut_down() -> None:
         stop.set()
+        if pruner is not None:
+            pruner.stop()
         for thread in threads:
             thread.join(THREAD_JOIN_SECONDS)
             if thread.is_alive():  # the pod watch can sit in a long poll; it is a daemon thread

@@ -19,12 +19,15 @@ from typing import Any
 from predictors.errors import SpecError
 from scheduler.cli.server_common import (
     DEFAULT_LEDGER,
+    add_prune_argument,
     add_tls_arguments,
     open_ledger_for,
     package_version,
     port_problem,
+    prune_problem,
     read_token,
     run_http_server,
+    start_pruner,
     tls_pair_problem,
 )
 from scheduler.integrations.forwarder import DEFAULT_CAPACITY
@@ -49,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     where.add_argument("--ledger", help="own a ledger (SQLite file): enables /v1/decisions and /v1/actuals")
     where.add_argument("--ledger-url", help="stateless replica: forward each decision to the collector's "
                        "POST <URL>/v1/decisions, e.g. http://vramfit-collector.vramfit-system.svc:8080")
+    add_prune_argument(p)
     p.add_argument("--ledger-token-file", type=Path, help="bearer token for --ledger-url (file)")
     p.add_argument("--ledger-ca-file", type=Path, help="CA bundle (PEM) that signed an https --ledger-url")
     p.add_argument("--forward-queue-size", type=int, default=DEFAULT_CAPACITY,
@@ -141,6 +145,10 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
     problem = port_problem(args.port, "--port", "serve") or tls_pair_problem(args.tls_cert, args.tls_key, "serve")
     if problem:
         return problem
+    if args.prune_unjoined_days is not None and not args.ledger:
+        return "vramfit serve: --prune-unjoined-days goes with --ledger"
+    if problem := prune_problem(args.prune_unjoined_days, "serve"):
+        return problem
     if not args.ledger_url and (args.ledger_token_file or args.ledger_ca_file):
         return "vramfit serve: --ledger-token-file and --ledger-ca-file go with --ledger-url"
     if args.ledger_url and not args.ledger_url.startswith(("http://", "https://")):
@@ -171,6 +179,7 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
     forwarder = make_forwarder(args)
     app, state = build_app(args, ledger, forwarder)
+    pruner = start_pruner(ledger, args.prune_unjoined_days)
     warm_up(state)  # load the catalogs before the first review (a dry run: nothing is recorded)
     if state.models is not None:
         state.models.start()  # re-load this cluster's residual models when their files change
@@ -183,6 +192,8 @@ def _serve(args: argparse.Namespace) -> int:
             state.models.stop()
         if forwarder is not None:
             forwarder.stop(flush_seconds=5.0)
+        if pruner is not None:
+            pruner.stop()
         if ledger is not None:
             ledger.close()
 

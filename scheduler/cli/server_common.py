@@ -6,6 +6,7 @@ Not a subcommand (it is not listed in ``scheduler.cli.COMMANDS``).
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import threading
@@ -43,6 +44,25 @@ def read_token(path: Path | None, command: str = "serve", flag: str = "token fil
     if not token:
         raise SystemExit(f"vramfit {command}: the {flag} {path} is empty")
     return token
+
+
+def add_prune_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prune-unjoined-days", type=float, metavar="DAYS",
+                   help="hourly, delete decisions older than DAYS that no actual names, and actuals older than DAYS "
+                        "that name no decision (joined ones are kept: they are training data); default: keep all")
+
+
+def prune_problem(days: float | None, command: str) -> str | None:
+    if days is not None and not (math.isfinite(days) and days > 0):
+        return f"vramfit {command}: --prune-unjoined-days must be a positive number of days; got {days:g}"
+    return None
+
+
+def start_pruner(ledger: Any, days: float | None) -> Any:
+    """The started :class:`LedgerPruner` of ``--prune-unjoined-days`` (None without it)."""
+    from scheduler.integrations.ledger import LedgerPruner
+
+    return LedgerPruner(ledger, days).start() if days is not None else None
 
 
 def add_tls_arguments(p: argparse.ArgumentParser, cert: str = "--tls-cert", key: str = "--tls-key") -> None:

@@ -17,9 +17,9 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -30,6 +30,7 @@ from predictors.errors import SpecError
 from predictors.hardware import lookup_gpu
 from predictors.reference import ReferenceRun
 from predictors.runtime import flops_per_token, job_tokens
+from scheduler.integrations.periodic import PeriodicCheck
 from scheduler.integrations.records import (
     ActualIn,
     DecisionIn,
@@ -64,6 +65,12 @@ class ActualResult:
     decision: StoredDecision | None  # the decision it joins, if recorded yet
 
 
+@dataclass(frozen=True)
+class PruneResult:
+    decisions: int  # decisions deleted: made before the cut-off, named by no actual
+    actuals: int  # actuals deleted: received before the cut-off, naming no decision
+
+
 @dataclass
 class ExportResult:
     written: int = 0
@@ -94,6 +101,12 @@ class Ledger(abc.ABC):
     @abc.abstractmethod
     def counts(self) -> dict[str, int]:
         """Rows per table: ``decisions``, ``actuals``."""
+
+    @abc.abstractmethod
+    def prune_unjoined(self, before: datetime) -> PruneResult:
+        """Delete what can never be training data: decisions made before ``before`` that no actual names (by
+        id, uid or name) and actuals received before it that name no decision. A decision and an actual that
+        name each other are kept, however old."""
 
     @abc.abstractmethod
     def ping(self) -> None:
@@ -434,6 +447,34 @@ class SqliteLedger(Ledger):
             rows = self._db.execute(f"SELECT {_DECISION_COLUMNS} FROM decisions ORDER BY decided_at, rowid").fetchall()
         return [self._decision_row(r) for r in rows]
 
+    def prune_unjoined(self, before: datetime) -> PruneResult:
+        return self._write(self._prune_unjoined, _ts(before))  # type: ignore[no-any-return]
+
+    def _prune_unjoined(self, cutoff: float) -> PruneResult:
+        named = "SELECT 1 FROM actuals WHERE actuals.job_ref = "
+        decisions = self._db.execute(
+            "DELETE FROM decisions WHERE decided_at < ? "
+            f"AND NOT EXISTS ({named}'id:' || decisions.decision_id) "
+            f"AND (decisions.uid IS NULL OR NOT EXISTS ({named}'uid:' || decisions.uid)) "
+            "AND (decisions.namespace IS NULL OR decisions.kind IS NULL OR decisions.name IS NULL OR NOT EXISTS "
+            f"({named}'name:' || decisions.namespace || '/' || decisions.kind || '/' || decisions.name))",
+            (cutoff,)).rowcount
+        actuals = self._db.execute(
+            "DELETE FROM actuals WHERE received_at < ? AND ("
+            "(substr(job_ref, 1, 3) = 'id:' AND NOT EXISTS "
+            "(SELECT 1 FROM decisions WHERE decisions.decision_id = substr(actuals.job_ref, 4))) OR "
+            "(substr(job_ref, 1, 4) = 'uid:' AND NOT EXISTS "
+            "(SELECT 1 FROM decisions WHERE decisions.uid = substr(actuals.job_ref, 5))))",
+            (cutoff,)).rowcount
+        # name-keyed actuals (rare: no id or uid was known) through the name index
+        for job_ref, source, payload in self._db.execute(
+                "SELECT job_ref, source, payload FROM actuals WHERE received_at < ? AND substr(job_ref, 1, 5) = "
+                "'name:'", (cutoff,)).fetchall():
+            if self._decision_for(ActualIn.model_validate_json(payload)) is None:
+                self._db.execute("DELETE FROM actuals WHERE job_ref = ? AND source = ?", (job_ref, source))
+                actuals += 1
+        return PruneResult(decisions=decisions, actuals=actuals)
+
     def joined_row(self, decision_id: str) -> JoinedRow | None:
         """The decision and its actuals by index lookups: an actual keyed by the decision's id always belongs
         to it; one keyed by its uid or name only when it is the latest decision with that uid or name."""
@@ -477,6 +518,36 @@ class SqliteLedger(Ledger):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+class LedgerPruner(PeriodicCheck):
+    """``--prune-unjoined-days N``: every ``interval_seconds`` (an hour), :meth:`Ledger.prune_unjoined` with a
+    cut-off N days back, so a ledger that takes every GPU job's decision does not grow without bound from jobs
+    that never ran or were never measured."""
+
+    thread_name = "vramfit-ledger-prune"
+
+    def __init__(self, ledger: Ledger, keep_days: float, interval_seconds: float = 3600.0,
+                 now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+        super().__init__(interval_seconds)
+        self.ledger = ledger
+        self.keep_days = keep_days
+        self.now = now
+
+    def _run(self) -> None:
+        try:  # once at start, then every interval
+            self.check()
+        except Exception:
+            log.exception("%s failed", self.thread_name)
+        super()._run()
+
+    def check(self) -> PruneResult:
+        before = self.now() - timedelta(days=self.keep_days)
+        result = self.ledger.prune_unjoined(before)
+        if result.decisions or result.actuals:
+            log.info("ledger pruned", extra={"fields": {"before": before.isoformat(), "decisions": result.decisions,
+                                                         "actuals": result.actuals}})
+        return result
 
 
 def open_ledger(location: str | Path) -> Ledger:

@@ -301,8 +301,19 @@ def test_webhook_is_stateless_and_collector_is_the_single_writer(chart: Any) -> 
     assert collector["spec"]["replicas"] == 1
     assert collector["spec"]["strategy"] == {"type": "Recreate"}
     args = collector["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args == ["collect", "--ledger=/var/lib/vramfit/ledger.sqlite", "--serve-host=0.0.0.0", "--serve-port=8080"]
+    assert args == ["collect", "--ledger=/var/lib/vramfit/ledger.sqlite", "--serve-host=0.0.0.0", "--serve-port=8080",
+                    "--prune-unjoined-days=90"]
     assert only(docs, "PersistentVolumeClaim")["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_collector_prunes_unjoined_records_unless_told_not_to(chart: Any) -> None:
+    def collector_args(values: dict[str, Any]) -> list[str]:
+        docs = render(chart, values)
+        collector = next(d for d in docs if d["kind"] == "Deployment" and d is not webhook_deployment(docs))
+        return collector["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    assert "--prune-unjoined-days=30" in collector_args({"collector": {"pruneUnjoinedDays": 30}})
+    assert not any(a.startswith("--prune") for a in collector_args({"collector": {"pruneUnjoinedDays": 0}}))
 
 
 def test_webhook_forwards_decisions_to_the_collector_service(chart: Any) -> None:

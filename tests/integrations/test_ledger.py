@@ -10,7 +10,16 @@ import pytest
 from pydantic import ValidationError
 
 from predictors.reference import parse_runs
-from scheduler.integrations.ledger import MIGRATIONS, Ledger, LedgerError, SqliteLedger, open_ledger
+from scheduler.cli import main
+from scheduler.integrations.ledger import (
+    MIGRATIONS,
+    Ledger,
+    LedgerError,
+    LedgerPruner,
+    PruneResult,
+    SqliteLedger,
+    open_ledger,
+)
 from scheduler.integrations.records import ActualIn, DecisionIn
 from tests.integrations.payloads import GIB, decision_payload
 
@@ -251,3 +260,52 @@ def test_one_joined_row_equals_its_row_of_the_whole_join(ledger_path):
         assert ledger.joined_row(row.decision.decision_id) == row
         assert Ledger.joined_row(ledger, row.decision.decision_id) == row  # the default, by the full join
     assert ledger.joined_row("d99") is None
+
+
+def _pruning_ledger(ledger_path):  # type: ignore[no-untyped-def]
+    """Joined pairs keyed by id, uid and name; a lone decision; actuals naming nothing by id, uid and name."""
+    ledger = SqliteLedger(ledger_path)
+    old = datetime.now(timezone.utc) - timedelta(days=100)
+    by_uid = decision_payload("d-uid") | {"uid": "u-1", "decided_at": old}
+    for body in (decision_payload("d-id", decided_at=old), by_uid, decision_payload("d-name", decided_at=old),
+                 decision_payload("d-lone", decided_at=old)):
+        ledger.record_decision(DecisionIn.model_validate(body))
+    ledger.record_actual(actual(decision_id="d-id"))
+    ledger.record_actual(actual(uid="u-1", source="dcgm"))
+    ledger.record_actual(actual(namespace="ml", kind="Job", name="train-d-name", source="kubernetes"))
+    for key in ({"decision_id": "ghost"}, {"uid": "u-ghost"}, {"namespace": "ml", "kind": "Job", "name": "nobody"}):
+        ledger.record_actual(actual(**key))
+    return ledger
+
+
+def test_pruning_deletes_only_what_names_nothing(ledger_path):
+    ledger = _pruning_ledger(ledger_path)
+    joined_before = [r for r in ledger.joined_rows() if r.actuals]
+    assert ledger.prune_unjoined(datetime.now(timezone.utc) - timedelta(days=1)).decisions == 1  # d-lone (old)
+    # the actuals were received just now: only a cut-off after them reaches the three that name nothing
+    assert ledger.prune_unjoined(datetime.now(timezone.utc) + timedelta(seconds=1)) == PruneResult(0, 3)
+    assert ledger.counts() == {"decisions": 3, "actuals": 3}
+    assert ledger.joined_rows() == joined_before and ledger.pending_actuals() == []
+    assert ledger.prune_unjoined(datetime.now(timezone.utc) + timedelta(seconds=1)) == PruneResult(0, 0)
+
+
+def test_a_cut_off_before_everything_prunes_nothing(ledger_path):
+    ledger = _pruning_ledger(ledger_path)
+    assert ledger.prune_unjoined(datetime.now(timezone.utc) - timedelta(days=365)) == PruneResult(0, 0)
+    assert ledger.counts() == {"decisions": 4, "actuals": 6}
+
+
+def test_the_pruner_cuts_keep_days_back_from_now(ledger_path):
+    ledger = _pruning_ledger(ledger_path)
+    month_later = datetime.now(timezone.utc) + timedelta(days=30)
+    assert LedgerPruner(ledger, keep_days=29, now=lambda: month_later).check() == PruneResult(1, 3)
+    assert LedgerPruner(ledger, keep_days=29, now=lambda: month_later).check() == PruneResult(0, 0)
+
+
+def test_collect_once_prunes_with_the_flag(ledger_path):
+    _pruning_ledger(ledger_path).close()
+    argv = ["collect", "--ledger", str(ledger_path), "--prometheus-url", "http://127.0.0.1:9", "--once"]
+    assert main(argv) == 0 and SqliteLedger(ledger_path).counts()["decisions"] == 4
+    assert main([*argv, "--prune-unjoined-days", "30"]) == 0
+    assert SqliteLedger(ledger_path).get_decision("d-lone") is None
+    assert SqliteLedger(ledger_path).counts()["decisions"] == 3
