@@ -204,8 +204,10 @@ def test_validate_denies_a_job_that_fits_no_pool(server: Server) -> None:
         ("model: llama-3.1-8b\n" + ALIAS_BOMB, "aliases expand to more than"),
         # Before the size cap pure-Python YAML took about 26 s over this 3 MiB list (the client gives up at 10 s).
         ("model: llama-3.1-8b\nx: [" + "1," * 1_500_000 + "1]\n", "vramfit reads at most 65,536"),
+        # PyYAML's composer recurses per level; in the review's worker thread too it ends in a named error.
+        ("model: " + "[" * 5000 + "]" * 5000, "nested too deeply"),
     ],
-    ids=["alias-bomb", "3MiB-annotation"],
+    ids=["alias-bomb", "3MiB-annotation", "deep-nesting"],
 )
 def test_a_hostile_annotation_is_answered_and_the_server_lives_on(server: Server, annotation: str,
                                                                   problem: str) -> None:
