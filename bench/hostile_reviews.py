@@ -72,6 +72,8 @@ def cases(budget_bytes: int) -> dict[str, Callable[[], dict[str, Any]]]:
         "command: many flags": lambda: _pod(command=["torchrun", "train.py", *["--lr=1"] * (n // 10)]),
         "command: shell, unclosed ${": lambda: _pod(command=["bash", "-c", "${a:-" * (n // 6)]),
         "command: shell at the cap, one word": lambda: _pod(command=["bash", "-c", "x" * (cap - 10)]),
+        "command: shell, exponential exports": lambda: _pod(command=["bash", "-c", "\n".join(
+            ["export L0=xxxxxxxxxx", *(f"export L{i}=" + f"$L{i - 1}" * 10 for i in range(1, 10)), "train $L9"])]),
         "command: shell, many lines": lambda: _pod(command=["bash", "-c", "export A=1\n" * (n // 12)]),
         "command: shell, heredocs": lambda: _pod(command=["bash", "-c", "cat <<EOF > c.yaml\nx: 1\n" * (n // 26)]),
         "env: many variables": lambda: _pod(env=[{"name": f"V{i}", "value": "1"} for i in range(n // 35)]),

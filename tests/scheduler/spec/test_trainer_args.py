@@ -413,3 +413,15 @@ def test_a_config_file_named_by_many_commands_is_parsed_once() -> None:
     after = _load_mapping.cache_info()
     assert reading.settings["model"].value == "Qwen/Qwen2.5-0.5B"
     assert after.misses - before.misses <= 1 and after.hits - before.hits >= 299
+
+
+def test_variable_expansion_grows_a_script_by_at_most_the_cap() -> None:
+    # Each export repeats the one before ten times: 10**9 characters from 403 bytes without the bound (at five
+    # levels, 1,000,000 characters took 15 s to split).
+    lines = ["export L0=xxxxxxxxxx", *(f"export L{i}=" + f"$L{i - 1}" * 10 for i in range(1, 10)), "train --x $L9"]
+    script = split_script(["bash", "-c", "\n".join(lines)], {})
+    assert max(len(v) for v in script.env.values()) <= MAX_EMBEDDED_CHARS + 100
+    assert script.env["L3"] == "x" * 10_000 and script.commands[-1][:2] == ["train", "--x"]
+    wide = split_script(["bash", "-c", "train " + "$A " * 10_000], {"A": "y" * 60_000})
+    assert sum(map(len, wide.commands[0])) <= len("train " + "$A " * 10_000) + MAX_EMBEDDED_CHARS
+    assert wide.commands[0][1] == "y" * 60_000 and wide.commands[0][2] == "$A"  # the second would pass the cap
