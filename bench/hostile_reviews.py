@@ -85,6 +85,11 @@ def cases(budget_bytes: int) -> dict[str, Callable[[], dict[str, Any]]]:
         "command: heredoc config named 800 times": lambda: _pod(command=["bash", "-c", (
             "cat > /tmp/c.yaml <<EOF\nmodel_name_or_path: x\nx: [" + "1," * (cap // 5) + "1]\nEOF\n"
             + "llamafactory-cli train /tmp/c.yaml\n" * 800)]),
+        "containers: exponential $(VAR)": lambda: {**_pod(), "spec": {"containers": [
+            {"name": f"c{i}", "image": "i", "args": ["$(L4)"] * 100,
+             "env": [{"name": "L0", "value": "x" * 10}, *({"name": f"L{j}", "value": f"$(L{j - 1})" * 10}
+                                                          for j in range(1, 10))]}
+            for i in range(n // 2_200)]}},
         "containers: many": lambda: {**_pod(), "spec": {"containers": [
             {"name": f"c{i}", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}} for i in range(n // 84)]}},
     }

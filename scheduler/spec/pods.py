@@ -53,14 +53,24 @@ def pointer(path: Path) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
 
 
+class ExpansionBudget:
+    """Characters that ``$(VAR)`` expansion may still add to one object, over all its containers' env values,
+    commands and args (:data:`MAX_EXPANSION_GROWTH_CHARS`)."""
+
+    def __init__(self, total: int | None = None) -> None:
+        self.left = MAX_EXPANSION_GROWTH_CHARS if total is None else total
+
+
 @dataclass(frozen=True)
 class ObjectRef:
-    """The object being read, for error messages: ``kind namespace/name`` and the file."""
+    """The object being read, for error messages: ``kind namespace/name`` and the file; and what ``$(VAR)``
+    expansion may still add to it."""
 
     kind: str
     name: str
     namespace: str
     source: str
+    expansion: ExpansionBudget = field(default_factory=ExpansionBudget, compare=False, repr=False)
 
     @property
     def ref(self) -> str:
@@ -176,9 +186,26 @@ class Role:
 _K8S_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
-def expand_k8s_vars(text: str, env: Mapping[str, str]) -> str:
-    """Kubernetes expands ``$(VAR)`` in command and args from the container's env; unknown ones stay."""
-    return _K8S_VAR.sub(lambda m: env.get(m.group(1), m.group(0)), text)
+# How many characters ``$(VAR)`` expansion may add to one object. Env values may name earlier ones, so ten
+# references per value make 10**k characters of k short values (nine levels: a gigabyte, and the process killed
+# for memory), and every arg of every container may name the largest; past this, references are left as written.
+MAX_EXPANSION_GROWTH_CHARS = 256 * 1024
+
+
+def expand_k8s_vars(text: str, env: Mapping[str, str], budget: ExpansionBudget | None = None) -> str:
+    """Kubernetes expands ``$(VAR)`` in command and args from the container's env; unknown ones stay, and so
+    do those that would take more than ``budget`` has left (by default a budget of its own)."""
+    budget = budget or ExpansionBudget()
+
+    def value(m: re.Match[str]) -> str:
+        out = env.get(m.group(1))
+        growth = 0 if out is None else len(out) - len(m.group(0))
+        if out is None or growth > budget.left:
+            return m.group(0)
+        budget.left -= max(growth, 0)
+        return out
+
+    return _K8S_VAR.sub(value, text)
 
 
 def read_env(obj: ObjectRef, items: Any, path: Path) -> dict[str, str]:
@@ -192,7 +219,7 @@ def read_env(obj: ObjectRef, items: Any, path: Path) -> dict[str, str]:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise obj.error((*path, i), "must be a mapping with a `name`")
         if "value" in item and item["value"] is not None:
-            env[item["name"]] = expand_k8s_vars(str(item["value"]), env)
+            env[item["name"]] = expand_k8s_vars(str(item["value"]), env, obj.expansion)
     return env
 
 
@@ -225,7 +252,7 @@ def read_container(obj: ObjectRef, data: Any, path: Path) -> Container:
     argv: list[str] = []
     for key in ("command", "args"):
         items = get(obj, data, key, path, list, [])
-        argv += [expand_k8s_vars(str(x), env) for x in items if x is not None]
+        argv += [expand_k8s_vars(str(x), env, obj.expansion) for x in items if x is not None]
     gpus = gpu_quantity(obj, data.get("resources"), (*path, "resources"))
     return Container(str(data.get("name") or ""), path, tuple(argv), env, gpus)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from scheduler.spec.yamltext import MAX_EMBEDDED_CHARS, YAML_ERRORS, TextBudget, safe_load
+from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load
 
 
 @dataclass(frozen=True)
@@ -559,25 +559,24 @@ def _heredocs(text: str, files: dict[str, str]) -> str:
     return "\n".join(kept)
 
 
-def _expand(text: str, env: Mapping[str, str], limit: int = MAX_EMBEDDED_CHARS) -> str:
-    """``$NAME`` / ``${NAME}`` / ``${NAME:-default}`` replaced from ``env``. Expansion may grow the text by at
-    most ``limit`` characters; references past that are left as written. Without the bound, ``export`` lines
-    that each repeat the variable before ten times make 10**k characters of k short lines (a 239-byte script
-    expanded to 1,000,000 characters and took 15 s to split)."""
-    grown = 0
+def _expand(text: str, env: Mapping[str, str], budget: TextBudget) -> str:
+    """``$NAME`` / ``${NAME}`` / ``${NAME:-default}`` replaced from ``env``. What expansion adds is taken from
+    ``budget`` (the job's, shared with the scripts and configs it reads); references past what it has left are
+    left as written. Without the bound, ``export`` lines that each repeat the variable before ten times make
+    10**k characters of k short lines (a 239-byte script expanded to 1,000,000 characters and took 15 s)."""
 
     def value(m: re.Match[str]) -> str:
-        nonlocal grown
         name = m.group(1) or m.group(3)
         if name in env:
             out = env[name]
         elif m.group(2) is not None:  # the default holds no ``${``: one level
-            out = _expand(m.group(2), env, max(0, limit - grown))
+            out = _expand(m.group(2), env, budget)
         else:
             return m.group(0)
-        if grown + len(out) - len(m.group(0)) > limit:
+        growth = len(out) - len(m.group(0))
+        if growth > budget.left:
             return m.group(0)
-        grown += len(out) - len(m.group(0))
+        budget.left -= max(growth, 0)
         return out
 
     return _SHELL_VAR.sub(value, text)
@@ -637,12 +636,13 @@ def split_script(
         script.commands = [tokens] if tokens else []
         return script
     what = f"{where}: the shell script of the command" if where else "the shell script of the command"
-    if (note := (budget or TextBudget()).refuse(shell_text, what)) is not None:
+    budget = budget or TextBudget()
+    if (note := budget.refuse(shell_text, what)) is not None:
         script.notes.append(note)
         return script
     text = _heredocs(shell_text.replace("\\\r\n", " ").replace("\\\n", " "), script.files)
     command: list[str] = []
-    for token in [*_split_shell(_expand(_exports(text, script.env), script.env)), ";"]:
+    for token in [*_split_shell(_expand(_exports(text, script.env, budget), script.env, budget)), ";"]:
         if token in _OPERATORS:
             if command:
                 script.commands.append(command)
@@ -654,12 +654,12 @@ def split_script(
     return script
 
 
-def _exports(text: str, env: dict[str, str]) -> str:
+def _exports(text: str, env: dict[str, str], budget: TextBudget) -> str:
     """Record ``export NAME=value`` / ``NAME=value`` lines of a script before ``$NAME`` is expanded."""
     for match in re.finditer(
         r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|\S*)[ \t]*(?:#.*)?$", text, re.M
     ):
-        env[match.group(1)] = _expand(match.group(2).strip("'\""), env)
+        env[match.group(1)] = _expand(match.group(2).strip("'\""), env, budget)
     return text
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from scheduler.spec.document import NoTrainingJob, read_jobs_text
 from scheduler.spec.merge import ANNOTATION
+from scheduler.spec.pods import ObjectRef, read_container
 from scheduler.spec.yamltext import MAX_EMBEDDED_CHARS
 from tests.scheduler.spec.helpers import dump, one_job, pod, scan
 
@@ -180,3 +181,20 @@ def test_scripts_and_inline_configs_of_all_containers_share_one_budget() -> None
     job = one_job(obj)
     past = [a for a in job.assumptions if "past the 131,072 characters of scripts and configs" in a]
     assert len(past) == 1 and past[0].startswith("spec.containers[2].env.CFG is 50,008 characters long"), past
+
+
+def test_kubernetes_var_expansion_is_bounded_per_object() -> None:
+    # Env values may name earlier ones: ten references each make 10**9 characters of nine values, and every arg
+    # of every container may name the largest. Expansion stops at 256 KiB added to the object; the rest stays.
+    env = {"L0": "x" * 10, **{f"L{i}": f"$(L{i - 1})" * 10 for i in range(1, 10)}}
+    obj = pod(["python", "train.py", "--model_name_or_path", "$(L9)"], env=env,
+              annotations={ANNOTATION: "model: llama-3.2-1b"})
+    obj["spec"]["containers"] = [dict(obj["spec"]["containers"][0], name=f"c{i}", args=["$(L4)"] * 50)
+                                 for i in range(20)]
+    job = one_job(obj)
+    assert job.spec.model == "llama-3.2-1b"
+    ref = ObjectRef("Pod", "p", "", "")
+    container = read_container(ref, obj["spec"]["containers"][0], ("spec", "containers", 0))
+    assert container.env["L4"] == "x" * 100_000 and container.env["L5"] == "x" * 100_000 + "$(L4)" * 9
+    assert sum(map(len, container.env.values())) + sum(map(len, container.argv)) < 300_000
+    assert ref.expansion.left < 256 * 1024 - 100_000

@@ -13,7 +13,7 @@ from scheduler.spec.trainer_args import (
     read_command,
     split_script,
 )
-from scheduler.spec.yamltext import MAX_EMBEDDED_CHARS
+from scheduler.spec.yamltext import MAX_EMBEDDED_CHARS, MAX_JOB_EMBEDDED_CHARS, TextBudget
 from tests.scheduler.spec.helpers import one_job, pod
 
 M = "meta-llama/Llama-3.1-8B"
@@ -415,13 +415,15 @@ def test_a_config_file_named_by_many_commands_is_parsed_once() -> None:
     assert after.misses - before.misses <= 1 and after.hits - before.hits >= 299
 
 
-def test_variable_expansion_grows_a_script_by_at_most_the_cap() -> None:
+def test_variable_expansion_draws_on_the_jobs_text_budget() -> None:
     # Each export repeats the one before ten times: 10**9 characters from 403 bytes without the bound (at five
-    # levels, 1,000,000 characters took 15 s to split).
+    # levels, 1,000,000 characters took 15 s to split). What expansion adds comes out of the job's budget.
     lines = ["export L0=xxxxxxxxxx", *(f"export L{i}=" + f"$L{i - 1}" * 10 for i in range(1, 10)), "train --x $L9"]
-    script = split_script(["bash", "-c", "\n".join(lines)], {})
-    assert max(len(v) for v in script.env.values()) <= MAX_EMBEDDED_CHARS + 100
+    text = "\n".join(lines)
+    script = split_script(["bash", "-c", text], {})
+    assert sum(len(v) for v in script.env.values()) <= MAX_JOB_EMBEDDED_CHARS
     assert script.env["L3"] == "x" * 10_000 and script.commands[-1][:2] == ["train", "--x"]
-    wide = split_script(["bash", "-c", "train " + "$A " * 10_000], {"A": "y" * 60_000})
-    assert sum(map(len, wide.commands[0])) <= len("train " + "$A " * 10_000) + MAX_EMBEDDED_CHARS
-    assert wide.commands[0][1] == "y" * 60_000 and wide.commands[0][2] == "$A"  # the second would pass the cap
+    budget = TextBudget()
+    wide = split_script(["bash", "-c", "train " + "$A " * 10_000], {"A": "y" * 60_000}, budget)
+    # 131,072 less the 30,006 of the script leaves room for one 60,000-character value; the rest stay as written
+    assert [len(w) for w in wide.commands[0][1:4]] == [60_000, 2, 2] and budget.left == 131_072 - 30_006 - 59_998
