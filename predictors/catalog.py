@@ -125,7 +125,7 @@ def _resolve_ref(ref: ModelRef, base_dir: Path | None) -> ResolvedModel:
                 "spec.model.config_path", f"file not found: {path}",
                 "give a path to a Hugging Face config.json (relative to the spec file)",
             ) from None
-        except (OSError, json.JSONDecodeError, RecursionError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or UTF-8, a 4,300+ digit int
             raise SpecError.one("spec.model.config_path", f"cannot read {path} as JSON: {exc}") from None
         label = ref.name or path.parent.name or "custom"
         return ResolvedModel(label, architecture_from_config(config, label), params, str(path))

@@ -65,8 +65,8 @@ def parse_runs(text: str, source: str = "<runs>") -> list[ReferenceRun]:
             continue
         try:
             raw: Any = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(FieldProblem(f"line {lineno}", f"is not valid JSON: {exc.msg}"))
+        except ValueError as exc:  # JSONDecodeError, and an integer of more than 4,300 digits
+            problems.append(FieldProblem(f"line {lineno}", f"is not valid JSON: {getattr(exc, 'msg', exc)}"))
             continue
         except RecursionError:
             problems.append(FieldProblem(f"line {lineno}", "is not valid JSON: nested too deeply"))

@@ -226,7 +226,7 @@ def existing_config_ids(path: Path) -> set[str]:
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             raw = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):
             continue  # a line cut off by a kill: its config runs again
         config_id = (raw.get("calibration") or {}).get("config_id") if isinstance(raw, dict) else None
         if isinstance(config_id, str):

@@ -138,14 +138,14 @@ async def parse_body(request: Request, model: type[M]) -> M:
     """Read, size-check, JSON-decode and validate a request body, raising :class:`BadRequest`."""
     settings: ServerSettings = request.app.state.settings
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > settings.max_body_bytes:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > settings.max_body_bytes:
         raise BadRequest(413, f"body is larger than {settings.max_body_bytes} bytes")
     raw = await request.body()
     if len(raw) > settings.max_body_bytes:
         raise BadRequest(413, f"body is larger than {settings.max_body_bytes} bytes")
     try:
         data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4,300 digits
         raise BadRequest(400, f"body is not valid JSON: {exc}") from None
     except RecursionError:
         raise BadRequest(400, "body is not valid JSON: nested too deeply") from None

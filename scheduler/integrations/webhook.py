@@ -265,7 +265,7 @@ def _endpoint(state: WebhookState, webhook: Webhook) -> Callable[[Request], Any]
             return response
 
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > state.max_body_bytes:
+        if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > state.max_body_bytes:
             return done("malformed", 413, JSONResponse({"error": "body too large"}, status_code=413))
         raw = await request.body()
         if len(raw) > state.max_body_bytes:

@@ -113,8 +113,9 @@ def read_specs(path: Path) -> tuple[list[TrainingSpec], list[float | None]]:
             continue
         try:
             raw: Any = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecError.one(f"line {lineno}", f"is not valid JSON: {exc.msg}", source=str(path)) from None
+        except ValueError as exc:  # JSONDecodeError, and an integer of more than 4,300 digits
+            raise SpecError.one(f"line {lineno}", f"is not valid JSON: {getattr(exc, 'msg', exc)}",
+                                source=str(path)) from None
         except RecursionError:
             raise SpecError.one(f"line {lineno}", "is not valid JSON: nested too deeply", source=str(path)) from None
         arrival = None

@@ -16,9 +16,11 @@ node it names) is refused too: nothing in a spec or a manifest is a cycle.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import yaml
+from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 # Nodes that alias uses may add to one document. Far above any real manifest's reuse, far below what
@@ -133,11 +135,23 @@ def alias_expansion(node: Node, limit: int = MAX_ALIAS_NODES) -> int:
 
 
 class BoundedSafeLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that checks each document's alias expansion before it builds Python objects."""
+    """``yaml.SafeLoader`` that checks each document's alias expansion before it builds Python objects, and
+    turns an integer too long for Python's ``int`` (more than 4,300 digits) into a YAML error with its line."""
 
     def construct_document(self, node: Node) -> Any:
         alias_expansion(node)
         return super().construct_document(node)
+
+    def construct_bounded_int(self, node: Node) -> int:
+        try:
+            return int(self.construct_yaml_int(node))  # type: ignore[arg-type]
+        except ValueError:  # Python refuses to convert more than sys.get_int_max_str_digits() digits
+            limit = sys.get_int_max_str_digits()
+            raise ConstructorError(None, None, f"an integer of {len(str(node.value)):,} characters is too long "
+                                   f"(at most {limit:,} digits)", node.start_mark) from None
+
+
+BoundedSafeLoader.add_constructor("tag:yaml.org,2002:int", BoundedSafeLoader.construct_bounded_int)
 
 
 def safe_load(text: str) -> Any:

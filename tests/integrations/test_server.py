@@ -119,6 +119,7 @@ def test_pool_and_method_labels_stay_bounded_whatever_clients_post(client):
         (b"\xff\xfe", 400, ["not valid JSON"]),
         (b"", 400, ["not valid JSON"]),
         (b"[" * 5000 + b"]" * 5000, 400, ["nested too deeply"]),
+        (b'{"peak_vram_bytes": ' + b"9" * 5000 + b"}", 400, ["not valid JSON", "4300 digits"]),  # was a 500
     ],
 )
 def test_bad_actuals_are_4xx_naming_the_field(client, body, status, needles):

@@ -327,3 +327,11 @@ def test_config_values_of_the_wrong_type_or_size_are_named(change: dict[str, Any
     with pytest.raises(SpecError) as err:
         architecture_from_config({**_SMALL, **change}, "bad")
     assert err.value.problems[0].path == path and fragment in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe", b'{"hidden_size": ' + b"9" * 5000 + b"}"])
+def test_an_unreadable_config_path_is_a_named_error(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "config.json").write_bytes(content)  # bad JSON, bad UTF-8, an int Python will not convert
+    with pytest.raises(SpecError) as err:
+        resolve_model(TrainingSpec(model=ModelRef(config_path="config.json")), base_dir=tmp_path)
+    assert err.value.problems[0].path == "spec.model.config_path" and "cannot read" in err.value.problems[0].message

@@ -44,6 +44,8 @@ def test_predict_table(capsys: pytest.CaptureFixture[str]) -> None:
         ("", "is empty"),
         ("[" * 5000 + "]" * 5000, "is not valid YAML: nested too deeply"),
         ("model: llama-2-7b\nseq_len: 1e400\n", "`spec.seq_len` must be a finite number"),
+        # a traceback before: Python will not convert more than 4,300 digits
+        ("model: llama-2-7b\nseq_len: " + "9" * 5000 + "\n", "an integer of 5,000 characters is too long"),
     ],
 )
 def test_predict_bad_input_exits_2(tmp_path: Path, content: str, fragment: str,
@@ -87,9 +89,11 @@ def test_evaluate_reports_bad_lines(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def test_evaluate_names_a_line_nested_too_deeply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runs = tmp_path / "runs.jsonl"
-    runs.write_text("[" * 5000 + "]" * 5000 + "\n")
+    runs.write_text("[" * 5000 + "]" * 5000 + "\n" + '{"id": ' + "9" * 5000 + "}\n")
     assert main(["evaluate", "--runs", str(runs)]) == 2
-    assert "`line 1` is not valid JSON: nested too deeply" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "`line 1` is not valid JSON: nested too deeply" in err
+    assert "`line 2` is not valid JSON: Exceeds the limit (4300 digits)" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("command", ["predict", "place"])

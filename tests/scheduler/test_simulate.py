@@ -194,6 +194,7 @@ def test_cli_reports_a_missing_runs_file(tmp_path: Path, capsys: pytest.CaptureF
         ('{"spec": {"model": "llama-2-7b"}, "arrival_seconds": Infinity}', "must be a finite number of seconds"),
         ('{"spec": {"model": "llama-2-7b"}, "arival_seconds": 5}', "`line 1: arival_seconds` is not a known field"),
         ("[" * 5000 + "]" * 5000, "`line 1` is not valid JSON: nested too deeply"),
+        ('{"arrival_seconds": ' + "9" * 5000 + "}", "`line 1` is not valid JSON: Exceeds the limit (4300 digits)"),
     ],
 )
 def test_cli_names_a_bad_jobs_line(line: str, fragment: str, tmp_path: Path,

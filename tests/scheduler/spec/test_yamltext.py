@@ -105,3 +105,12 @@ def test_a_text_budget_caps_each_field_and_the_job() -> None:
     assert budget.refuse("x" * 40, "c") is None and budget.left == 0 and len(budget.notes) == 1
     long = "x" * (MAX_EMBEDDED_CHARS + 1)
     assert TextBudget().refuse(long, "d") == f"d {too_long(long)}; it was not read"
+
+
+def test_an_integer_too_long_for_python_is_a_yaml_error_with_its_line() -> None:
+    with pytest.raises(yaml.YAMLError) as caught:
+        safe_load("model: llama-3.2-1b\nseq_len: " + "9" * 5_000 + "\n")
+    assert yaml_error_text(caught.value) == ("is not valid YAML at line 2, column 10: an integer of 5,000 characters "
+                                             "is too long (at most 4,300 digits)")
+    assert safe_load("a: 0x" + "f" * 5_000)["a"] == 16**5_000 - 1  # powers of two are not limited by Python
+    assert safe_load("a: -1_000\nb: 017\nc: 190:20:30") == {"a": -1000, "b": 15, "c": 685230}  # YAML 1.1 forms
