@@ -1,8 +1,10 @@
-"""What ``GET /v1/decisions/{id}`` costs as the ledger grows: one decision and its actuals by index lookups
-(``Ledger.joined_row``) against finding it in the full join (``joined_rows``, what the endpoint did before).
+"""What ledger reads cost as the ledger grows, by index lookups against the full join they replaced:
+``GET /v1/decisions/{id}`` (``Ledger.joined_row``) and the collector's DCGM sweep, which looks for jobs
+Kubernetes saw finish that have no DCGM peak yet (``Ledger.rows_awaiting``), every ``--interval-seconds``.
 
-Fills a fresh SQLite ledger with ``--decisions`` decisions (real predictions) and one actual each, then times
-``--lookups`` lookups of random decisions both ways and checks that they agree.
+Fills a fresh SQLite ledger with ``--decisions`` decisions (real predictions), each with a reporter, a
+Kubernetes and, for all but one in a hundred, a DCGM actual; then times ``--lookups`` lookups of random
+decisions and three sweeps both ways, and checks that they agree.
 
     python bench/ledger_lookup.py [--decisions 20000] [--lookups 200]
 """
@@ -20,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scheduler.integrations.ledger import SqliteLedger  # noqa: E402
+from scheduler.integrations.ledger import Ledger, SqliteLedger  # noqa: E402
 from scheduler.integrations.records import ActualIn, DecisionIn  # noqa: E402
 from tests.integrations.payloads import GIB, decision_payload  # noqa: E402
 
@@ -35,10 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     for i in range(args.decisions):
         ledger.record_decision(DecisionIn.model_validate(template | {"decision_id": f"d{i}", "name": f"job-{i}"}))
-        ledger.record_actual(ActualIn.model_validate({
-            "decision_id": f"d{i}", "peak_vram_bytes": 11 * GIB, "runtime_seconds": 3000.0, "oom": False,
-            "source": "reporter"}))
-    print(f"filled {args.decisions:,} decisions and actuals in {time.perf_counter() - start:.1f} s")
+        for source in ("reporter", "kubernetes", "dcgm") if i % 100 else ("reporter", "kubernetes"):
+            ledger.record_actual(ActualIn.model_validate({
+                "decision_id": f"d{i}", "peak_vram_bytes": 11 * GIB, "runtime_seconds": 3000.0, "oom": False,
+                "source": source}))
+    print(f"filled {args.decisions:,} decisions and their actuals in {time.perf_counter() - start:.1f} s")
     rng = random.Random(0)
     ids = [f"d{rng.randrange(args.decisions)}" for _ in range(args.lookups)]
     one_ms, full_ms = [], []
@@ -55,6 +58,17 @@ def main(argv: list[str] | None = None) -> int:
           f"over {len(one_ms)} lookups")
     print(f"full join, then find:       median {statistics.median(full_ms):.1f} ms, max {max(full_ms):.1f} ms "
           f"over {len(full_ms)} lookups; same rows")
+    sweep_ms, full_sweep_ms = [], []
+    for _ in range(3):
+        start = time.perf_counter()
+        awaiting = ledger.rows_awaiting("dcgm", after="kubernetes")
+        sweep_ms.append((time.perf_counter() - start) * 1000)
+        start = time.perf_counter()
+        everything = Ledger.rows_awaiting(ledger, "dcgm", "kubernetes")
+        full_sweep_ms.append((time.perf_counter() - start) * 1000)
+        assert {r.decision.decision_id for r in awaiting} == {r.decision.decision_id for r in everything}
+    print(f"DCGM sweep rows ({len(awaiting)} awaiting): by index {statistics.median(sweep_ms):.1f} ms, "
+          f"from the full join {statistics.median(full_sweep_ms):.1f} ms (median of 3)")
     return 0
 
 

@@ -72,7 +72,7 @@ def sweep_dcgm(ledger: object, prometheus_url: str, sink: Callable[[Any], object
     assert isinstance(ledger, Ledger)
     record = sink or ledger.record_actual
     stored = 0
-    for row in ledger.joined_rows():
+    for row in ledger.rows_awaiting("dcgm", after="kubernetes"):
         sources = {a.actual.source: a.actual for a in row.actuals}
         kube = sources.get("kubernetes")
         if "dcgm" in sources or kube is None or kube.finished_at is None:

@@ -140,6 +140,11 @@ class Ledger(abc.ABC):
         the whole ledger; implementations answer from the decision's own keys."""
         return next((r for r in self.joined_rows() if r.decision.decision_id == decision_id), None)
 
+    def rows_awaiting(self, source: str, after: str) -> list[JoinedRow]:
+        """The rows of :meth:`joined_rows` that hold an actual from ``after`` and none from ``source`` (the DCGM
+        sweep: jobs Kubernetes saw finish that have no DCGM peak yet). This default reads the whole ledger."""
+        return [r for r in self.joined_rows() if _awaits(r, source, after)]
+
     def pending_actuals(self) -> list[StoredActual]:
         """Actuals whose decision has not been recorded (yet)."""
         joined = {(a.actual.job_ref, a.actual.source) for row in self.joined_rows() for a in row.actuals}
@@ -272,6 +277,11 @@ _DECISION_COLUMNS = "decision_id, uid, namespace, kind, name, spec_hash, pool, d
 
 def _ts(value: datetime) -> float:
     return utc(value).timestamp()
+
+
+def _awaits(row: JoinedRow, source: str, after: str) -> bool:
+    sources = {a.actual.source for a in row.actuals}
+    return after in sources and source not in sources
 
 
 def _dt(value: float) -> datetime:
@@ -474,6 +484,19 @@ class SqliteLedger(Ledger):
                 self._db.execute("DELETE FROM actuals WHERE job_ref = ? AND source = ?", (job_ref, source))
                 actuals += 1
         return PruneResult(decisions=decisions, actuals=actuals)
+
+    def rows_awaiting(self, source: str, after: str) -> list[JoinedRow]:
+        """Only the decisions of ``after`` actuals that have no ``source`` actual under the same job key are
+        joined (an actual with another key may still belong to the row: the final check sees the whole row)."""
+        with self._lock:
+            payloads = self._db.execute(
+                "SELECT payload FROM actuals AS a WHERE a.source = ? AND NOT EXISTS "
+                "(SELECT 1 FROM actuals AS b WHERE b.job_ref = a.job_ref AND b.source = ?)", (after, source)).fetchall()
+            owners = {d.decision_id for (p,) in payloads
+                      if (d := self._decision_for(ActualIn.model_validate_json(p))) is not None}
+        rows = [self.joined_row(decision_id) for decision_id in sorted(owners)]
+        return sorted((r for r in rows if r is not None and _awaits(r, source, after)),
+                      key=lambda r: r.decision.decided_at)
 
     def joined_row(self, decision_id: str) -> JoinedRow | None:
         """The decision and its actuals by index lookups: an actual keyed by the decision's id always belongs

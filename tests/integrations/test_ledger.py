@@ -260,6 +260,10 @@ def test_one_joined_row_equals_its_row_of_the_whole_join(ledger_path):
         assert ledger.joined_row(row.decision.decision_id) == row
         assert Ledger.joined_row(ledger, row.decision.decision_id) == row  # the default, by the full join
     assert ledger.joined_row("d99") is None
+    # the DCGM sweep's rows: by index lookups, the same as filtering the whole join
+    awaiting = {r.decision.decision_id: r for r in ledger.rows_awaiting("dcgm", after="kubernetes")}
+    assert awaiting == {r.decision.decision_id: r for r in Ledger.rows_awaiting(ledger, "dcgm", "kubernetes")}
+    assert 0 < len(awaiting) < len(rows)
 
 
 def _pruning_ledger(ledger_path):  # type: ignore[no-untyped-def]
