@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import threading
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,9 @@ from scheduler.cli.server_common import (
 log = logging.getLogger("vramfit.collect")
 
 THREAD_JOIN_SECONDS = 10.0
+# Jobs that finished longer ago than this are not asked of Prometheus: its samples are gone (15 days is the
+# default --storage.tsdb.retention.time), and a job DCGM never saw would otherwise be queried every sweep forever.
+DCGM_LOOKBACK_DAYS = 15.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -50,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--kube", action="store_true", help="watch pods (needs vramfit[kube] and cluster access)")
     p.add_argument("--namespace", help="watch only this namespace")
     p.add_argument("--interval-seconds", type=float, default=60.0, help="time between DCGM sweeps (s)")
+    p.add_argument("--dcgm-lookback-days", type=float, default=DCGM_LOOKBACK_DAYS,
+                   help="ask Prometheus only about jobs that finished within this many days (its retention; "
+                        f"default {DCGM_LOOKBACK_DAYS:g})")
     p.add_argument("--once", action="store_true", help="one DCGM sweep (and prune), then exit")
     add_prune_argument(p)
     p.add_argument("--serve-host", default="127.0.0.1", help="address --serve-port listens on (default 127.0.0.1)")
@@ -61,21 +68,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=_collect)
 
 
-def sweep_dcgm(ledger: object, prometheus_url: str, sink: Callable[[Any], object] | None = None) -> int:
-    """Store a DCGM actual for every finished job that has none yet; returns how many were stored.
+def sweep_dcgm(ledger: object, prometheus_url: str, sink: Callable[[Any], object] | None = None,
+               lookback_days: float = DCGM_LOOKBACK_DAYS, now: datetime | None = None) -> int:
+    """Store a DCGM actual for every job that finished in the last ``lookback_days`` and has none yet; returns
+    how many were stored.
 
     ``sink`` records one actual (default ``ledger.record_actual``; the served collector also scores it).
     """
     from scheduler.integrations.ledger import Ledger
     from scheduler.integrations.prom_actuals import PrometheusError, dcgm_actual
+    from scheduler.integrations.records import utc
 
     assert isinstance(ledger, Ledger)
     record = sink or ledger.record_actual
     stored = 0
+    since = (now or datetime.now(timezone.utc)) - timedelta(days=lookback_days)
     for row in ledger.rows_awaiting("dcgm", after="kubernetes"):
         sources = {a.actual.source: a.actual for a in row.actuals}
         kube = sources.get("kubernetes")
-        if "dcgm" in sources or kube is None or kube.finished_at is None:
+        if "dcgm" in sources or kube is None or kube.finished_at is None or utc(kube.finished_at) < since:
             continue
         started = None if kube.runtime_seconds is None else kube.finished_at - timedelta(seconds=kube.runtime_seconds)
         try:
@@ -95,7 +106,8 @@ def _sweep_loop(ledger: Any, args: argparse.Namespace, stop: threading.Event,
     while True:
         if args.prometheus_url:
             try:
-                log.info("DCGM sweep stored %d actuals", sweep_dcgm(ledger, args.prometheus_url, sink))
+                stored = sweep_dcgm(ledger, args.prometheus_url, sink, args.dcgm_lookback_days)
+                log.info("DCGM sweep stored %d actuals", stored)
             except Exception:  # a failed sweep (ledger momentarily unwritable, ...) must not end the loop
                 log.exception("DCGM sweep failed")
         if args.once or stop.wait(args.interval_seconds):
@@ -109,6 +121,9 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
         return "vramfit collect: --once is one DCGM sweep; it does not go with --serve-port"
     if problem := prune_problem(args.prune_unjoined_days, "collect"):
         return problem
+    days = args.dcgm_lookback_days
+    if not (math.isfinite(days) and days > 0):
+        return f"vramfit collect: --dcgm-lookback-days must be a positive number of days; got {days:g}"
     if args.serve_port is None and (args.tls_cert or args.tls_key or args.token_file):
         return "vramfit collect: --tls-cert, --tls-key and --token-file go with --serve-port"
     return port_problem(args.serve_port, "--serve-port", "collect") or tls_pair_problem(args.tls_cert, args.tls_key,

@@ -114,6 +114,7 @@ def test_records_wait_while_the_collector_is_down_then_arrive() -> None:
     (["serve", "--prune-unjoined-days", "30"], "--prune-unjoined-days goes with --ledger"),
     (["serve", "--ledger", "l.sqlite", "--prune-unjoined-days", "0"], "must be a positive number of days; got 0"),
     (["collect", "--serve-port", "8080", "--prune-unjoined-days", "nan"], "positive number of days; got nan"),
+    (["collect", "--serve-port", "8080", "--dcgm-lookback-days", "0"], "--dcgm-lookback-days must be a positive"),
     (["serve", "--port", "99999"], "--port must be a TCP port, 0-65535; got 99999"),
     (["collect", "--serve-port", "-1"], "--serve-port must be a TCP port"),
     (["serve", "--tls-cert", "/nonexistent/tls.crt", "--tls-key", "/nonexistent/tls.key"],

@@ -313,3 +313,26 @@ def test_collect_once_prunes_with_the_flag(ledger_path):
     assert main([*argv, "--prune-unjoined-days", "30"]) == 0
     assert SqliteLedger(ledger_path).get_decision("d-lone") is None
     assert SqliteLedger(ledger_path).counts()["decisions"] == 3
+
+
+def test_the_dcgm_sweep_asks_only_about_jobs_within_the_lookback(ledger_path, monkeypatch):
+    from scheduler.cli.collect import sweep_dcgm
+    from scheduler.integrations import prom_actuals
+
+    asked: list[str] = []
+
+    def fake_dcgm_actual(url, decision, finished_at, started_at):  # type: ignore[no-untyped-def]
+        asked.append(decision.decision_id)
+        return None  # Prometheus has no samples for it
+
+    monkeypatch.setattr(prom_actuals, "dcgm_actual", fake_dcgm_actual)
+    ledger = SqliteLedger(ledger_path)
+    now = datetime.now(timezone.utc)
+    for name, finished_days_ago in (("recent", 1), ("old", 20)):
+        ledger.record_decision(DecisionIn.model_validate(decision_payload(name)))
+        ledger.record_actual(ActualIn(decision_id=name, peak_vram_bytes=None, oom=False, source="kubernetes",
+                                      runtime_seconds=60.0,
+                                      finished_at=now - timedelta(days=finished_days_ago)))
+    assert sweep_dcgm(ledger, "http://127.0.0.1:9", now=now) == 0 and asked == ["recent"]
+    assert sweep_dcgm(ledger, "http://127.0.0.1:9", lookback_days=30, now=now) == 0
+    assert sorted(asked) == ["old", "recent", "recent"]
