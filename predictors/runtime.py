@@ -211,9 +211,15 @@ def job_tokens(spec: TrainingSpec, gpus: int | None = None) -> float | None:
     if spec.steps is None:
         return None
     n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else 1)
-    n_micro = spec.grad_accum_steps if spec.pipeline_parallel == 1 else max(spec.grad_accum_steps,
-                                                                            spec.pipeline_parallel)
-    return float(spec.steps * spec.micro_batch_size * spec.seq_len * n_micro * spec.data_parallel(n_gpus))
+    return float(spec.steps * spec.micro_batch_size * spec.seq_len * _micro_batches_per_step(spec)
+                 * spec.data_parallel(n_gpus))
+
+
+def _micro_batches_per_step(spec: TrainingSpec) -> int:
+    """Micro-batches per optimizer step and data-parallel replica: ``grad_accum_steps``, at least the pipeline
+    depth (a pipeline needs that many in flight)."""
+    pp = spec.pipeline_parallel
+    return spec.grad_accum_steps if pp == 1 else max(spec.grad_accum_steps, pp)
 
 
 def predict_runtime(
@@ -238,7 +244,7 @@ def predict_runtime(
     fpt = flops_per_token(spec, arch)
     fpt_total = fpt.total * scale
     tokens_micro = spec.micro_batch_size * spec.seq_len  # per data-parallel replica
-    n_micro = spec.grad_accum_steps if pp == 1 else max(spec.grad_accum_steps, pp)
+    n_micro = _micro_batches_per_step(spec)
     tokens_per_step = float(tokens_micro * n_micro * dp)
 
     # --- compute of one micro-batch on one GPU: the roofline of FLOPs and weight traffic --------------
