@@ -15,6 +15,7 @@ from typing import Any
 from predictors.errors import SpecError
 from predictors.hardware import lookup_gpu
 from predictors.units import QuantityError, parse_count
+from scheduler.spec.yamltext import TextBudget, substitute_within
 
 Path = tuple[str | int, ...]
 
@@ -53,14 +54,6 @@ def pointer(path: Path) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
 
 
-class ExpansionBudget:
-    """Characters that ``$(VAR)`` expansion may still add to one object, over all its containers' env values,
-    commands and args (:data:`MAX_EXPANSION_GROWTH_CHARS`)."""
-
-    def __init__(self, total: int | None = None) -> None:
-        self.left = MAX_EXPANSION_GROWTH_CHARS if total is None else total
-
-
 @dataclass(frozen=True)
 class ObjectRef:
     """The object being read, for error messages: ``kind namespace/name`` and the file; and what ``$(VAR)``
@@ -70,7 +63,8 @@ class ObjectRef:
     name: str
     namespace: str
     source: str
-    expansion: ExpansionBudget = field(default_factory=ExpansionBudget, compare=False, repr=False)
+    expansion: TextBudget = field(default_factory=lambda: TextBudget(MAX_EXPANSION_GROWTH_CHARS), compare=False,
+                                  repr=False)
 
     @property
     def ref(self) -> str:
@@ -192,20 +186,11 @@ _K8S_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 MAX_EXPANSION_GROWTH_CHARS = 256 * 1024
 
 
-def expand_k8s_vars(text: str, env: Mapping[str, str], budget: ExpansionBudget | None = None) -> str:
+def expand_k8s_vars(text: str, env: Mapping[str, str], budget: TextBudget | None = None) -> str:
     """Kubernetes expands ``$(VAR)`` in command and args from the container's env; unknown ones stay, and so
-    do those that would take more than ``budget`` has left (by default a budget of its own)."""
-    budget = budget or ExpansionBudget()
-
-    def value(m: re.Match[str]) -> str:
-        out = env.get(m.group(1))
-        growth = 0 if out is None else len(out) - len(m.group(0))
-        if out is None or growth > budget.left:
-            return m.group(0)
-        budget.left -= max(growth, 0)
-        return out
-
-    return _K8S_VAR.sub(value, text)
+    do those that would take more than ``budget`` (the object's) has left."""
+    return substitute_within(_K8S_VAR, text, lambda m: env.get(m.group(1)),
+                             budget or TextBudget(MAX_EXPANSION_GROWTH_CHARS))
 
 
 def read_env(obj: ObjectRef, items: Any, path: Path) -> dict[str, str]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load
+from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load, substitute_within
 
 
 @dataclass(frozen=True)
@@ -560,26 +560,16 @@ def _heredocs(text: str, files: dict[str, str]) -> str:
 
 
 def _expand(text: str, env: Mapping[str, str], budget: TextBudget) -> str:
-    """``$NAME`` / ``${NAME}`` / ``${NAME:-default}`` replaced from ``env``. What expansion adds is taken from
-    ``budget`` (the job's, shared with the scripts and configs it reads); references past what it has left are
-    left as written. Without the bound, ``export`` lines that each repeat the variable before ten times make
-    10**k characters of k short lines (a 239-byte script expanded to 1,000,000 characters and took 15 s)."""
+    """``$NAME`` / ``${NAME}`` / ``${NAME:-default}`` replaced from ``env``; what expansion adds is taken from
+    ``budget`` (the job's, shared with the scripts and configs it reads: :func:`substitute_within`)."""
 
-    def value(m: re.Match[str]) -> str:
+    def value(m: re.Match[str]) -> str | None:
         name = m.group(1) or m.group(3)
         if name in env:
-            out = env[name]
-        elif m.group(2) is not None:  # the default holds no ``${``: one level
-            out = _expand(m.group(2), env, budget)
-        else:
-            return m.group(0)
-        growth = len(out) - len(m.group(0))
-        if growth > budget.left:
-            return m.group(0)
-        budget.left -= max(growth, 0)
-        return out
+            return env[name]
+        return _expand(m.group(2), env, budget) if m.group(2) is not None else None  # no ``${`` in it: one level
 
-    return _SHELL_VAR.sub(value, text)
+    return substitute_within(_SHELL_VAR, text, value, budget)
 
 
 def _commands_text(text: str) -> str:

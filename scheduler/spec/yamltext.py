@@ -16,7 +16,9 @@ node it names) is refused too: nothing in a spec or a manifest is a cycle.
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -87,6 +89,26 @@ class TextBudget:
             return None
         self.notes.append(f"{what} {reason}; it was not read")
         return self.notes[-1]
+
+
+def substitute_within(pattern: re.Pattern[str], text: str, lookup: Callable[[re.Match[str]], str | None],
+                      budget: TextBudget) -> str:
+    """``pattern.sub`` with ``lookup``'s replacement for each match, where what the replacements add to the text
+    is taken from ``budget``; a match ``lookup`` has no value for, or whose value would take more than is left,
+    stays as written. Variable expansion (``$(VAR)`` in a manifest, ``$VAR`` in a script) goes through it: values
+    that each repeat the one before ten times would otherwise grow tenfold per level."""
+
+    def replace(m: re.Match[str]) -> str:
+        out = lookup(m)
+        if out is None:
+            return m.group(0)
+        growth = len(out) - len(m.group(0))
+        if growth > budget.left:
+            return m.group(0)
+        budget.left -= max(growth, 0)
+        return out
+
+    return pattern.sub(replace, text)
 
 
 def yaml_error_hint(exc: BaseException) -> str:
