@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 import threading
 from collections.abc import Callable
@@ -29,10 +28,10 @@ from scheduler.cli.server_common import (
     DEFAULT_LEDGER,
     add_prune_argument,
     add_tls_arguments,
+    days_problem,
     open_ledger_for,
     package_version,
     port_problem,
-    prune_problem,
     read_token,
     run_http_server,
     start_pruner,
@@ -119,11 +118,10 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
         return "vramfit collect: give --kube, --prometheus-url, --serve-port, or several"
     if args.once and args.serve_port is not None:
         return "vramfit collect: --once is one DCGM sweep; it does not go with --serve-port"
-    if problem := prune_problem(args.prune_unjoined_days, "collect"):
+    if problem := days_problem(args.prune_unjoined_days, "--prune-unjoined-days", "collect"):
         return problem
-    days = args.dcgm_lookback_days
-    if not (math.isfinite(days) and days > 0):
-        return f"vramfit collect: --dcgm-lookback-days must be a positive number of days; got {days:g}"
+    if problem := days_problem(args.dcgm_lookback_days, "--dcgm-lookback-days", "collect"):
+        return problem
     if args.serve_port is None and (args.tls_cert or args.tls_key or args.token_file):
         return "vramfit collect: --tls-cert, --tls-key and --token-file go with --serve-port"
     return port_problem(args.serve_port, "--serve-port", "collect") or tls_pair_problem(args.tls_cert, args.tls_key,

@@ -21,10 +21,10 @@ from scheduler.cli.server_common import (
     DEFAULT_LEDGER,
     add_prune_argument,
     add_tls_arguments,
+    days_problem,
     open_ledger_for,
     package_version,
     port_problem,
-    prune_problem,
     read_token,
     run_http_server,
     start_pruner,
@@ -147,7 +147,7 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
         return problem
     if args.prune_unjoined_days is not None and not args.ledger:
         return "vramfit serve: --prune-unjoined-days goes with --ledger"
-    if problem := prune_problem(args.prune_unjoined_days, "serve"):
+    if problem := days_problem(args.prune_unjoined_days, "--prune-unjoined-days", "serve"):
         return problem
     if not args.ledger_url and (args.ledger_token_file or args.ledger_ca_file):
         return "vramfit serve: --ledger-token-file and --ledger-ca-file go with --ledger-url"

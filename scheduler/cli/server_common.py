@@ -52,9 +52,10 @@ def add_prune_argument(p: argparse.ArgumentParser) -> None:
                         "that name no decision (joined ones are kept: they are training data); default: keep all")
 
 
-def prune_problem(days: float | None, command: str) -> str | None:
+def days_problem(days: float | None, flag: str, command: str) -> str | None:
+    """Why ``days`` given to ``flag`` is not a positive finite number of days (None: it is, or it was not given)."""
     if days is not None and not (math.isfinite(days) and days > 0):
-        return f"vramfit {command}: --prune-unjoined-days must be a positive number of days; got {days:g}"
+        return f"vramfit {command}: {flag} must be a positive number of days; got {days:g}"
     return None
 
 
