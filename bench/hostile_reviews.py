@@ -42,7 +42,8 @@ from scheduler.pools import parse_pools  # noqa: E402
 from scheduler.spec.yamltext import MAX_EMBEDDED_CHARS  # noqa: E402
 from tests.integrations.certs import make_ca, write_server_pair  # noqa: E402
 from tests.integrations.manifests import ALIAS_BOMB, admission_review, pod  # noqa: E402
-from tests.integrations.serving import free_port, start_webhook, stop  # noqa: E402
+from tests.integrations.processes import wait_until  # noqa: E402
+from tests.integrations.serving import free_port, ready, start_webhook, stop  # noqa: E402
 
 POOLS = parse_pools({"pools": [
     {"name": "l40s", "gpu": "L40S", "gpus_per_node": 8, "nodes": 4, "price_usd_per_gpu_hour": 1.45},
@@ -116,7 +117,7 @@ def serve_under_attack(attackers: int, seconds: float, case: str) -> None:
     (directory / "ca.crt").write_bytes(ca.pem())
     write_server_pair(ca, directory)
     port = free_port()
-    process, _ = start_webhook(directory, port, ["--log-level", "warning"])
+    process, log_path = start_webhook(directory, port, ["--log-level", "warning"])
     context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
     url = f"https://127.0.0.1:{port}"
     hostile = json.dumps(admission_review(cases(MAX_BODY_BYTES - 64 * 1024)[case]())).encode()
@@ -137,16 +138,7 @@ def serve_under_attack(attackers: int, seconds: float, case: str) -> None:
                     time.sleep(0.05)  # a 503 says retry; a client that retries at once only measures its own loop
 
     try:
-        deadline = time.monotonic() + 60
-        with httpx.Client(base_url=url, verify=context, timeout=5) as client:
-            while True:
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    if time.monotonic() > deadline:
-                        raise
-                time.sleep(0.1)
+        wait_until(lambda: ready(url, process, log_path, verify=context), 60, "the webhook's /readyz")
         count = max(10, int(seconds / 2 / 0.06))
         quiet = {path: _latencies_ms(url, context, path, body, count)
                  for path, body in (("/healthz", None), ("/mutate", normal))}

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import httpx
+
 from tests.integrations.manifests import REPO
+from tests.integrations.processes import free_port
+
+__all__ = ["free_port", "ready", "start_webhook", "stop"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def ready(url: str, process: subprocess.Popen, log_path: Path, **client: object) -> bool:
+    """Whether the server at ``url`` answers ``/readyz`` with 200; fails with its log if the process has exited
+    (use with :func:`tests.integrations.processes.wait_until`, which retries while it cannot connect)."""
+    assert process.poll() is None, log_path.read_text()
+    return httpx.get(url + "/readyz", timeout=1, **client).status_code == 200  # type: ignore[arg-type]
 
 
 def start_webhook(directory: Path, port: int, extra: Sequence[str] = (),

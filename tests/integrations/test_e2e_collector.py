@@ -16,7 +16,7 @@ import pytest
 from tests.integrations.certs import make_ca, write_server_pair
 from tests.integrations.manifests import REPO, admission_review, patch_ops, pod
 from tests.integrations.processes import free_port, stop_process, wait_until
-from tests.integrations.serving import start_webhook
+from tests.integrations.serving import ready, start_webhook
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -32,11 +32,6 @@ def start_collector(directory: Path, port: int) -> tuple[subprocess.Popen[bytes]
              "--ledger", str(directory / "ledger.sqlite")],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     return process, log_path
-
-
-def ready(url: str, process: subprocess.Popen[bytes], log_path: Path, **client: object) -> bool:
-    assert process.poll() is None, log_path.read_text()
-    return httpx.get(url + "/readyz", timeout=1, **client).status_code == 200  # type: ignore[arg-type]
 
 
 def test_decision_forwarded_by_a_stateless_webhook_joins_its_actual_in_the_collector(tmp_path: Path) -> None:

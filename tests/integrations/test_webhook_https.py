@@ -36,7 +36,8 @@ from tests.integrations.manifests import (  # noqa: E402
     fixtures_dir,
     patch_ops,
 )
-from tests.integrations.serving import free_port, start_webhook, stop  # noqa: E402
+from tests.integrations.processes import wait_until  # noqa: E402
+from tests.integrations.serving import free_port, ready, start_webhook, stop  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -96,17 +97,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                                                         "--tls-reload-seconds", "0.2"])
     srv = Server(port, ca, directory, log_path, process)
     try:
-        deadline = time.monotonic() + 60
-        with srv.client() as client:
-            while True:
-                assert process.poll() is None, log_path.read_text()
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "server did not become ready in 60 s:\n" + log_path.read_text()
-                time.sleep(0.1)
+        verify = ssl.create_default_context(cafile=str(srv.ca_file))
+        wait_until(lambda: ready(srv.url, process, log_path, verify=verify), 60, "the webhook's /readyz")
         yield srv
     finally:
         stop(process)
