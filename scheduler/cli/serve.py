@@ -47,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--settings", type=Path, help="admission settings YAML (failure_mode, objective, ...)")
     p.add_argument("--failure-mode", choices=("fail_open", "fail_closed"),
                    help="on an internal error allow with a warning (fail_open) or deny (fail_closed)")
-    p.add_argument("--kueue-flavor-label", help="node label key of the Kueue ResourceFlavors (vramfit.io/pool)")
+    p.add_argument("--kueue-flavor-label", help="turn on the Kueue integration with this node label key of the "
+                   "ResourceFlavors (e.g. vramfit.io/pool): a job with a Kueue queue-name label gets only that label")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--ledger", help="own a ledger (SQLite file): enables /v1/decisions and /v1/actuals")
     where.add_argument("--ledger-url", help="stateless replica: forward each decision to the collector's "
@@ -81,7 +82,7 @@ def admission_settings(args: argparse.Namespace) -> Any:
     if args.failure_mode:
         data["failure_mode"] = args.failure_mode
     if args.kueue_flavor_label:
-        data["kueue_flavor_label_key"] = args.kueue_flavor_label
+        data.update(kueue=True, kueue_flavor_label_key=args.kueue_flavor_label)
     try:
         return AdmissionSettings.model_validate(data)
     except ValidationError as exc:

@@ -18,11 +18,13 @@ and encodes the answer. Two webhooks share it:
 
 Pinning: when a GPU pod template already selects nodes by a GPU label, by a label one of the pools
 uses, or by the Kueue flavor label, placement is restricted to the matching pools and nothing about
-node selection is patched. Kueue: a job labelled ``kueue.x-k8s.io/queue-name`` gets only the
-ResourceFlavor's node label (``kueue_flavor_label_key``; value: the pool's own label under that key,
-else the pool name), so Kueue admits it to that flavor and injects the flavor's labels and tolerations
-itself. Pods created by a controller (an ``ownerReference`` with ``controller: true``) or from a
-template vramfit already annotated are skipped: their job was placed once.
+node selection is patched; a pinned GPU type no pool offers is only checked for fit. Kueue (setting
+``kueue``): a job labelled ``kueue.x-k8s.io/queue-name`` gets only the ResourceFlavor's node label
+(``kueue_flavor_label_key``; value: the pool's own label under that key, else the pool name), so Kueue
+admits it to that flavor and injects the flavor's labels and tolerations itself. Pods created by a
+controller (an ``ownerReference`` with ``controller: true``) or from a template vramfit already
+annotated, and objects a placed job kind controls (``PLACED_KINDS``), are skipped: their job was placed
+once. Only CREATE is reviewed, never a subresource.
 
 Failure: an exception inside the review follows ``failure_mode``: ``fail_open`` allows the object
 with a warning, ``fail_closed`` denies it with the error. A GPU job vramfit cannot read (no model
@@ -46,19 +48,24 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from predictors.errors import SpecError
+from predictors.hardware import lookup_gpu
 from predictors.spec import spec_to_dict
 from predictors.units import format_bytes
 from scheduler.placement import DEFAULT_HEADROOM_FRACTION, Decision, place
 from scheduler.pools import NodePool, PoolsConfig, default_pools
 from scheduler.spec import NoTrainingJob, ParsedJob
-from scheduler.spec.merge import ANNOTATION, Context
+from scheduler.spec.merge import ANNOTATION, NO_GPU_REQUEST, Context
 from scheduler.spec.pods import GPU_LABELS, GPU_RESOURCE
-from scheduler.spec.registry import find_parser, parse_object
+from scheduler.spec.registry import PARSERS, find_parser, parse_object
 
 from .patches import Patch, escape, resolve
 
 API_VERSION = "admission.k8s.io/v1"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Job kinds placed as a whole: an object one of them controls (a JobSet's Jobs, a TrainJob's JobSet, a
+# RayJob's RayCluster) inherits that placement and is not placed again. The webhooks' matchConditions
+# name the same kinds.
+PLACED_KINDS = frozenset(kind for _, kind in PARSERS if kind != "Pod")
 Webhook = Literal["mutate", "validate"]
 IdFactory = Callable[[str], str]
 MAX_WARNING_CHARS = 250
@@ -88,10 +95,15 @@ class AdmissionSettings(BaseModel):
     annotation_prefix: str = Field(
         "vramfit.io/", description="Prefix of the annotations vramfit writes (a DNS subdomain and '/')"
     )
+    kueue: bool = Field(
+        False, description="Kueue integration: a job labelled kueue.x-k8s.io/queue-name gets only the "
+        "kueue_flavor_label_key node label (Kueue adds the flavor's labels and tolerations); off: Kueue jobs are "
+        "patched like any other",
+    )
     kueue_flavor_label_key: str = Field(
         "vramfit.io/pool",
-        description="Node label key of the Kueue ResourceFlavors that stand for the pools; a job with "
-        "kueue.x-k8s.io/queue-name gets this key in its nodeSelector",
+        description="Node label key of the Kueue ResourceFlavors that stand for the pools; with kueue, a job "
+        "with kueue.x-k8s.io/queue-name gets this key in its nodeSelector",
     )
     trainjob_patch_field: Literal["runtimePatches", "podTemplateOverrides"] = Field(
         "runtimePatches",
@@ -262,17 +274,22 @@ class _Review:
     def run(self) -> Admission:
         op = self.request.get("operation")
         obj = self.request.get("object")
-        if op not in ("CREATE", "UPDATE"):
-            return self.skip(f"operation {op} is not reviewed")
+        if op != "CREATE":  # a job is placed once; an UPDATE could not change its pod templates anyway
+            return self.skip(f"operation {op} is not reviewed (a job is placed once, when it is created)")
+        if self.request.get("subResource"):
+            return self.skip(f"subresource {self.request.get('subResource')} is not reviewed")
         if not isinstance(obj, dict):
             return self.skip("request has no object")
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        owner = _controller_owner(meta)
+        if owner and obj.get("kind") == "Pod":
+            return self.skip(f"pod created by {owner[0]} {owner[1]}; its job is placed, not each pod", warn=True)
+        if owner and owner[0] in PLACED_KINDS:  # a JobSet's Jobs, a TrainJob's JobSet, a RayJob's RayCluster
+            return self.skip(f"{obj.get('kind')} created by {owner[0]} {owner[1]}, which is placed as a whole")
         if obj.get("kind") == "Pod":
-            owner = _controller_owner(meta)
-            if owner:
-                return self.skip(f"pod created by {owner}; its job is placed, not each pod", warn=True)
             annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
-            if self.key("decision-id") in annotations and self.key("pool") not in annotations:
+            if (self.key("decision-id") in annotations and self.key("pool") not in annotations
+                    and self.key("outcome") not in annotations):
                 return self.skip(f"pod of a job vramfit placed (decision {annotations[self.key('decision-id')]})",
                                  warn=True)
         try:
@@ -286,8 +303,15 @@ class _Review:
             self.audit["unreadable"] = _clip(text)
             if self.settings.unreadable_job == "deny" and self.webhook == "validate":
                 return Admission(_deny(self.uid, text, self.audit), outcome="denied")
-            warns = [text] if self.webhook == "validate" or self.settings.unreadable_job == "allow" else []
+            warns = [text] if self.webhook == "validate" else []  # /validate says it; kubectl shows it once
             return Admission(_allow(self.uid, warnings=warns, audit=self.audit), outcome="allowed")
+        if job.spec.gpus == "auto" and job.provenance.get("gpus") == NO_GPU_REQUEST:
+            return self.skip(f"{job.ref} requests no GPU and its {ANNOTATION} sets no gpus; not placed. Set "
+                             f"gpus in {ANNOTATION} (a count, or auto to let vramfit choose and write it)",
+                             warn=self.webhook == "validate")
+        off_pool = self.unoffered_gpu(job)
+        if off_pool is not None:
+            return self.check_off_pool(job, off_pool)
         return self.decide(obj, job)
 
     def decide(self, obj: dict[str, Any], job: ParsedJob) -> Admission:
@@ -297,7 +321,7 @@ class _Review:
         auto = job.spec.gpus == "auto"
         if auto and not templates:
             templates = _auto_templates(obj, job, self.warnings)
-        kueue = _kueue_queue(obj)
+        kueue = self.settings.kueue and _kueue_queue(obj)
         user_selectors = [s for s in (_selector(obj, t.pointer) for t in templates) if s]
         recorded = self.recorded_pool(obj, decision_id)
         all_pools = list(self.pools.pools)
@@ -313,8 +337,11 @@ class _Review:
             if self.webhook == "validate":
                 return Admission(_deny(self.uid, self.no_fit_message(job, decision), self.audit), record,
                                  outcome="denied")
-            self.warnings.append(f"vramfit: {job.ref} fits no node pool; not patched (/validate denies it)")
-            return Admission(_allow(self.uid, warnings=self.warnings, audit=self.audit), record)
+            # Only the id, so /validate (another request uid) records the same decision, not a second one;
+            # /validate denies the job and says why.
+            patch = Patch(obj)
+            patch.annotations("/metadata", {self.key("decision-id"): decision_id, self.key("outcome"): "no-fit"})
+            return Admission(_allow(self.uid, patch, self.warnings, self.audit), record)
         pool = decision.chosen.pool
         self.audit.update({"decision": "placed", "pool": pool.name})
         if self.webhook == "validate":
@@ -371,6 +398,66 @@ class _Review:
         }
 
     # -- placement --
+
+    def unoffered_gpu(self, job: ParsedJob) -> str | None:
+        """The catalog GPU the job pins (a node selector or the spec's ``gpu``) when no pool offers it."""
+        if not job.spec.gpu:
+            return None
+        try:
+            gpu = lookup_gpu(job.spec.gpu).name
+        except SpecError:
+            return None  # placement names the problem
+        return None if any(p.gpu == gpu for p in self.pools.pools) else gpu
+
+    def check_off_pool(self, job: ParsedJob, gpu: str) -> Admission:
+        """A job pinned to a GPU type no pool offers: vramfit cannot place it, only check that it fits that GPU
+        (the pin is respected). /validate denies it only when even the point prediction does not fit, and warns
+        when the upper bound does not; nothing is patched or recorded."""
+        total = job.spec.gpus if isinstance(job.spec.gpus, int) else None
+        per_node = min(total, 8) if total else 8
+        probe = NodePool(name="pinned", gpu=gpu, gpus_per_node=per_node,
+                         nodes=-(-total // per_node) if total else 64, price_usd_per_gpu_hour=1.0,
+                         price_source="not a vramfit pool: a fit check only")
+        decision = self.place(job, [probe])
+        self.audit["decision"] = "not-placed"
+        c = decision.chosen
+        if c is not None:
+            self.audit["skipped"] = f"pins {gpu}, which no node pool offers"
+            text = (f"vramfit: {job.ref} pins {gpu}, which no node pool offers: left as it is, not placed. It fits: "
+                    f"upper bound {format_bytes(c.peak_vram_upper_bytes or 0)} per GPU of the {gpu}'s usable "
+                    f"{format_bytes(c.usable_bytes or 0)} on {c.gpus} GPUs")
+            warns = [*self.warnings, text] if self.webhook == "validate" else []
+            return Admission(_allow(self.uid, warnings=warns, audit=self.audit), outcome="allowed")
+        probed = decision.alternatives[0] if decision.alternatives else None
+        if probed and probed.peak_vram_bytes and probed.peak_vram_bytes <= probed.usable_bytes:
+            # Placement needs the upper bound to fit; a pin the user chose is only refused when even the
+            # point prediction does not fit.
+            self.audit["skipped"] = f"pins {gpu}, which no node pool offers"
+            text = (f"vramfit: {job.ref} pins {gpu}, which no node pool offers: left as it is, not placed. Risk of "
+                    f"OOM: predicted peak {format_bytes(probed.peak_vram_bytes)} per GPU fits the {gpu}'s usable "
+                    f"{format_bytes(probed.usable_bytes)}, its upper bound "
+                    f"{format_bytes(probed.peak_vram_upper_bytes or 0)} does not")
+            warns = [*self.warnings, text] if self.webhook == "validate" else []
+            return Admission(_allow(self.uid, warnings=warns, audit=self.audit), outcome="allowed")
+        if self.webhook != "validate":
+            return Admission(_allow(self.uid, audit=self.audit), outcome="allowed")
+        self.audit["decision"] = "unschedulable"
+        offered = ", ".join(sorted({p.gpu for p in self.pools.pools}))
+        lines = [f"vramfit: {job.ref} pins {gpu}, which no node pool offers, and would not fit it "
+                 f"({decision.headroom_fraction:.0%} headroom):"]
+        if probed and probed.peak_vram_bytes:
+            lines.append(f"  - predicted peak {format_bytes(probed.peak_vram_bytes)} per GPU on {probed.gpus} GPUs "
+                         f"(upper bound {format_bytes(probed.peak_vram_upper_bytes or 0)}); the {gpu} has "
+                         f"{format_bytes(probed.usable_bytes)} usable")
+        else:
+            lines += [f"  - {r.removeprefix('pinned: ')}" for r in decision.reasons]
+        fix = f"To fix: remove the {gpu} pin, and vramfit places it on a pool ({offered})"
+        if decision.suggestions:
+            s = decision.suggestions[0]
+            fix += (f"; or keep it and {s.change} (peak {format_bytes(s.peak_vram_bytes)} per GPU on {s.gpus} x "
+                    f"{gpu})")
+        lines.append(fix)
+        return Admission(_deny(self.uid, "\n".join(lines), self.audit), outcome="denied")
 
     def place(self, job: ParsedJob, pools: Sequence[NodePool]) -> Decision:
         headroom = self.settings.headroom_fraction
@@ -519,12 +606,13 @@ def _describe(obj: Mapping[str, Any]) -> str:
     return f"{obj.get('kind')} {meta.get('name') or meta.get('generateName') or ''}".strip()
 
 
-def _controller_owner(meta: Mapping[str, Any]) -> str:
+def _controller_owner(meta: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of the object's controller ownerReference, if it has one."""
     owners = meta.get("ownerReferences")
     for owner in owners if isinstance(owners, list) else []:
         if isinstance(owner, dict) and owner.get("controller") is True:
-            return f"{owner.get('kind', '?')} {owner.get('name', '?')}"
-    return ""
+            return str(owner.get("kind", "?")), str(owner.get("name", "?"))
+    return None
 
 
 def _kueue_queue(obj: Mapping[str, Any]) -> bool:

@@ -38,6 +38,7 @@ from scheduler.spec.trainer_args import (
 from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load, too_long, yaml_error_text
 
 ANNOTATION = "vramfit.io/spec"
+NO_GPU_REQUEST = "no GPU request in the job"  # provenance of gpus: auto when neither the job nor the annotation sets it
 ANNOTATION_HINT = (
     f'add the annotation {ANNOTATION}: "model: meta-llama/Llama-3.1-8B" (any TrainingSpec '
     "fields, as YAML) to the object's metadata.annotations"
@@ -119,7 +120,7 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
     if gpus:
         stages[0]["gpus"] = Setting(gpus, gpus_source, dotted(training[0].path) if training else "spec")
     elif "gpus" not in annotation:
-        stages[0]["gpus"] = Setting("auto", "no GPU request in the job", "spec")
+        stages[0]["gpus"] = Setting("auto", NO_GPU_REQUEST, "spec")
         notes.append(f"no role requests a GPU; gpus: auto (placement chooses). Set gpus in {ANNOTATION}")
     pin_notes = _pin(training, stages[0])
     launchers = [r for r in w.roles if r not in training]  # an MPI/deepspeed launcher holds the command

@@ -201,7 +201,7 @@ def test_failure_policy_reaches_both_webhooks(chart: Any) -> None:
         docs = render(chart, {"webhook": {"failurePolicy": policy}})
         hooks = [h for d in docs if d["kind"].endswith("WebhookConfiguration") for h in d["webhooks"]]
         assert [h["failurePolicy"] for h in hooks] == [policy, policy]
-        assert all(h["sideEffects"] == "None" and h["timeoutSeconds"] == 5 for h in hooks)
+        assert all(h["sideEffects"] == "NoneOnDryRun" and h["timeoutSeconds"] == 5 for h in hooks)
         assert policy in notes(chart, {"webhook": {"failurePolicy": policy}})
 
 
@@ -392,10 +392,14 @@ def test_namespace_selection(chart: Any) -> None:
 
 def test_match_conditions(chart: Any) -> None:
     hook = only(render(chart, {}), "ValidatingWebhookConfiguration")["webhooks"][0]
-    assert [c["name"] for c in hook["matchConditions"]] == ["pods-requesting-gpus", "batch-jobs-requesting-gpus"]
+    assert [c["name"] for c in hook["matchConditions"]] == ["pods-requesting-gpus", "batch-jobs-requesting-gpus",
+                                                            "not-created-by-a-placed-job"]
+    shipped = load_documents((Path(__file__).resolve().parents[2] / "deploy" / "60-webhooks.yaml").read_text())
+    assert hook["matchConditions"] == next(d for d in shipped if d["kind"] == "ValidatingWebhookConfiguration")[
+        "webhooks"][0]["matchConditions"]  # the chart and deploy/ send the webhook the same objects
     amd = {"webhook": {"matchConditions": {"gpuResourceName": "amd.com/gpu"}}}
     hook = only(render(chart, amd), "ValidatingWebhookConfiguration")["webhooks"][0]
-    assert all("'amd.com/gpu' in c.resources.limits" in c["expression"] for c in hook["matchConditions"])
+    assert all("'amd.com/gpu' in c.resources.limits" in c["expression"] for c in hook["matchConditions"][:2])
     off = {"webhook": {"matchConditions": {"enabled": False}}}
     assert "matchConditions" not in only(render(chart, off), "ValidatingWebhookConfiguration")["webhooks"][0]
 

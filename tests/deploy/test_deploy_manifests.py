@@ -110,7 +110,7 @@ def test_webhooks_opt_in_gpu_objects_only() -> None:
     docs = load_documents((DEPLOY / "60-webhooks.yaml").read_text())
     for doc in docs:
         [hook] = doc["webhooks"]
-        assert hook["sideEffects"] == "None"
+        assert hook["sideEffects"] == "NoneOnDryRun"
         assert {"key": "vramfit.io/enabled", "operator": "In", "values": ["true"]} in hook["namespaceSelector"][
             "matchExpressions"
         ]
@@ -121,7 +121,8 @@ def test_webhooks_opt_in_gpu_objects_only() -> None:
             ("trainer.kubeflow.org", "trainjobs"), ("ray.io", "rayjobs"), ("ray.io", "rayclusters"),
             ("batch.volcano.sh", "jobs"),
         }
-        assert all("nvidia.com/gpu" in c["expression"] for c in hook["matchConditions"])
+        gpu_conditions = [c for c in hook["matchConditions"] if c["name"].endswith("-requesting-gpus")]
+        assert len(gpu_conditions) == 2 and all("nvidia.com/gpu" in c["expression"] for c in gpu_conditions)
 
 
 def test_pools_config_is_strict_yaml_with_four_priced_pools() -> None:

@@ -1,8 +1,8 @@
 """The webhooks' CEL matchConditions, evaluated on sample requests.
 
 Uses cel-python, a CEL implementation other than the API server's cel-go; these expressions use
-only core CEL (field access, has(), `in` on a map, exists()). Skipped where cel-python is not
-installed: it is not in the dev extra.
+only core CEL (field access, has(), `in` on a map and a list, exists()). cel-python is in the dev extra;
+skipped where it is not installed.
 """
 
 from __future__ import annotations
@@ -28,16 +28,35 @@ def pod_spec(limits: dict[str, str] | None) -> dict[str, Any]:
 GPU = {"nvidia.com/gpu": "8", "cpu": "32"}
 CPU = {"cpu": "2", "memory": "4Gi"}
 
+ANNOTATED = {"annotations": {"vramfit.io/spec": "model: llama-3.1-8b\ngpus: auto"}}
+
+
+def owned_by(kind: str) -> dict[str, Any]:
+    return {"ownerReferences": [{"apiVersion": "x/v1", "kind": kind, "name": "p", "uid": "u", "controller": True}]}
+
+
+def job(limits: dict[str, str] | None) -> dict[str, Any]:
+    return {"template": {"spec": pod_spec(limits)}}
+
+
 CASES = [
     # (group, resource, object, sent to the webhook?)
-    ("", "pods", {"spec": pod_spec(GPU)}, True),
-    ("", "pods", {"spec": pod_spec(CPU)}, False),
-    ("", "pods", {"spec": pod_spec(None)}, False),
-    ("batch", "jobs", {"spec": {"template": {"spec": pod_spec(GPU)}}}, True),
-    ("batch", "jobs", {"spec": {"template": {"spec": pod_spec(CPU)}}}, False),
-    ("batch.volcano.sh", "jobs", {"spec": {"tasks": [{"template": {"spec": pod_spec(CPU)}}]}}, True),
-    ("ray.io", "rayjobs", {"spec": {"rayClusterSpec": {}}}, True),
-    ("kubeflow.org", "pytorchjobs", {"spec": {"pytorchReplicaSpecs": {}}}, True),
+    ("", "pods", {"metadata": {}, "spec": pod_spec(GPU)}, True),
+    ("", "pods", {"metadata": {}, "spec": pod_spec(CPU)}, False),
+    ("", "pods", {"metadata": {}, "spec": pod_spec(None)}, False),
+    ("", "pods", {"metadata": ANNOTATED, "spec": pod_spec(None)}, True),  # gpus: auto in the annotation only
+    ("", "pods", {"metadata": owned_by("ReplicaSet"), "spec": pod_spec(GPU)}, False),  # any controller's pod
+    ("batch", "jobs", {"metadata": {}, "spec": job(GPU)}, True),
+    ("batch", "jobs", {"metadata": {}, "spec": job(CPU)}, False),
+    ("batch", "jobs", {"metadata": ANNOTATED, "spec": job(CPU)}, True),
+    ("batch", "jobs", {"metadata": owned_by("JobSet"), "spec": job(GPU)}, False),  # placed with its JobSet
+    ("batch", "jobs", {"metadata": owned_by("CronJob"), "spec": job(GPU)}, True),  # a CronJob is not placed
+    ("batch.volcano.sh", "jobs", {"metadata": {}, "spec": {"tasks": [{"template": {"spec": pod_spec(CPU)}}]}},
+     True),
+    ("ray.io", "rayjobs", {"metadata": {}, "spec": {"rayClusterSpec": {}}}, True),
+    ("ray.io", "rayclusters", {"metadata": owned_by("RayJob"), "spec": {}}, False),
+    ("jobset.x-k8s.io", "jobsets", {"metadata": owned_by("TrainJob"), "spec": {}}, False),
+    ("kubeflow.org", "pytorchjobs", {"metadata": {}, "spec": {"pytorchReplicaSpecs": {}}}, True),
 ]
 
 
@@ -55,3 +74,12 @@ def test_match_conditions(kind: str, group: str, resource: str, obj: dict[str, A
         for c in config["webhooks"][0]["matchConditions"]
     ]
     assert all(results) is sent
+
+
+def test_the_owner_condition_names_the_kinds_the_webhook_places_as_a_whole() -> None:
+    from scheduler.integrations.admission import PLACED_KINDS
+
+    config = next(d for d in load_documents(WEBHOOKS.read_text()) if d["kind"] == "MutatingWebhookConfiguration")
+    (condition,) = [c for c in config["webhooks"][0]["matchConditions"] if c["name"] == "not-created-by-a-placed-job"]
+    listed = condition["expression"].split("o.kind in [")[1].split("]")[0]
+    assert {k.strip(" '") for k in listed.split(",")} == PLACED_KINDS

@@ -24,7 +24,7 @@ def fixtures_dir() -> Path:
 SPEC_1B_LORA = "model: llama-3.2-1b\nmethod: lora\nprecision: bf16-true\ntrain_tokens: 50M\n"
 SPEC_8B_LORA = "model: llama-3.1-8b\nmethod: lora\nprecision: bf16-true\nseq_len: 2048\ntrain_tokens: 50M\n"
 SPEC_70B_ONE_GPU = "model: llama-3.1-70b\nmethod: full\nmicro_batch_size: 4\nseq_len: 4096\ngpus: 1\n"
-SPEC_8B_FULL_AUTO = "model: llama-3.1-8b\nmethod: full\nsharding: fsdp\ntrain_tokens: 100M\n"
+SPEC_8B_FULL_AUTO = "model: llama-3.1-8b\nmethod: full\nsharding: fsdp\ntrain_tokens: 100M\ngpus: auto\n"
 # A "billion laughs" YAML: nine anchors of ten aliases each, 10**9 nodes in 531 bytes of text.
 ALIAS_BOMB = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}' if i else 'lol'] * 10)}]\n" for i in range(9))
 

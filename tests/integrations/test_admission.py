@@ -21,12 +21,14 @@ from tests.integrations.manifests import (
     KINDS,
     SPEC_1B_LORA,
     SPEC_8B_FULL_AUTO,
+    SPEC_8B_LORA,
     SPEC_70B_ONE_GPU,
     admission_review,
     apply,
     at,
     batch_job,
     fixtures_dir,
+    jobset,
     patch_ops,
     pod,
     pytorchjob,
@@ -111,9 +113,18 @@ def test_job_that_fits_no_pool_is_denied_with_reasons_per_pool_and_a_fix(kind: s
     for pool in POOLS.pools:
         assert f"  - {pool.name}: " in message
     assert "To fix: " in message and "-> fits on " in message
-    mutated = body(run(obj))  # mutate lets it through unpatched; /validate is the one that denies
-    assert mutated["allowed"] is True and "patch" not in mutated
-    assert any("fits no node pool" in w for w in mutated["warnings"])
+    # /mutate lets it through with only the decision id, so /validate (another request uid) records the
+    # same decision; /validate is the one that denies and says why (kubectl shows it once).
+    response = run(obj, uid="mutate-uid")
+    mutated = body(response)
+    assert mutated["allowed"] is True and not mutated.get("warnings")
+    ops = patch_ops(response)
+    assert {op["path"] for op in ops} <= {"/metadata/annotations", "/metadata/annotations/vramfit.io~1decision-id",
+                                          "/metadata/annotations/vramfit.io~1outcome"}
+    validated = body(review(admission_review(apply(obj, ops), uid="validate-uid"), None, POOLS, NOW,
+                            webhook="validate"))
+    assert validated["allowed"] is False
+    assert validated["auditAnnotations"]["decision-id"] == mutated["auditAnnotations"]["decision-id"]
 
 
 @pytest.mark.parametrize(
@@ -213,7 +224,7 @@ def test_pinned_pool_label_restricts_placement() -> None:
 def test_kueue_job_gets_the_flavor_label_only() -> None:
     obj = batch_job()
     obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
-    settings = AdmissionSettings(kueue_flavor_label_key="example.com/flavor")
+    settings = AdmissionSettings(kueue=True, kueue_flavor_label_key="example.com/flavor")
     patched = apply(obj, patch_ops(run(obj, settings=settings)))
     pool = patched["metadata"]["annotations"]["vramfit.io/pool"]
     assert patched["spec"]["template"]["spec"]["nodeSelector"] == {"example.com/flavor": pool}
@@ -224,9 +235,19 @@ def test_kueue_job_gets_the_flavor_label_only() -> None:
 def test_kueue_flavor_value_comes_from_the_pool_label_when_it_has_that_key() -> None:
     obj = batch_job()
     obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
-    patched = apply(obj, patch_ops(run(obj, settings=AdmissionSettings(kueue_flavor_label_key="pool"))))
+    settings = AdmissionSettings(kueue=True, kueue_flavor_label_key="pool")
+    patched = apply(obj, patch_ops(run(obj, settings=settings)))
     pool = patched["metadata"]["annotations"]["vramfit.io/pool"]
     assert patched["spec"]["template"]["spec"]["nodeSelector"] == {"pool": pool}
+
+
+def test_kueue_jobs_are_patched_like_any_other_unless_the_integration_is_on() -> None:
+    obj = batch_job()
+    obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
+    patched = apply(obj, patch_ops(run(obj)))
+    wanted = next(p for p in POOLS.pools if p.name == patched["metadata"]["annotations"]["vramfit.io/pool"])
+    assert patched["spec"]["template"]["spec"]["nodeSelector"] == wanted.node_selector
+    assert patched["spec"]["template"]["spec"]["tolerations"]
 
 
 def test_trainjob_pod_template_overrides_setting() -> None:
@@ -250,6 +271,65 @@ def test_pods_of_a_controller_are_not_placed_twice() -> None:
     templated["metadata"]["annotations"]["vramfit.io/decision-id"] = "abc-123"
     response = body(run(templated))
     assert "patch" not in response and "abc-123" in response["auditAnnotations"]["skipped"]
+
+
+def owned(obj: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": api_version, "kind": kind, "name": "parent", "uid": "u",
+                                           "controller": True}]
+    return obj
+
+
+@pytest.mark.parametrize(("child", "parent"), [
+    (batch_job, ("jobset.x-k8s.io/v1alpha2", "JobSet")),
+    (jobset, ("trainer.kubeflow.org/v1alpha1", "TrainJob")),
+    (raycluster, ("ray.io/v1", "RayJob")),
+])
+def test_objects_a_placed_job_creates_are_not_placed_again(child: Any, parent: tuple[str, str]) -> None:
+    # Even one that alone would fit no pool: its parent's placement (on the pod templates it copies) stands.
+    obj = owned(child(spec=SPEC_70B_ONE_GPU), *parent)
+    for webhook in ("mutate", "validate"):
+        response = body(run(obj, webhook=webhook))
+        assert response["allowed"] is True and "patch" not in response
+        assert f"created by {parent[1]} parent" in response["auditAnnotations"]["skipped"]
+
+
+def test_a_job_a_cronjob_creates_is_placed() -> None:
+    obj = owned(batch_job(), "batch/v1", "CronJob")
+    assert apply(obj, patch_ops(run(obj)))["metadata"]["annotations"]["vramfit.io/pool"]
+
+
+@pytest.mark.parametrize("request_fields", [{"operation": "UPDATE"}, {"subResource": "status"}])
+def test_updates_and_subresources_are_not_reviewed(request_fields: dict[str, Any]) -> None:
+    for spec in (SPEC_8B_LORA, SPEC_70B_ONE_GPU):
+        for webhook in ("mutate", "validate"):
+            response = body(run(batch_job(spec=spec), webhook=webhook, **request_fields))
+            assert response["allowed"] is True and "patch" not in response
+            assert "not reviewed" in response["auditAnnotations"]["skipped"]
+
+
+def test_a_job_with_no_gpu_request_and_no_gpus_in_the_annotation_is_left_alone() -> None:
+    obj = volcano_job(gpus=None)  # the annotation names a model but no gpus: no replica count is rewritten
+    mutated = body(run(obj))
+    assert "patch" not in mutated and "requests no GPU" in mutated["auditAnnotations"]["skipped"]
+    warnings = body(run(obj, webhook="validate"))["warnings"]
+    assert any("requests no GPU" in w and "Set gpus in vramfit.io/spec" in w for w in warnings)
+
+
+def test_a_pin_to_a_gpu_no_pool_offers_is_respected_and_only_checked() -> None:
+    fits = batch_job(spec=SPEC_1B_LORA)
+    fits["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    for webhook in ("mutate", "validate"):
+        response = body(run(fits, webhook=webhook))
+        assert response["allowed"] is True and "patch" not in response
+    warnings = body(run(fits, webhook="validate"))["warnings"]
+    assert any("pins A100-80GB, which no node pool offers" in w for w in warnings)
+    too_big = batch_job(spec=SPEC_70B_ONE_GPU)
+    too_big["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    denied = body(run(too_big, webhook="validate"))
+    assert denied["allowed"] is False
+    message = denied["status"]["message"]
+    assert "pins A100-80GB, which no node pool offers" in message and "To fix: remove the A100-80GB pin" in message
+    assert body(run(too_big))["allowed"] is True  # /mutate leaves the denial to /validate
 
 
 @pytest.mark.parametrize(
@@ -401,6 +481,9 @@ def test_shared_round_trip_fixture_is_answered() -> None:
     response = body(review(fixture, None, POOLS, NOW))
     assert response["uid"] == "uidValue" and response["allowed"] is True and "patch" not in response
     fixture["request"]["operation"] = "CREATE"
+    response = body(review(fixture, None, POOLS, NOW))
+    assert "subresource subResourceValue is not reviewed" in response["auditAnnotations"]["skipped"]
+    del fixture["request"]["subResource"]
     response = body(review(fixture, None, POOLS, NOW))
     assert "not a kind vramfit reads" in response["auditAnnotations"]["skipped"]
 

@@ -208,7 +208,8 @@ def test_a_hostile_annotation_is_answered_and_the_server_lives_on(server: Server
         for path in ("/mutate", "/validate"):
             review = client.post(path, json=admission_review(obj, uid=f"hostile{path}")).json()["response"]
             assert review["uid"] == f"hostile{path}" and review["allowed"] is True and "patch" not in review
-            assert problem in review["warnings"][0]
+            if path == "/validate":  # the one that names the problem (kubectl shows it once)
+                assert problem in review["warnings"][0]
         assert client.get("/healthz").json() == {"status": "ok"}
         assert patch_ops(client.post("/mutate", json=admission_review(KINDS["Pod"][0]())).json())
     assert server.process.poll() is None

@@ -78,7 +78,7 @@ pools:
 {{/* Body shared by the mutating and validating webhook entries. */}}
 {{- define "vramfit.webhookCommon" -}}
 admissionReviewVersions: ["v1"]
-sideEffects: None
+sideEffects: NoneOnDryRun
 failurePolicy: {{ .Values.webhook.failurePolicy }}
 timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
 matchPolicy: Equivalent
@@ -99,13 +99,21 @@ matchConditions:
   - name: pods-requesting-gpus
     expression: >-
       request.resource.group != '' || request.resource.resource != 'pods' ||
+      (has(object.metadata.annotations) && 'vramfit.io/spec' in object.metadata.annotations) ||
       object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) &&
       {{ $gpu }} in c.resources.limits)
   - name: batch-jobs-requesting-gpus
     expression: >-
       request.resource.group != 'batch' || request.resource.resource != 'jobs' ||
+      (has(object.metadata.annotations) && 'vramfit.io/spec' in object.metadata.annotations) ||
       object.spec.template.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) &&
       {{ $gpu }} in c.resources.limits)
+  - name: not-created-by-a-placed-job
+    expression: >-
+      !has(object.metadata.ownerReferences) ||
+      !object.metadata.ownerReferences.exists(o, has(o.controller) && o.controller &&
+      ((request.resource.group == '' && request.resource.resource == 'pods') ||
+      o.kind in ['Job', 'JobSet', 'PyTorchJob', 'TrainJob', 'RayJob', 'RayCluster']))
 {{- end }}
 rules:
   {{- range .Values.webhook.rules }}
