@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from predictors.spec import Method
 from scheduler.integrations.ledger import Ledger
-from scheduler.integrations.records import ActualIn, StoredDecision, ran_to_end
+from scheduler.integrations.records import ActualIn, ActualSource, StoredDecision, ran_to_end
 
 PREFIX = "vramfit"
 GIB = 2**30
@@ -189,10 +189,21 @@ class Metrics:
         self.placements.labels(pool, d.outcome).inc()
         if d.outcome != "placed":
             return
+        self._export_zeros(pool, method)
         if d.peak_vram_bytes is not None:
             self.predicted_peak_vram_bytes.labels(pool, method).observe(d.peak_vram_bytes)
         if d.predicted_cost_usd is not None:
             self.predicted_cost_usd.labels(pool).inc(d.predicted_cost_usd)
+
+    def _export_zeros(self, pool: str, method: str) -> None:
+        """Create the outcome counters of a pool/method at 0 when a job is placed there, hours before any
+        outcome: a series that first appears at 1 is invisible to ``increase()``, so the first OOM or
+        under-prediction would raise no alert."""
+        self.ooms.labels(pool, method)
+        for source in get_args(ActualSource):
+            self.vram_prediction_ratio.labels(pool, method, source)
+            for bound in ("point", "upper"):
+                self.vram_under_predictions.labels(pool, method, source, bound)
 
     def observe_actual_received(self, actual: ActualIn) -> None:
         self.actuals_received.labels(actual.source).inc()

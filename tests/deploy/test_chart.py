@@ -56,6 +56,9 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                                                                                "readOnly": True}},
                                           "vramModel": "site/vram.skops", "runtimeModel": "runtime.skops"}},
     "collector-no-persistence": {"collector": {"persistence": {"enabled": False}}},
+    "ledger-token-dcgm": {"ledgerAuth": {"existingSecret": "vramfit-ledger-token"},
+                          "collector": {"prometheusUrl": "http://prometheus-operated.monitoring:9090",
+                                        "kube": {"namespace": "ml"}}},
     "collector-other-port": {"collector": {"port": 9090, "serviceMonitor": {"enabled": False}},
                              "serviceMonitor": {"enabled": True}},
     "everything": {
@@ -302,7 +305,7 @@ def test_webhook_is_stateless_and_collector_is_the_single_writer(chart: Any) -> 
     assert collector["spec"]["strategy"] == {"type": "Recreate"}
     args = collector["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["collect", "--ledger=/var/lib/vramfit/ledger.sqlite", "--serve-host=0.0.0.0", "--serve-port=8080",
-                    "--prune-unjoined-days=90"]
+                    "--prune-unjoined-days=90", "--kube"]
     assert only(docs, "PersistentVolumeClaim")["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
 
 
@@ -314,6 +317,37 @@ def test_collector_prunes_unjoined_records_unless_told_not_to(chart: Any) -> Non
 
     assert "--prune-unjoined-days=30" in collector_args({"collector": {"pruneUnjoinedDays": 30}})
     assert not any(a.startswith("--prune") for a in collector_args({"collector": {"pruneUnjoinedDays": 0}}))
+
+
+def collector_deployment(docs: list[Manifest]) -> Manifest:
+    return next(d for d in docs if d["kind"] == "Deployment" and d is not webhook_deployment(docs))
+
+
+def test_collector_sources_follow_the_values(chart: Any) -> None:
+    def args(values: dict[str, Any]) -> list[str]:
+        return collector_deployment(render(chart, values))["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    assert "--kube" in args({}) and not any(a.startswith("--prometheus-url") for a in args({}))
+    assert "--kube" not in args({"collector": {"kube": {"enabled": False}}})
+    assert "--namespace=ml" in args({"collector": {"kube": {"namespace": "ml"}}})
+    url = "http://prometheus-operated.monitoring:9090"
+    assert f"--prometheus-url={url}" in args({"collector": {"prometheusUrl": url}})
+
+
+def test_ledger_token_is_required_by_the_collector_and_sent_by_the_webhook(chart: Any) -> None:
+    docs = render(chart, {})
+    assert not any("token" in a for a in serve_args(docs))
+    collector = collector_deployment(docs)["spec"]["template"]["spec"]["containers"][0]
+    assert not any("token" in a for a in collector["args"])
+    docs = render(chart, {"ledgerAuth": {"existingSecret": "ledger-token", "key": "bearer"}})
+    path = "/var/run/vramfit/ledger-token/bearer"
+    for deployment, flag in ((webhook_deployment(docs), "--ledger-token-file"),
+                             (collector_deployment(docs), "--token-file")):
+        pod = deployment["spec"]["template"]["spec"]
+        assert f"{flag}={path}" in pod["containers"][0]["args"]
+        assert {"name": "ledger-token", "secret": {"secretName": "ledger-token"}} in pod["volumes"]
+        assert {"name": "ledger-token", "mountPath": "/var/run/vramfit/ledger-token", "readOnly": True} in pod[
+            "containers"][0]["volumeMounts"]
 
 
 def test_webhook_forwards_decisions_to_the_collector_service(chart: Any) -> None:

@@ -75,6 +75,18 @@ def test_decision_then_actual_scores_the_prediction(client):
     assert client.get("/v1/decisions/nope").status_code == 404
 
 
+def test_outcome_series_are_exported_at_zero_from_the_placement_on(client):
+    # A series that first appears at 1 is invisible to increase(): the first OOM would raise no alert.
+    assert client.post("/v1/decisions", json=decision_payload("z1")).status_code == 201
+    series = samples(client)
+    ooms = [ls for (n, ls) in series if n == "vramfit_ooms_total"]
+    assert ooms == [(("method", "lora"), ("pool", "a100"))] and value(client, "vramfit_ooms_total") == 0
+    under = {dict(ls)["source"] + "/" + dict(ls)["bound"] for (n, ls) in series
+             if n == "vramfit_vram_under_predictions_total"}
+    assert under == {f"{s}/{b}" for s in ("reporter", "dcgm", "kubernetes", "manual") for b in ("point", "upper")}
+    assert value(client, "vramfit_vram_prediction_ratio_count", pool="a100", method="lora") == 0
+
+
 def test_actual_before_decision_is_scored_when_the_decision_arrives(client):
     body = decision_payload("late")
     r = client.post("/v1/actuals", json=actual_body("late", body["peak_vram_upper_bytes"] * 1.2 / GIB, oom=True))
