@@ -8,11 +8,16 @@ that shape (:func:`architecture_from_config`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 from predictors.errors import SpecError
+
+# Output width of the classification head a classification task puts on a decoder (transformers'
+# num_labels default, 2; the head is hidden x labels either way, a rounding error next to the LM head).
+CLASSIFICATION_LABELS = 2
+CLASSIFICATION_TASKS = ("seq-classification", "token-classification")
 
 # Llama-style role names used by LoRA target_modules (see shared TRAINING_SPEC / reference README).
 ATTENTION_ROLES = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -120,6 +125,21 @@ class Architecture:
         expert = sum(g.params for g in self.linears if g.expert)
         return total - expert + expert * self.num_experts_per_tok // self.num_experts
 
+    def for_task(self, task: str) -> Architecture:
+        """The model with the head ``task`` puts on it: a classification task replaces the vocab-sized LM head
+        by a ``hidden x CLASSIFICATION_LABELS`` one (transformers' ``*ForSequenceClassification.score`` /
+        ``*ForTokenClassification.classifier``); any other task, or a model without an LM head, is unchanged."""
+        if task not in CLASSIFICATION_TASKS or self.lm_head is None:
+            return self
+        return self._classification_head
+
+    @cached_property
+    def _classification_head(self) -> Architecture:
+        head = self.lm_head
+        assert head is not None
+        classifier = LinearGroup("classifier", self.hidden_size, CLASSIFICATION_LABELS, 1)
+        return replace(self, linears=tuple(classifier if g is head else g for g in self.linears))
+
     @cached_property
     def lm_head(self) -> LinearGroup | None:
         return next((g for g in self.linears if g.role == "lm_head"), None)
@@ -216,8 +236,22 @@ def _int(cfg: dict[str, Any], *keys: str, default: int, minimum: int = 1) -> int
     return default
 
 
+# Far above any model trained so far (the largest published are a few 10^12); beyond it a config is a typo,
+# and byte counts leave the range where float arithmetic keeps allocated <= reserved <= device.
+MAX_PARAMS = 10**15
+
+
 def architecture_from_config(config: dict[str, Any], name: str = "custom") -> Architecture:
     """Build an :class:`Architecture` from Hugging Face ``config.json`` fields (native names accepted)."""
+    arch = _architecture_from_config(config, name)
+    if arch.params_total > MAX_PARAMS:
+        raise SpecError.one("model.config", f"describes {arch.params_total:.3g} parameters, beyond any trainable "
+                            f"model (at most {MAX_PARAMS:.0e})", "check hidden_size, num_hidden_layers, "
+                            "intermediate_size and vocab_size")
+    return arch
+
+
+def _architecture_from_config(config: dict[str, Any], name: str) -> Architecture:
     if not isinstance(config, dict):
         raise SpecError.one("model.config", "must be a mapping of config.json fields")
     cfg = {k: v for k, v in config.items() if not str(k).startswith("_")}

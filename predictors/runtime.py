@@ -233,6 +233,7 @@ def predict_runtime(
     """Predict job throughput, step time and runtime of ``spec`` on ``gpus`` GPUs of type ``gpu``."""
     table = efficiency_table()
     link = interconnect or Interconnect()
+    arch = arch.for_task(spec.task)
     n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else 1)
     tp, pp, cp = spec.tensor_parallel, spec.pipeline_parallel, spec.context_parallel
     model_parallel = tp * pp * cp

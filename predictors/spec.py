@@ -35,6 +35,10 @@ Checkpointing = Literal["none", "full", "selective"]
 Attention = Literal["sdpa", "flash", "eager"]
 Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op"]
 Offload = Literal["none", "optimizer", "params+optimizer"]
+# Parameter offload is a feature of the sharded data-parallel engines: DeepSpeed's offload_param needs ZeRO
+# stage 3, FSDP's CPUOffload(offload_params=True) an FSDP sharding strategy. Optimizer offload alone also runs
+# unsharded (DeepSpeed ZeRO-Offload at stage 1/2, torchao's CPUOffloadOptimizer on one GPU).
+PARAM_OFFLOAD_SHARDING = ("zero3", "fsdp", "fsdp-grad-op")
 
 ALLOWED: dict[str, tuple[str, ...]] = {
     "task": Task.__args__,  # type: ignore[attr-defined]
@@ -256,6 +260,11 @@ class TrainingSpec(BaseModel):
             raise ValueError("`quantization` is set but method is lora. To fix: use method: qlora")
         if self.method == "full" and self.lora is not None:
             raise ValueError("`lora` settings given but method is full. To fix: set method: lora or qlora")
+        if self.offload == "params+optimizer" and self.sharding not in PARAM_OFFLOAD_SHARDING:
+            raise ValueError(
+                f"offload: params+optimizer needs sharding {', '.join(PARAM_OFFLOAD_SHARDING)} (parameter offload "
+                f"is a ZeRO-3 / FSDP feature); got sharding {self.sharding or 'unset'}. To fix: set sharding: fsdp "
+                "or zero3, or use offload: optimizer")
         if isinstance(self.gpus, int):
             model_parallel = self.tensor_parallel * self.pipeline_parallel * self.context_parallel
             if self.gpus % model_parallel:

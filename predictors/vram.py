@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from predictors.architecture import Architecture, saved_module_params
+from predictors.architecture import CLASSIFICATION_LABELS, Architecture, saved_module_params
+from predictors.errors import SpecError
 from predictors.hardware import GpuSpec
 from predictors.spec import TrainingSpec
 
@@ -147,6 +148,36 @@ def _shard_degree(lay: _Layout) -> int:
     return lay.dp * lay.cp
 
 
+def _task_notes(spec: TrainingSpec, arch: Architecture) -> list[str]:
+    if arch.for_task(spec.task) is not arch:
+        head = arch.lm_head
+        assert head is not None
+        return [f"task {spec.task}: a {arch.hidden_size} x {CLASSIFICATION_LABELS} classification head replaces the "
+                f"LM head ({head.params:,} parameters)"]
+    if spec.task == "causal-lm" and arch.is_encoder_only:
+        return [f"task causal-lm on an encoder-only model ({arch.model_type}): sized as its encoder with a "
+                "vocab-sized output; did you mean masked-lm or a classification task?"]
+    if spec.task == "masked-lm" and not arch.is_encoder_only:
+        return [f"task masked-lm on a {'encoder-decoder' if arch.is_encoder_decoder else 'decoder'} model "
+                f"({arch.model_type}): sized like causal-lm (a vocab-sized output per token)"]
+    return []
+
+
+def _check_model_parallel(spec: TrainingSpec, arch: Architecture) -> None:
+    """Tensor parallelism splits attention heads (and KV heads: Megatron-LM requires num_query_groups divisible
+    by it, torchtitan shards wk/wv column-wise) across ranks; a pipeline stage holds at least one block."""
+    tp, pp = spec.tensor_parallel, spec.pipeline_parallel
+    if tp > 1:
+        for what, heads in (("attention heads", arch.num_attention_heads), ("key/value heads", arch.num_kv_heads)):
+            if heads and heads % tp:
+                raise SpecError.one("tensor_parallel", f"must divide the model's {heads} {what}; got {tp}",
+                                    f"use a divisor of {heads}")
+    blocks = arch.num_layers + arch.num_encoder_layers
+    if pp > 1 and blocks and pp > blocks:
+        raise SpecError.one("pipeline_parallel", f"exceeds the model's {blocks} blocks; got {pp}",
+                            f"use at most {blocks} stages")
+
+
 def _compute_bytes(precision: str) -> int:
     return 4 if precision.startswith("32") else 2
 
@@ -203,9 +234,18 @@ def predict_vram_without_gpu(
 
     Nothing else depends on the GPU, so placement computes this once per GPU count for all pools.
     """
-    n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else 1)
+    model_parallel = spec.tensor_parallel * spec.pipeline_parallel * spec.context_parallel
+    n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else model_parallel)
+    if n_gpus < 1 or n_gpus % model_parallel:
+        raise SpecError.one("gpus", f"must be a positive multiple of tensor_parallel x pipeline_parallel x "
+                            f"context_parallel ({model_parallel}); got {n_gpus}")
+    _check_model_parallel(spec, arch)
     lay = _layout(spec, n_gpus)
-    notes: list[str] = []
+    notes: list[str] = _task_notes(spec, arch)
+    arch = arch.for_task(spec.task)
+    if gpus is None and spec.gpus == "auto":
+        notes.append(f"gpus: auto: predicted for {n_gpus} GPU{'s' if n_gpus > 1 else ''}; `vramfit place` chooses "
+                     "the count (or give --gpus N)")
     e = _compute_bytes(spec.precision)
     mixed = spec.precision.endswith("mixed")
     method = spec.method

@@ -24,7 +24,7 @@ from predictors.catalog import ResolvedModel, resolve_model
 from predictors.hardware import lookup_gpu
 from predictors.predict import Prediction, SpecPredictor
 from predictors.runtime import Interconnect
-from predictors.spec import TrainingSpec
+from predictors.spec import PARAM_OFFLOAD_SHARDING, TrainingSpec
 from predictors.units import format_bytes
 from scheduler.cost import hourly_cost_usd, job_cost_usd
 from scheduler.pools import NodePool, PoolsConfig, usable_memory_bytes
@@ -465,7 +465,11 @@ def _variants(spec: TrainingSpec) -> list[tuple[str, dict[str, Any]]]:
     if spec.offload == "none":
         out.append(("offload: optimizer", {"offload": "optimizer"}))
     if spec.offload != "params+optimizer":
-        out.append(("offload: params+optimizer", {"offload": "params+optimizer"}))
+        if spec.sharding in PARAM_OFFLOAD_SHARDING:
+            out.append(("offload: params+optimizer", {"offload": "params+optimizer"}))
+        else:  # parameter offload needs a sharded engine; fsdp, as the sharding variant above
+            out.append(("offload: params+optimizer with sharding: fsdp",
+                        {"offload": "params+optimizer", "sharding": "fsdp"}))
     return out
 
 

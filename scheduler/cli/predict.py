@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from predictors.errors import SpecError
 from predictors.hardware import gpu_catalog
 from predictors.predict import Prediction, predict
 from predictors.units import format_bytes
@@ -25,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.gpus is not None and args.gpus < 1:
+        raise SpecError.one("--gpus", f"must be a positive integer; got {args.gpus}")
     jobs = read_jobs(args.spec)
 
     def timed(job: ParsedJob) -> tuple[Prediction, float]:

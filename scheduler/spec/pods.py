@@ -219,15 +219,39 @@ def gpu_quantity(obj: ObjectRef, resources: Any, path: Path) -> int:
         block = get(obj, resources, section, path, dict, {})
         if GPU_RESOURCE in block:
             value = block[GPU_RESOURCE]
-            try:
-                return parse_count(value, GPU_RESOURCE)
-            except QuantityError:
+            n = _whole_gpus(value)
+            if n is None:
                 raise obj.error(
                     (*path, section, GPU_RESOURCE),
-                    f"must be a whole number of GPUs; got {value!r}",
-                    'GPUs are requested as whole devices, e.g. 1 or "8"',
-                ) from None
+                    f"must be a whole number of GPUs, 0 or more; got {value!r}",
+                    'GPUs are requested as whole devices, e.g. 1 or "8" (a Kubernetes quantity: "500m" is half '
+                    "a GPU, which the device plugin cannot give)",
+                )
+            if n > MAX_GPUS_PER_POD:
+                raise obj.error((*path, section, GPU_RESOURCE),
+                                f"asks for {n:,} GPUs in one pod; no node has more than {MAX_GPUS_PER_POD}",
+                                "spread the job over more pods (replicas) with fewer GPUs each")
+            return n
     return 0
+
+
+# The most GPUs one node (so one pod) has; pools allow no more per node either.
+MAX_GPUS_PER_POD = 64
+_WHOLE = re.compile(r"\+?[0-9]+")
+
+
+def _whole_gpus(value: Any) -> int | None:
+    """A Kubernetes quantity that is a whole, non-negative number of devices (``8``, ``"8"``), else None.
+    Suffixes are refused: in a quantity ``m`` is milli, so ``500m`` is half a device."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and value >= 0 else None
+    if isinstance(value, str) and _WHOLE.fullmatch(value.strip()) and len(value.strip()) <= 18:
+        return int(value.strip())
+    return None
 
 
 def read_container(obj: ObjectRef, data: Any, path: Path) -> Container:

@@ -196,8 +196,9 @@ def _floors_and_bounds(residual: bool) -> list[tuple[float, int]]:
     out = []
     for spec in varied_specs(120, seed=3):
         predictor = SpecPredictor(spec, resolve_model(spec), residual=residual)
+        model_parallel = spec.tensor_parallel * spec.pipeline_parallel * spec.context_parallel
         for gpu in ("L4", "L40S", "A100-80GB", "H100-80GB", "B200"):
-            for n in (1, 2, 8, 32):
+            for n in (n for n in (1, 2, 8, 32) if n % model_parallel == 0):  # the counts placement tries
                 floor = SpecPredictor(spec, predictor.model, residual=residual).upper_floor_bytes(gpu, n)
                 out.append((floor, predictor.memory_many([(gpu, n)])[0].peak_vram_upper_bytes))
     return out

@@ -72,7 +72,7 @@ def test_random_specs_are_an_error_or_a_sound_answer(seed: int) -> None:
     rng = random.Random(seed)
     pools = default_pools()
     answered = 0
-    for _ in range(40):
+    for _ in range(80):  # about three in four are errors (parallel sizes, offload without a sharded engine, ...)
         data = _random_spec(rng)
         try:
             spec = parse_training_spec(data)

@@ -82,6 +82,21 @@ CASES: list[tuple[str, str, list[str]]] = [
         ["Pod trainer", '`spec.containers[0].resources.limits["nvidia.com/gpu"]`', "whole number of GPUs"],
     ),
     (
+        "gpu-milli-quantity",  # read as 500 million GPUs before: in a Kubernetes quantity `m` is milli
+        dump(pod(ARGS, gpus="500m")),  # type: ignore[arg-type]
+        ["Pod trainer", '`spec.containers[0].resources.limits["nvidia.com/gpu"]`', "got '500m'", "half a GPU"],
+    ),
+    (
+        "gpu-negative",  # read as "no GPU request" before
+        dump(pod(ARGS, gpus=-1)),
+        ["Pod trainer", "whole number of GPUs, 0 or more; got -1"],
+    ),
+    (
+        "gpu-more-than-a-node",
+        dump(pod(ARGS, gpus="100000000000")),  # type: ignore[arg-type]
+        ["Pod trainer", "asks for 100,000,000,000 GPUs in one pod; no node has more than 64"],
+    ),
+    (
         "no-model",
         dump(pod(["python", "t.py"])),
         ["Pod trainer", "`metadata.annotations`", "no model found", 'vramfit.io/spec: "model: '],

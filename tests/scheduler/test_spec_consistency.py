@@ -1,0 +1,116 @@
+"""Specs that cannot run as written are refused with the field and the fix, not predicted: parameter offload
+without a sharded engine, model-parallel sizes the architecture cannot take, GPU counts that break them; and
+the head a classification task puts on a decoder is the one counted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from predictors.catalog import resolve_model
+from predictors.errors import SpecError
+from predictors.predict import predict
+from predictors.spec import TrainingSpec, parse_training_spec
+from scheduler.cli import main
+from scheduler.placement import place
+from scheduler.pools import parse_pools
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def spec(**fields: object) -> TrainingSpec:
+    return parse_training_spec({"model": "llama-3.1-8b", **fields})
+
+
+@pytest.mark.parametrize("sharding", [None, "none", "ddp", "zero1", "zero2"])
+def test_parameter_offload_needs_zero3_or_fsdp(sharding: str | None) -> None:
+    fields = {"offload": "params+optimizer", "gpus": 2} | ({"sharding": sharding} if sharding else {})
+    with pytest.raises(SpecError) as caught:
+        spec(**fields)
+    assert "offload: params+optimizer needs sharding zero3, fsdp, fsdp-grad-op" in str(caught.value)
+
+
+@pytest.mark.parametrize("sharding", ["zero3", "fsdp", "fsdp-grad-op"])
+def test_parameter_offload_with_a_sharded_engine_and_optimizer_offload_alone_are_fine(sharding: str) -> None:
+    assert spec(offload="params+optimizer", sharding=sharding, gpus=2).offload == "params+optimizer"
+    assert spec(offload="optimizer").offload == "optimizer"  # torchao's CPUOffloadOptimizer on one GPU
+
+
+def test_what_if_parameter_offload_comes_with_a_sharded_engine() -> None:
+    pools = parse_pools({"pools": [{"name": "l40s", "gpu": "L40S", "gpus_per_node": 8, "nodes": 1,
+                                    "price_usd_per_gpu_hour": 1.5}]})
+    too_big = parse_training_spec({"model": "llama-3.1-70b", "method": "full", "gpus": 8, "sharding": "ddp"})
+    decision = place(too_big, pools)
+    assert decision.decision == "unschedulable"
+    for s in decision.suggestions:
+        update = s.spec_update
+        if update.get("offload") == "params+optimizer":
+            assert update.get("sharding", too_big.sharding) in ("zero3", "fsdp", "fsdp-grad-op"), s.change
+        parse_training_spec({**too_big.model_dump(exclude_none=True), **update})  # every suggestion is a valid spec
+
+
+@pytest.mark.parametrize(("fields", "fragment"), [
+    ({"gpus": 3, "tensor_parallel": 3}, "`tensor_parallel` must divide the model's 32 attention heads; got 3"),
+    ({"gpus": 16, "tensor_parallel": 16}, "`tensor_parallel` must divide the model's 8 key/value heads; got 16"),
+    ({"gpus": 64, "pipeline_parallel": 64}, "`pipeline_parallel` exceeds the model's 32 blocks; got 64"),
+])
+def test_model_parallel_sizes_the_model_cannot_take(fields: dict[str, object], fragment: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        predict(spec(**fields))
+    assert fragment in str(caught.value)
+
+
+def test_tensor_parallel_the_model_can_take() -> None:
+    assert predict(spec(gpus=8, tensor_parallel=8)).vram.gpus == 8
+
+
+@pytest.mark.parametrize(("flag", "fragment"), [
+    ("-2", "`--gpus` must be a positive integer; got -2"),
+    ("0", "`--gpus` must be a positive integer; got 0"),
+    ("1", "`gpus` must be a positive multiple of tensor_parallel x pipeline_parallel x context_parallel (2); got 1"),
+])
+def test_the_gpus_flag_is_checked_like_the_spec_field(tmp_path: Path, flag: str, fragment: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "tp.yaml"
+    path.write_text("model: llama-3.1-8b\ngpus: 4\ntensor_parallel: 2\n")
+    assert main(["predict", str(path), "--gpus", flag]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err
+
+
+def test_gpus_auto_says_what_count_it_predicted_for(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", str(REPO / "examples" / "qwen2.5-1.5b-full-auto.yaml")]) == 0
+    assert "note: gpus: auto: predicted for 1 GPU; `vramfit place` chooses the count" in capsys.readouterr().out
+    assert not any("gpus: auto" in n for n in predict(spec(gpus="auto"), gpus=4).vram.notes)
+
+
+@pytest.mark.parametrize("task", ["seq-classification", "token-classification"])
+def test_a_classification_task_replaces_the_lm_head(task: str) -> None:
+    lm = predict(spec(method="full", precision="bf16-true"))
+    classifier = predict(spec(method="full", precision="bf16-true", task=task))
+    arch = resolve_model(spec()).architecture
+    head = arch.lm_head
+    assert head is not None and head.params == 128_256 * 4096
+    # LlamaForSequenceClassification: the decoder plus a 4096 x 2 `score` head without bias
+    assert classifier.vram.params_total == lm.vram.params_total - head.params + 4096 * 2 == 7_504_932_864
+    assert classifier.vram.breakdown_bytes["weights"] < lm.vram.breakdown_bytes["weights"]
+    assert classifier.vram.breakdown_bytes.get("logits", 0) == 0
+    assert any("classification head replaces the LM head" in n for n in classifier.vram.notes)
+    assert arch.for_task("causal-lm") is arch and arch.for_task(task) is arch.for_task(task)
+
+
+def test_a_task_the_architecture_does_not_have_is_noted() -> None:
+    bert = predict(parse_training_spec({"model": "bert-base-uncased", "task": "causal-lm", "seq_len": 512}))
+    assert any("encoder-only" in n for n in bert.vram.notes)
+    bert_cls = predict(parse_training_spec({"model": "bert-base-uncased", "task": "seq-classification",
+                                            "seq_len": 512}))
+    assert not bert_cls.vram.notes
+
+
+def test_a_config_beyond_any_model_is_refused() -> None:
+    config = {"model_type": "llama", "hidden_size": 10**12, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "intermediate_size": 128, "vocab_size": 1000}
+    with pytest.raises(SpecError) as caught:
+        predict(parse_training_spec({"model": {"config": config}}))
+    assert "`model.config` describes 8e+24 parameters, beyond any trainable model" in str(caught.value)
