@@ -35,6 +35,10 @@ _ALL_BIAS = {"gpt2", "bert", "roberta", "bloom", "gpt_neox", "phi", "opt", "gpt_
 # Families normalised with LayerNorm (weight + bias) rather than RMSNorm (weight only).
 _LAYERNORM = {"gpt2", "bert", "roberta", "bloom", "gpt_neox", "phi", "falcon", "opt", "gpt_bigcode",
               "starcoder2", "gptj", "stablelm"}
+# Decoder families this module has read the modeling code of (the rest get the generic decoder, with a warning).
+_KNOWN_DECODERS = {
+    *_GATED, *_ALL_BIAS, *_LAYERNORM, "refinedwebmodel", "qwen2_moe",
+}
 # config-class defaults of tie_word_embeddings when config.json has no key (transformers' classes).
 _TIE_DEFAULT = {"gemma": True, "gemma2": True, "gemma3": True, "gemma3_text": True, "gpt2": True,
                 "bert": True, "roberta": True, "bloom": True, "falcon": True, "minicpm": True, "t5": True,
@@ -98,6 +102,8 @@ class Architecture:
     v_head_dim: int = 0
     max_position_embeddings: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # what a prediction for this model must say (an unknown family sized by the generic decoder)
+    warnings: tuple[str, ...] = field(default_factory=tuple)
 
     # ---- counts ------------------------------------------------------------------------------------
     @property
@@ -422,6 +428,10 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         v_head_dim=v_head, max_position_embeddings=_int(cfg, "max_position_embeddings", "n_positions", "seq_length",
                                                          default=0, minimum=0),
         notes=tuple(notes),
+        warnings=() if model_type in _KNOWN_DECODERS else (
+            f"model_type {model_type!r} is not a family vramfit knows: sized as a generic decoder from the config's "
+            f"sizes ({'gated' if gated else 'plain'} MLP, {'LayerNorm' if layernorm else 'RMSNorm'}, "
+            f"{'biases' if all_bias else 'no biases'}); pass model.params to pin the parameter count",),
     )
 
 

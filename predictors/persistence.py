@@ -141,6 +141,8 @@ def save_model(model: Any, path: Path, metadata: dict[str, Any]) -> None:
 
     from predictors.residual_serving import serving_state
 
+    if path.is_dir():  # checked before writing `<path>.tmp` beside the folder
+        raise IsADirectoryError(f"{path} is a folder, not a model file")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")  # replaced in one step: a server re-loading it never reads half a file
     sio.dump({"metadata": metadata, "model": model}, tmp)

@@ -23,7 +23,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from predictors.architecture import CLASSIFICATION_LABELS, Architecture, saved_module_params
+from predictors.architecture import (
+    ATTENTION_ROLES,
+    CLASSIFICATION_LABELS,
+    MLP_ROLES,
+    Architecture,
+    saved_module_params,
+)
 from predictors.errors import SpecError
 from predictors.hardware import GpuSpec
 from predictors.spec import TrainingSpec
@@ -241,7 +247,7 @@ def predict_vram_without_gpu(
                             f"context_parallel ({model_parallel}); got {n_gpus}")
     _check_model_parallel(spec, arch)
     lay = _layout(spec, n_gpus)
-    notes: list[str] = _task_notes(spec, arch)
+    notes: list[str] = [*arch.warnings, *_task_notes(spec, arch)]
     arch = arch.for_task(spec.task)
     if gpus is None and spec.gpus == "auto":
         notes.append(f"gpus: auto: predicted for {n_gpus} GPU{'s' if n_gpus > 1 else ''}; `vramfit place` chooses "
@@ -285,9 +291,12 @@ def predict_vram_without_gpu(
 
     quantizable = arch.quantizable_params() * scale * layer_frac / lay.tp
     if lora is not None:
-        lora_params_total = sum(
-            g.count * (g.in_features + g.out_features) * lora.rank for g in arch.lora_groups(lora.target_modules)
-        )
+        groups = arch.lora_groups(lora.target_modules)
+        if not groups:  # PEFT refuses such an adapter ("Target modules ... not found in the base model")
+            raise SpecError.one("lora.target_modules", f"match no linear layer of this {arch.model_type} model; got "
+                                f"{lora.target_modules}", "use all-linear or role names: "
+                                f"{', '.join((*ATTENTION_ROLES, *MLP_ROLES))}")
+        lora_params_total = sum(g.count * (g.in_features + g.out_features) * lora.rank for g in groups)
         trainable_gpu = lora_params_total * layer_frac / lay.tp
         trainable_total = lora_params_total
     else:

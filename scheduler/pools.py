@@ -189,6 +189,9 @@ def load_pools(path: str | Path) -> PoolsConfig:
     except OSError as exc:
         raise SpecError.one("", f"cannot read pools file {p}: {exc.strerror or exc}",
                             "check the --pools path") from None
+    except UnicodeDecodeError as exc:  # a binary file, or another encoding
+        raise SpecError.one("", f"cannot read pools file {p}: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                            "give a YAML pools file") from None
     return parse_pools_text(text, str(p))
 
 

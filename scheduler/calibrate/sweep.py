@@ -36,7 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from predictors.catalog import lookup_model
 from predictors.errors import FieldProblem, SpecError
-from predictors.spec import TrainingSpec, parse_training_spec, problems_from_validation, spec_to_dict
+from predictors.spec import TrainingSpec, parse_training_spec, spec_to_dict
+from scheduler.cli import validation_problems
 from scheduler.spec.yamltext import YAML_ERRORS, safe_load, yaml_error_hint, yaml_error_text
 
 # Keys that hold the layer count in Hugging Face configs (family-specific names besides the generic one).
@@ -277,14 +278,14 @@ def parse_sweep(data: Any, source: str = "<sweep>") -> Sweep:
     try:
         return Sweep.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(problems_from_validation(exc, prefix=""), source=source) from None
+        raise SpecError(validation_problems(exc, Sweep), source=source) from None
 
 
 def load_sweep(path: Path) -> tuple[Sweep, list[SweepConfig]]:
     """Read, validate and expand a sweep file (YAML or JSON)."""
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise SpecError.one("--sweep", f"cannot read {path}: {exc}") from None
     try:
         data = safe_load(text)

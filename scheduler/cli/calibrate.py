@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from predictors.errors import FieldProblem, SpecError
 from predictors.spec import problems_from_validation
 from scheduler.calibrate.runner import CalibrateError, RunnerOptions, run_sweep
 from scheduler.calibrate.sweep import RunSettings, load_sweep
+from scheduler.cli.server_common import Terminated, sigterm_raises
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--out", type=Path, help="JSONL file the rows are appended to (required unless --list)")
     parser.add_argument("--resume", action="store_true", help="skip configs whose rows are already in --out")
     parser.add_argument("--retry-failed", action="store_true",
-                        help="with --resume: first drop the crash/timeout rows of --out so those configs run again")
+                        help="with --resume (required): first drop the crash/timeout rows of --out so those configs "
+                        "run again")
     parser.add_argument("--list", action="store_true", help="print the expanded configs and exit (no torch needed)")
     parser.add_argument("--only", action="append", default=[], metavar="ID_OR_GROUP",
                         help="run only these config ids or grid names (repeatable)")
@@ -41,6 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    if args.retry_failed and not args.resume:
+        raise SpecError.one("--retry-failed", "goes with --resume (it re-runs the failed configs of a sweep "
+                            "that --resume continues)", "add --resume")
     sweep, configs = load_sweep(args.sweep)
     if args.only:
         wanted = set(args.only)
@@ -78,12 +84,17 @@ def _calibrate(args: argparse.Namespace) -> int:
         scratch_dir=args.scratch_dir,
     )
     try:
-        summary = run_sweep(configs, args.out, sweep.name, options, resume=args.resume,
-                            retry_failed=args.retry_failed,
-                            log=lambda line: print(line, file=sys.stderr, flush=True))
+        with sigterm_raises():  # SIGTERM, like Ctrl-C, unwinds through the runner, which kills the running worker
+            summary = run_sweep(configs, args.out, sweep.name, options, resume=args.resume,
+                                retry_failed=args.retry_failed,
+                                log=lambda line: print(line, file=sys.stderr, flush=True))
     except CalibrateError as exc:
         print(f"vramfit: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"vramfit calibrate: terminated; the finished configs' rows are in {args.out} (--resume continues)",
+              file=sys.stderr)
+        return 128 + signal.SIGTERM
     counts = ", ".join(f"{n} {kind}" for kind, n in sorted(summary.outcomes.items())) or "nothing to run"
     print(f"{len(summary.rows)} rows appended to {args.out}: {counts}", file=sys.stderr)
     return 0

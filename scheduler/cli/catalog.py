@@ -42,10 +42,13 @@ def _gpus(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps([g.model_dump(mode="json") for g in gpus], indent=2))
         return 0
-    print(f"{'gpu':12s} {'family':10s} {'memory':>10s} {'bf16 TFLOP/s':>13s} {'HBM TB/s':>9s} {'NVLink GB/s':>12s}")
+    name_width = max(len("gpu"), *(len(g.name) for g in gpus))  # the longest name, e.g. A100-80GB-PCIe
+    family_width = max(len("family"), *(len(g.family) for g in gpus))
+    print(f"{'gpu':{name_width}s} {'family':{family_width}s} {'memory':>10s} {'bf16 TFLOP/s':>13s} {'HBM TB/s':>9s} "
+          f"{'NVLink GB/s':>12s}")
     for g in gpus:
         bf16 = f"{(g.bf16_dense_flops or 0) / 1e12:.0f}" if g.bf16_dense_flops else "-"
         nv = f"{g.nvlink_bytes_per_second / 1e9:.0f}" if g.nvlink_bytes_per_second else "PCIe"
-        print(f"{g.name:12s} {g.family:10s} {g.memory_bytes / GIB:>9.1f}G {bf16:>13s} "
+        print(f"{g.name:{name_width}s} {g.family:{family_width}s} {g.memory_bytes / GIB:>9.1f}G {bf16:>13s} "
               f"{g.memory_bandwidth_bytes_per_second / 1e12:>9.2f} {nv:>12s}")
     return 0

@@ -34,8 +34,9 @@ from scheduler.cli.server_common import (
     port_problem,
     read_token,
     run_http_server,
+    seconds_problem,
     start_pruner,
-    tls_pair_problem,
+    tls_problem,
 )
 
 log = logging.getLogger("vramfit.collect")
@@ -44,6 +45,8 @@ THREAD_JOIN_SECONDS = 10.0
 # Jobs that finished longer ago than this are not asked of Prometheus: its samples are gone (15 days is the
 # default --storage.tsdb.retention.time), and a job DCGM never saw would otherwise be queried every sweep forever.
 DCGM_LOOKBACK_DAYS = 15.0
+# DCGM sweeps closer together than this would only load Prometheus and the ledger (0 was a busy loop).
+MIN_INTERVAL_SECONDS = 1.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -52,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--prometheus-url", help="Prometheus that scrapes the DCGM exporter, e.g. http://prometheus:9090")
     p.add_argument("--kube", action="store_true", help="watch pods (needs vramfit[kube] and cluster access)")
     p.add_argument("--namespace", help="watch only this namespace")
-    p.add_argument("--interval-seconds", type=float, default=60.0, help="time between DCGM sweeps (s)")
+    p.add_argument("--interval-seconds", type=float, default=60.0,
+                   help=f"time between DCGM sweeps (s, at least {MIN_INTERVAL_SECONDS:g}; default 60)")
     p.add_argument("--dcgm-lookback-days", type=float, default=DCGM_LOOKBACK_DAYS,
                    help="ask Prometheus only about jobs that finished within this many days (its retention; "
                         f"default {DCGM_LOOKBACK_DAYS:g})")
@@ -124,8 +128,8 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
         return problem
     if args.serve_port is None and (args.tls_cert or args.tls_key or args.token_file):
         return "vramfit collect: --tls-cert, --tls-key and --token-file go with --serve-port"
-    return port_problem(args.serve_port, "--serve-port", "collect") or tls_pair_problem(args.tls_cert, args.tls_key,
-                                                                                      "collect")
+    return (seconds_problem(args.interval_seconds, "--interval-seconds", "collect", MIN_INTERVAL_SECONDS)
+            or port_problem(args.serve_port, "--serve-port", "collect") or tls_problem(args, "collect"))
 
 
 def _server_app(args: argparse.Namespace, ledger: Any) -> tuple[Any, Callable[[Any], object]]:
@@ -133,7 +137,7 @@ def _server_app(args: argparse.Namespace, ledger: Any) -> tuple[Any, Callable[[A
     from scheduler.integrations.metrics import Metrics
     from scheduler.integrations.server import ServerSettings, create_app, store_actual
 
-    settings = ServerSettings(token=read_token(args.token_file, "collect"), version=package_version())
+    settings = ServerSettings(token=read_token(args.token_file), version=package_version())
     metrics = Metrics(version=settings.version)
 
     def sink(actual: Any) -> object:

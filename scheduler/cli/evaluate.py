@@ -31,9 +31,12 @@ def load_runs(paths: list[str]):  # type: ignore[no-untyped-def]
     for path in paths:
         try:
             text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             raise SpecError.one("--runs", f"cannot read {path}: {exc}") from None
         runs += parse_runs(text, source=path)
+    if not runs:
+        raise SpecError.one("--runs", f"no reference runs in {', '.join(paths)}",
+                            "give a JSONL file with one reference run per line")
     return runs
 
 
@@ -42,7 +45,13 @@ def run(args: argparse.Namespace) -> int:
     unknown = qualities - {"high", "medium", "low"}
     if unknown:
         raise SpecError.one("--quality", f"unknown quality {sorted(unknown)}", "use high, medium and/or low")
+    if not qualities:
+        raise SpecError.one("--quality", f"selects no quality; got {args.quality!r}", "use high, medium and/or low")
     runs = load_runs(args.runs)
+    if not any(r.quality in qualities for r in runs):
+        found = ", ".join(sorted({r.quality for r in runs}))
+        raise SpecError.one("--quality", f"none of the {len(runs)} runs has quality {', '.join(sorted(qualities))} "
+                            f"(they have {found})", f"use --quality {found}")
     ev = evaluate(select_runs(runs, qualities))
     runtime = evaluate_runtime(r for r in runs if r.quality in qualities)
     side = residual_side_by_side(runs, qualities, args.cv)

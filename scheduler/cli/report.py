@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from predictors.accuracy import ape_summary
+from scheduler.cli import check_output_file
 from scheduler.cli.serve import DEFAULT_LEDGER, open_ledger_for
 
 # (name, predicted field of the decision, measured field of the merged actual): like with like.
@@ -108,7 +109,9 @@ def _report(args: argparse.Namespace) -> int:
     if not Path(args.ledger).exists():
         print(f"vramfit report: no ledger at {args.ledger} (give --ledger PATH)", file=sys.stderr)
         return 2
-    ledger = open_ledger_for("report", args.ledger)
+    if args.export is not None:
+        check_output_file(args.export, "--export")
+    ledger = open_ledger_for("report", args.ledger, read_only=True)  # a report never creates or migrates one
     if ledger is None:
         return 2
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from predictors.errors import SpecError
+from scheduler.cli import validation_problems
 from scheduler.cli.server_common import (
     DEFAULT_LEDGER,
     add_prune_argument,
@@ -28,7 +29,7 @@ from scheduler.cli.server_common import (
     read_token,
     run_http_server,
     start_pruner,
-    tls_pair_problem,
+    tls_problem,
 )
 from scheduler.integrations.forwarder import DEFAULT_CAPACITY
 from scheduler.spec.yamltext import YAML_ERRORS, safe_load
@@ -67,14 +68,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def admission_settings(args: argparse.Namespace) -> Any:
     from pydantic import ValidationError
 
-    from predictors.spec import problems_from_validation
     from scheduler.integrations.admission import AdmissionSettings
 
     data: dict[str, Any] = {}
     if args.settings is not None:
         try:
             loaded = safe_load(args.settings.read_text(encoding="utf-8")) or {}
-        except (OSError, *YAML_ERRORS) as exc:
+        except (OSError, UnicodeDecodeError, *YAML_ERRORS) as exc:
             raise SpecError.one("--settings", f"cannot read {args.settings}: {exc}") from None
         if not isinstance(loaded, dict):
             raise SpecError.one("--settings", "must be a mapping of admission settings")
@@ -86,7 +86,8 @@ def admission_settings(args: argparse.Namespace) -> Any:
     try:
         return AdmissionSettings.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(problems_from_validation(exc, prefix="settings"), source=str(args.settings or "")) from None
+        raise SpecError(validation_problems(exc, AdmissionSettings, prefix="settings"),
+                        source=str(args.settings or "")) from None
 
 
 def build_app(args: argparse.Namespace, ledger: Any, forwarder: Any = None) -> Any:
@@ -138,12 +139,12 @@ def make_forwarder(args: argparse.Namespace) -> Any:
 
     if not args.ledger_url:
         return None
-    return DecisionForwarder(args.ledger_url, token=read_token(args.ledger_token_file, flag="ledger token file"),
+    return DecisionForwarder(args.ledger_url, token=read_token(args.ledger_token_file, "--ledger-token-file"),
                              ca_file=args.ledger_ca_file, capacity=args.forward_queue_size)
 
 
 def _argument_problem(args: argparse.Namespace) -> str | None:
-    problem = port_problem(args.port, "--port", "serve") or tls_pair_problem(args.tls_cert, args.tls_key, "serve")
+    problem = port_problem(args.port, "--port", "serve") or tls_problem(args, "serve")
     if problem:
         return problem
     if args.prune_unjoined_days is not None and not args.ledger:

@@ -1,4 +1,5 @@
-"""What ``vramfit serve`` and ``vramfit collect`` share: the ledger, the token, and running the HTTP(S) server.
+"""What ``vramfit serve`` and ``vramfit collect`` share: the ledger, the token, and running the HTTP(S) server
+(and, with ``vramfit calibrate``, turning SIGTERM into an exception that unwinds cleanly).
 
 Not a subcommand (it is not listed in ``scheduler.cli.COMMANDS``).
 """
@@ -10,12 +11,17 @@ import math
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from predictors.errors import SpecError
+
 DEFAULT_LEDGER = "vramfit-ledger.sqlite"
+# How often the TLS files may be checked at most: a file stat, but 0 or less would be a busy loop.
+MIN_TLS_RELOAD_SECONDS = 0.1
 
 
 def package_version() -> str:
@@ -25,24 +31,30 @@ def package_version() -> str:
         return "unknown"
 
 
-def open_ledger_for(command: str, location: str) -> Any:
-    """Open the ledger, or print why not (prefixed by the command) and return None."""
+def open_ledger_for(command: str, location: str, read_only: bool = False) -> Any:
+    """Open the ledger (``read_only``: an existing one, never written), or print why not (prefixed by the
+    command) and return None."""
     from scheduler.integrations.ledger import LedgerError, open_ledger
 
     try:
-        return open_ledger(location)
+        return open_ledger(location, read_only=read_only)
     except LedgerError as exc:
         print(f"vramfit {command}: {exc}", file=sys.stderr)
         return None
 
 
-def read_token(path: Path | None, command: str = "serve", flag: str = "token file") -> str | None:
-    """The bearer token in ``path`` (stripped), None without a path; exits when the file is empty."""
+def read_token(path: Path | None, flag: str = "--token-file") -> str | None:
+    """The bearer token in ``path`` (stripped), None without a path; a missing, unreadable or empty file is an
+    input error naming ``flag``."""
     if path is None:
         return None
-    token = path.read_text().strip()
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        raise SpecError.one(flag, f"cannot read the token file {path}: {why}") from None
     if not token:
-        raise SystemExit(f"vramfit {command}: the {flag} {path} is empty")
+        raise SpecError.one(flag, f"the token file {path} is empty", "write the bearer token into it")
     return token
 
 
@@ -59,6 +71,14 @@ def days_problem(days: float | None, flag: str, command: str) -> str | None:
     return None
 
 
+def seconds_problem(seconds: float, flag: str, command: str, minimum: float) -> str | None:
+    """Why ``seconds`` given to ``flag`` (a period: how often something is checked) is not a finite number of
+    seconds of at least ``minimum`` (0 or less would check in a busy loop), or ``None``."""
+    if not (math.isfinite(seconds) and seconds >= minimum):
+        return f"vramfit {command}: {flag} must be a number of seconds, at least {minimum:g}; got {seconds:g}"
+    return None
+
+
 def start_pruner(ledger: Any, days: float | None) -> Any:
     """The started :class:`LedgerPruner` of ``--prune-unjoined-days`` (None without it)."""
     from scheduler.integrations.ledger import LedgerPruner
@@ -69,12 +89,21 @@ def start_pruner(ledger: Any, days: float | None) -> Any:
 def add_tls_arguments(p: argparse.ArgumentParser, cert: str = "--tls-cert", key: str = "--tls-key") -> None:
     p.add_argument(cert, type=Path, help="PEM certificate (reloaded when the file changes); plain HTTP without it")
     p.add_argument(key, type=Path, help=f"PEM private key of {cert}")
-    p.add_argument("--tls-reload-seconds", type=float, default=5.0, help="how often to check the TLS files (s)")
+    p.add_argument("--tls-reload-seconds", type=float, default=5.0,
+                   help=f"how often to check the TLS files (s, at least {MIN_TLS_RELOAD_SECONDS:g}; default 5)")
 
 
-def tls_pair_problem(cert: Path | None, key: Path | None, command: str) -> str | None:
+def tls_problem(args: argparse.Namespace, command: str) -> str | None:
+    """Why the TLS flags of :func:`add_tls_arguments` cannot serve (one file without the other, a missing file, a
+    pair that does not load, a reload period that is not a positive time), or ``None``: checked before the
+    server starts, so a typo is a message, not a traceback."""
+    return (seconds_problem(args.tls_reload_seconds, "--tls-reload-seconds", command, MIN_TLS_RELOAD_SECONDS)
+            or _tls_pair_problem(args.tls_cert, args.tls_key, command))
+
+
+def _tls_pair_problem(cert: Path | None, key: Path | None, command: str) -> str | None:
     """Why ``--tls-cert``/``--tls-key`` cannot serve (one without the other, a missing file, a pair that does
-    not load), or ``None``: checked before the server starts, so a typo is a message, not a traceback."""
+    not load), or ``None``."""
     if (cert is None) != (key is None):
         return f"vramfit {command}: give both --tls-cert and --tls-key, or neither"
     if cert is None or key is None:
@@ -97,12 +126,27 @@ def port_problem(port: int | None, flag: str, command: str) -> str | None:
     return None
 
 
-class _Terminated(Exception):
-    """SIGTERM arrived and uvicorn has shut down gracefully."""
+class Terminated(Exception):
+    """SIGTERM arrived (in :func:`sigterm_raises`)."""
 
 
 def _terminated(signum: int, frame: object) -> None:
-    raise _Terminated
+    raise Terminated
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """In the main thread, SIGTERM raises :class:`Terminated` inside the block (instead of ending the process
+    there and then), so that the code unwinding it can clean up: stop threads, close the ledger, kill child
+    processes. Elsewhere (signal handlers belong to the main thread) it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:  # None: the previous handler was not set from Python (the default is what such processes have)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def run_http_server(app: Any, host: str, port: int, tls_cert: Path | None, tls_key: Path | None,
@@ -119,20 +163,17 @@ def run_http_server(app: Any, host: str, port: int, tls_cert: Path | None, tls_k
 
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
     reloader = None
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     try:
-        if tls_cert is not None:
-            config.load()
-            reloader = CertReloader(str(tls_cert), str(tls_key), tls_reload_seconds)
-            config.ssl = reloader.context  # uvicorn serves this context; the reloader updates it in place
-            reloader.start()
-        uvicorn.Server(config).run()
-    except _Terminated:
+        with sigterm_raises():
+            if tls_cert is not None:
+                config.load()
+                reloader = CertReloader(str(tls_cert), str(tls_key), tls_reload_seconds)
+                config.ssl = reloader.context  # uvicorn serves this context; the reloader updates it in place
+                reloader.start()
+            uvicorn.Server(config).run()
+    except Terminated:
         pass
     finally:
-        if main_thread and previous is not None:
-            signal.signal(signal.SIGTERM, previous)
         if reloader is not None:
             reloader.stop()
         if on_exit is not None:

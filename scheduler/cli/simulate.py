@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from predictors.errors import SpecError
+from scheduler.cli import check_output_folder
 from scheduler.pools import default_pools, load_pools
 from scheduler.simulate.engine import simulate
 from scheduler.simulate.policies import POLICY_NAMES, make_policy
@@ -117,6 +118,10 @@ def _progress_bar(total: int, enabled: bool) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.seed < 0:
+        raise SpecError.one("--seed", f"must be a non-negative integer; got {args.seed}")
+    if args.out:
+        check_output_folder(Path(args.out), "--out")  # before the simulation, not after it
     started = time.perf_counter()
     scenario, meta = build_scenario(args)
     built = time.perf_counter()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from predictors.errors import SpecError
+from scheduler.cli import check_output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -79,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     for flag, coverage in (("--coverage", args.coverage), ("--runtime-coverage", args.runtime_coverage)):
         if not 0 < coverage < 1:
             raise SpecError.one(flag, f"must be between 0 and 1; got {coverage}")
+    check_output_file(args.out, "--out")  # before the fit, not after it
+    if args.runtime_out is not None:
+        check_output_file(args.runtime_out, "--runtime-out")
     runs, ledger = _read(args.runs, "--runs"), _read(args.ledger, "--ledger")
     try:
         model, metadata = train(runs, ledger, cv_source=not args.no_cv, coverage=args.coverage)

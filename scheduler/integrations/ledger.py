@@ -294,7 +294,7 @@ class SqliteLedger(Ledger):
     def __init__(self, path: str | Path, migrations: Sequence[str] = MIGRATIONS, read_only: bool = False) -> None:
         """Open (creating or migrating) the ledger at ``path``; with ``read_only``, read an existing ledger of
         this schema version without writing to it at all (no journal-mode change, no migration): what
-        ``vramfit train --ledger`` does with a copy of a live ledger."""
+        ``vramfit train --ledger`` does with a copy of a live ledger, and ``vramfit report`` with any."""
         self.path = str(path)
         self._lock = threading.Lock()
         try:
@@ -303,7 +303,8 @@ class SqliteLedger(Ledger):
                 version = self.schema_version
                 if version != len(migrations):
                     self._db.close()
-                    hint = ("open it once with `vramfit report --ledger` to bring it to this version"
+                    hint = ("let `vramfit serve --ledger` or `vramfit collect --ledger` open it once to bring it "
+                            "to this version"
                             if 0 < version < len(migrations) else "give the file `vramfit serve --ledger` writes")
                     raise LedgerError(f"{self.path} is not a vramfit ledger of this version (schema version "
                                       f"{version}, this vramfit reads {len(migrations)}): {hint}")
@@ -573,11 +574,12 @@ class LedgerPruner(PeriodicCheck):
         return result
 
 
-def open_ledger(location: str | Path) -> Ledger:
-    """Open the ledger at ``location``: a file path (SQLite). Other schemes can be added here."""
+def open_ledger(location: str | Path, read_only: bool = False) -> Ledger:
+    """Open the ledger at ``location``: a file path (SQLite). Other schemes can be added here. ``read_only``
+    reads an existing ledger of this version and never writes (creates, migrates) the file."""
     text = str(location)
     if text.startswith("sqlite:///"):
         text = text[len("sqlite:///"):]
     elif "://" in text:
         raise LedgerError(f"unsupported ledger location {text!r}: give a file path (SQLite)")
-    return SqliteLedger(text)
+    return SqliteLedger(text, read_only=read_only)

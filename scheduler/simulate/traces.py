@@ -56,6 +56,8 @@ def _open(path: Path, what: str, flag: str) -> str:
     except OSError as exc:
         raise SpecError.one(flag, f"cannot read {what} {path}: {exc.strerror or exc}",
                             f"pass {flag} with the right path") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError.one(flag, f"cannot read {what} {path}: {exc}", f"pass {flag} a UTF-8 text file") from None
 
 
 def read_trace(name: str, traces_dir: Path | None = None) -> TraceJobs:

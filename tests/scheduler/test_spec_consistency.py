@@ -114,3 +114,18 @@ def test_a_config_beyond_any_model_is_refused() -> None:
     with pytest.raises(SpecError) as caught:
         predict(parse_training_spec({"model": {"config": config}}))
     assert "`model.config` describes 8e+24 parameters, beyond any trainable model" in str(caught.value)
+
+
+def test_lora_targets_that_match_no_layer_are_refused() -> None:
+    with pytest.raises(SpecError) as caught:
+        predict(spec(method="lora", lora={"target_modules": ["foo", "bar"]}))
+    assert "`lora.target_modules` match no linear layer of this llama model" in str(caught.value)
+    assert predict(spec(method="lora", lora={"target_modules": ["q_proj", "foo"]})).vram.params_trainable > 0
+
+
+def test_an_unknown_family_is_sized_generically_and_says_so() -> None:
+    config = {"model_type": "rwkv", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "intermediate_size": 512, "vocab_size": 1000}
+    notes = predict(parse_training_spec({"model": {"config": config}})).vram.notes
+    assert any("model_type 'rwkv' is not a family vramfit knows" in n for n in notes)
+    assert not predict(spec()).vram.notes
