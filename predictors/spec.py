@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from predictors.errors import FieldProblem, SpecError
+from predictors.hardware import lookup_gpu
 from predictors.units import QuantityError, parse_count, parse_float_count
 
 Task = Literal["causal-lm", "masked-lm", "seq-classification", "token-classification"]
@@ -239,9 +240,19 @@ class TrainingSpec(BaseModel):
 
     @field_validator("gpu", mode="before")
     @classmethod
-    def _gpu_unknown(cls, value: Any) -> Any:
+    def _gpu_known(cls, value: Any) -> Any:
+        """A catalog GPU, checked here so that every reader (parse, the webhook) refuses an unknown one as the
+        predictor would; the name is kept as written (the catalog resolves aliases such as ``H100``)."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # `gpu: 4090`
         if isinstance(value, str) and value.strip().lower() in ("", "unknown", "any"):
             return None
+        if isinstance(value, str):
+            try:
+                lookup_gpu(value)
+            except SpecError as exc:
+                problem = exc.problems[0]
+                raise ValueError(f"{problem.message}; {problem.hint}") from None
         return value
 
     @field_validator("model", mode="before")

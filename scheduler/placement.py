@@ -32,6 +32,7 @@ from scheduler.pools import NodePool, PoolsConfig, usable_memory_bytes
 Objective = Literal["cheapest", "fastest", "cheapest-within-deadline"]
 OBJECTIVES: tuple[str, ...] = ("cheapest", "fastest", "cheapest-within-deadline")
 DEFAULT_HEADROOM_FRACTION = 0.05
+PINNED_ELSEWHERE = "spec pins gpu"  # the reason of a pool whose GPU is not the one the spec pins
 # Sharding modes under which more GPUs do not shrink the per-GPU model states.
 _REPLICATED = ("none", "ddp")
 
@@ -161,7 +162,8 @@ def resolve_model_cached(spec: TrainingSpec, base_dir: Path | None = None) -> Re
 
 
 def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h"
+    hours = seconds / 3600
+    return f"{hours:.1f} h" if hours >= 0.1 else f"{seconds / 60:.1f} min"
 
 
 @dataclass(frozen=True)
@@ -255,7 +257,7 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
         usable[i] = usable_memory_bytes(facts.memory_bytes, headroom)
         links[i] = facts.links
         if spec.gpu is not None and lookup_gpu(spec.gpu).name != pool.gpu:
-            done[i] = PoolOption(pool, False, f"spec pins gpu {spec.gpu}; pool has {pool.gpu}", usable[i]), None
+            done[i] = PoolOption(pool, False, f"{PINNED_ELSEWHERE} {spec.gpu}; pool has {pool.gpu}", usable[i]), None
             continue
         counts[i] = candidate_gpu_counts(spec, pool, keep_growing=deadline_seconds is not None)
         if not counts[i]:
@@ -334,7 +336,7 @@ def _no_fit_option(spec: TrainingSpec, pool: NodePool, counts: list[int], usable
                      f"{_hours(slow.runtime_seconds)} expected)")
         else:
             takes = f"takes {_hours(slow.runtime_seconds)}"
-        reason = (f"fits on {slow.gpus} GPUs but {takes} > deadline "
+        reason = (f"fits on {slow.gpus} GPU{'s' if slow.gpus != 1 else ''} but {takes} > deadline "
                   f"{_hours(deadline_seconds)}" + (" even with more GPUs" if len(counts) > 1 else ""))
         return PoolOption(**{**slow.__dict__, "reason": reason})
     n = counts[-1]
@@ -392,6 +394,9 @@ def place(
     if spec.train_tokens is None and spec.steps is None:
         warnings.append("no train_tokens or steps: runtime and cost unknown; ranked by hourly cost"
                         if objective != "fastest" else "no train_tokens or steps: ranked by throughput")
+    if objective != "cheapest-within-deadline" and (deadline_seconds or spec.deadline_seconds):
+        warnings.append(f"a deadline is set but the objective is {objective}: it is not enforced (objective "
+                        "cheapest-within-deadline enforces it)")
     eligible = [o for o in options if o.fits and o.meets_deadline is not False]
     ranked = sorted(eligible, key=lambda o: _rank_key(objective, o))
     rank_of = {o.pool.name: i + 1 for i, o in enumerate(ranked)}

@@ -8,7 +8,7 @@ import math
 
 from predictors.errors import SpecError
 from predictors.units import format_bytes
-from scheduler.placement import DEFAULT_HEADROOM_FRACTION, OBJECTIVES, Decision, place
+from scheduler.placement import DEFAULT_HEADROOM_FRACTION, OBJECTIVES, PINNED_ELSEWHERE, Decision, place
 from scheduler.pools import default_pools, load_pools
 from scheduler.spec import read_jobs
 from scheduler.spec.document import ParsedJob, answer_each
@@ -24,8 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        description=POOLS_HELP)
     p.add_argument("spec", help="TrainingSpec YAML/JSON file or job manifest (- reads standard input)")
     p.add_argument("--pools", help="node pools YAML (default: the embedded pools)")
-    p.add_argument("--objective", choices=OBJECTIVES, default="cheapest")
-    p.add_argument("--deadline-hours", type=float, help="deadline for cheapest-within-deadline (else the spec's)")
+    p.add_argument("--objective", choices=OBJECTIVES,
+                   help="default: cheapest, or cheapest-within-deadline with --deadline-hours")
+    p.add_argument("--deadline-hours", type=float, help="deadline for cheapest-within-deadline (else the spec's); "
+                   "without --objective it selects that objective")
     p.add_argument("--headroom", type=float, help=f"fraction of GPU memory kept free (default "
                    f"{DEFAULT_HEADROOM_FRACTION}, or the pools file's headroom_fraction)")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -50,9 +52,11 @@ def run(args: argparse.Namespace) -> int:
     if args.headroom is not None and not 0 <= args.headroom < 1:
         raise SpecError.one("--headroom", f"must be a fraction in [0, 1); got {args.headroom}")
 
+    objective = args.objective or ("cheapest-within-deadline" if deadline is not None else "cheapest")
+
     def decide(job: ParsedJob) -> Decision:
         try:
-            return place(job.spec, pools, args.objective, deadline, args.headroom, base_dir=job.base_dir)
+            return place(job.spec, pools, objective, deadline, args.headroom, base_dir=job.base_dir)
         except ValueError as exc:
             raise SpecError.one("--objective", str(exc), "add `deadline_seconds` to the spec or pass "
                                 "--deadline-hours") from None
@@ -64,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         for d in decisions:
             print(render_table(d))
-    return 0  # unschedulable is an answer (the `decision` field), not an error
+    # 1 when a job fits no pool (as `vramfit ray submit`), so `vramfit place job.yaml && kubectl apply ...` stops
+    return 1 if any(d.decision != "placed" for d in decisions) else 0
 
 
 def _money(value: float | None) -> str:
@@ -73,6 +78,16 @@ def _money(value: float | None) -> str:
 
 def _hours(value: float | None) -> str:
     return f"{value / 3600:,.1f} h" if value is not None else "-"
+
+
+def _no_fix_hint(d: Decision) -> str:
+    pinned_out = [o for o in d.alternatives if o.reason.startswith(PINNED_ELSEWHERE)]
+    if pinned_out and len(pinned_out) == len(d.alternatives):
+        return ("no pool offers the GPU the spec pins (its `gpu`); remove the pin so every pool is tried, or add a "
+                "pool of that GPU to the pools file")
+    if pinned_out:
+        return "no single change found that fits the pinned GPU; remove the spec's `gpu` so the other pools are tried"
+    return "no single change found that fits; consider a larger GPU pool"
 
 
 def render_table(d: Decision) -> str:
@@ -85,6 +100,9 @@ def render_table(d: Decision) -> str:
                      f"peak {format_bytes(c.peak_vram_bytes or 0)} (upper {format_bytes(c.peak_vram_upper_bytes or 0)})"
                      f" per GPU, {_hours(c.runtime_seconds)}{runtime_upper}, {_money(c.cost_usd)}  "
                      f"[objective: {d.objective}]")
+        if d.waits_for_capacity:
+            lines.append(f"waits for capacity: {c.pool.name} has {c.pool.free_gpus} free GPUs now, the job needs "
+                         f"{c.gpus}")
     else:
         lines.append(f"unschedulable  [objective: {d.objective}]")
     lines.append(f"{'rank':>4s}  {'pool':14s} {'gpu':10s} {'fits':4s} {'gpus':>4s} {'upper/GPU':>11s} "
@@ -101,6 +119,6 @@ def render_table(d: Decision) -> str:
                          f"({s.gpus} x {s.gpu}), {_hours(s.predicted_runtime_seconds)}, "
                          f"{_money(s.predicted_cost_usd)}")
     elif d.decision == "unschedulable":
-        lines.append("no single change found that fits; consider a larger GPU pool")
+        lines.append(_no_fix_hint(d))
     lines += [f"warning: {w}" for w in d.warnings]
     return "\n".join(lines)

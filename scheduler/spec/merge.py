@@ -8,7 +8,9 @@ Sources, later wins, each field recorded with where it came from (``ParsedJob.pr
    in env vars (axolotl / LLaMA-Factory YAML), which the command line overrides;
 2. environment variables the trainers read (accelerate's ``ACCELERATE_*`` / ``FSDP_*``) and the
    conventional ``MODEL_ID``-style names, from the container env and the script's ``export``s;
-3. the annotation ``vramfit.io/spec``: a (partial) TrainingSpec in YAML, the explicit way.
+3. the annotation ``vramfit.io/spec``: a (partial) TrainingSpec in YAML, the explicit way. One exception:
+   the ``gpus`` of a kind whose pods are the trainers (``TRAINING_PODS_KINDS``) is what the pods request,
+   since that is what they get; a different count in the annotation is noted and ignored (``auto`` is kept).
 
 Fields that no source gives fall back to the TrainingSpec defaults and are listed as assumptions.
 """
@@ -38,6 +40,8 @@ from scheduler.spec.trainer_args import (
 from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load, too_long, yaml_error_text
 
 ANNOTATION = "vramfit.io/spec"
+# Kinds whose pods are the training processes, each with the GPUs it requests
+TRAINING_PODS_KINDS = ("Pod", "Job", "JobSet", "PyTorchJob", "TrainJob")
 NO_GPU_REQUEST = "no GPU request in the job"  # provenance of gpus: auto when neither the job nor the annotation sets it
 ANNOTATION_HINT = (
     f'add the annotation {ANNOTATION}: "model: meta-llama/Llama-3.1-8B" (any TrainingSpec '
@@ -135,6 +139,16 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
     stages[2].update(env)
     notes += pin_notes + command.notes
     merged, provenance = _merge(stages, notes)
+    stated = annotation.get("gpus")
+    if (gpus and stated is not None and stated.value not in (gpus, "auto")
+            and w.obj.kind in TRAINING_PODS_KINDS and w.gpus is None):
+        # the pods get the GPUs they request whatever the annotation says; predicting for another count would
+        # size the wrong job (fewer GPUs than the annotation's: more memory per GPU under sharding). Ray is not
+        # among these kinds: its workers take what the trainer asks of the cluster, which the annotation states.
+        notes.append(f"gpus {stated.value} in {ANNOTATION} ignored: the job requests {gpus} GPUs ({gpus_source}), "
+                     "which is what its pods get")
+        merged["gpus"] = stages[0]["gpus"]
+        provenance["gpus"] = stages[0]["gpus"].source
     if "model" not in merged:
         raise w.obj.error(
             dotted(w.annotation_path),

@@ -92,7 +92,7 @@ def test_predict_and_place_do_not_import_scikit_learn() -> None:
         "from scheduler.cli import main\n"
         f"assert main(['predict', {str(REPO / 'examples' / 'llama-3.1-8b-lora.yaml')!r}, '--gpu', 'A100-80GB',"
         " '--format', 'json']) == 0\n"
-        f"assert main(['place', {str(REPO / 'examples' / 'llama-3.1-70b-too-big.yaml')!r}, '--format', 'json']) == 0\n"
+        f"assert main(['place', {str(REPO / 'examples' / 'llama-3.1-70b-too-big.yaml')!r}, '--format', 'json']) == 1\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'skops', 'scipy', 'torch'))\n"
         "print('HEAVY', heavy[:5])\n"
     )

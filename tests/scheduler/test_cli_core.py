@@ -101,9 +101,15 @@ def test_every_failing_document_is_named_and_nothing_is_printed_first(
         command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "multi.yaml"
     spec.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: b}\n---\n"
-                    "model: llama-2-7b\nmethod: lora\n---\nmodel: nope1\n---\nmodel: llama-2-7b\ngpu: H1000\n")
+                    "model: llama-2-7b\nmethod: lora\n---\nmodel: nope1\n---\nmodel: llama-2-7b\ngpus: 3\n"
+                    "tensor_parallel: 3\n")
     assert main([command, str(spec)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""  # the good first spec is not answered half-way
     # documents are counted from 0 in the file, the ConfigMap (which trains nothing) included
-    assert "unknown model 'nope1' (in [2])" in captured.err and "unknown GPU 'H1000' (in [3])" in captured.err
+    assert "unknown model 'nope1' (in [2])" in captured.err
+    assert "must divide the model's 32 attention heads; got 3 (in [3])" in captured.err
+    # an unknown GPU is found when the file is read, before any prediction, naming its document too
+    spec.write_text("model: llama-2-7b\n---\nmodel: llama-2-7b\ngpu: H1000\n")
+    assert main([command, str(spec)]) == 2
+    assert "`[1].gpu` unknown GPU 'H1000'" in capsys.readouterr().err

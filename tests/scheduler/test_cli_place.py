@@ -19,10 +19,35 @@ def test_place_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["predicted_cost_usd"] > 0 and len(out["alternatives"]) == 4
 
 
-def test_place_table_unschedulable_is_an_answer(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["place", str(EXAMPLES / "llama-3.1-70b-too-big.yaml")]) == 0
+def test_place_table_unschedulable_is_an_answer_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    # 1, as `ray submit`: `vramfit place job.yaml && kubectl apply -f job.yaml` stops here
+    assert main(["place", str(EXAMPLES / "llama-3.1-70b-too-big.yaml")]) == 1
     text = capsys.readouterr().out
     assert text.startswith("unschedulable") and "what would fit" in text
+
+
+def test_a_deadline_flag_selects_the_deadline_objective(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["place", str(EXAMPLES / "llama-3.1-8b-lora.yaml"), "--deadline-hours", "1", "--format", "json"])
+    assert json.loads(capsys.readouterr().out)["objective"] == "cheapest-within-deadline"
+    assert main(["place", str(EXAMPLES / "llama-3.1-8b-lora.yaml"), "--deadline-hours", "1", "--objective",
+                 "cheapest", "--format", "json"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    assert any("a deadline is set but the objective is cheapest: it is not enforced" in w for w in warnings)
+
+
+def test_a_pin_no_pool_offers_gets_the_right_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "pinned.yaml"
+    spec.write_text("model: llama-3.1-8b\nmethod: lora\ngpu: RTX-4090\ntrain_tokens: 100M\n")
+    assert main(["place", str(spec)]) == 1
+    assert "no pool offers the GPU the spec pins" in capsys.readouterr().out
+
+
+def test_the_table_says_when_the_job_waits_for_capacity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pools = tmp_path / "pools.yaml"
+    pools.write_text("pools:\n- {name: a, gpu: A100-80GB, gpus_per_node: 8, nodes: 1, price_usd_per_gpu_hour: 1.0, "
+                     "free_gpus: 0}\n")
+    assert main(["place", str(EXAMPLES / "llama-2-7b-lora.yaml"), "--pools", str(pools)]) == 0
+    assert "waits for capacity: a has 0 free GPUs now, the job needs 1" in capsys.readouterr().out
 
 
 def test_place_with_pools_file_and_objective(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -129,3 +129,11 @@ def test_an_unknown_family_is_sized_generically_and_says_so() -> None:
     notes = predict(parse_training_spec({"model": {"config": config}})).vram.notes
     assert any("model_type 'rwkv' is not a family vramfit knows" in n for n in notes)
     assert not predict(spec()).vram.notes
+
+
+def test_the_gpu_is_checked_against_the_catalog_when_the_spec_is_read() -> None:
+    assert spec(gpu=4090).gpu == "4090"  # a YAML number: the catalog knows it as RTX-4090
+    assert predict(spec(gpu=4090)).gpu.name == "RTX-4090"  # type: ignore[union-attr]
+    with pytest.raises(SpecError) as caught:
+        spec(gpu="L40")
+    assert "`spec.gpu` unknown GPU 'L40'; did you mean L40S" in str(caught.value)

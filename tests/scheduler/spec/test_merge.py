@@ -59,7 +59,9 @@ CASES = [
         "annotation vramfit.io/spec",
     ),
     ("env-model-beats-args", {"MODEL_ID": "gpt2-medium"}, None, "model", "gpt2-medium", "env MODEL_ID"),
-    ("annotation-beats-resources", {}, "gpus: 4", "gpus", 4, "annotation vramfit.io/spec"),
+    # the one exception: a pod gets the GPUs it requests, whatever the annotation says (a note says so)
+    ("resources-beat-annotation-gpus", {}, "gpus: 4", "gpus", 2, "pod 1 pod x 2 GPU (nvidia.com/gpu limits)"),
+    ("annotation-gpus-auto-beats-resources", {}, "gpus: auto", "gpus", "auto", "annotation vramfit.io/spec"),
     (
         "annotation-lora-merges-with-args",
         {},
@@ -82,6 +84,11 @@ def test_merge_order(
     assert job.spec.model_dump()[name] == value
     key = "lora.alpha" if name == "lora" else name
     assert job.provenance[key] == source
+
+
+def test_annotation_gpus_that_disagree_with_the_pods_request_are_noted() -> None:
+    job = one_job(pod(ARGS, gpus=2, annotations={"vramfit.io/spec": "gpus: 4"}))
+    assert any(a.startswith("gpus 4 in vramfit.io/spec ignored: the job requests 2 GPUs") for a in job.assumptions)
 
 
 def test_full_method_from_annotation_drops_lora_settings_with_a_note() -> None:
