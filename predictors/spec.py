@@ -84,7 +84,7 @@ PositiveCount = Annotated[int, _count(), Field(gt=0)]
 # terms of the model would turn it into meaningless numbers
 MAX_SEQ_LEN = 2**24
 SeqLen = Annotated[int, _count(binary_k=True), Field(gt=0, le=MAX_SEQ_LEN)]
-Tokens = Annotated[float, BeforeValidator(_float_count), Field(gt=0)]
+Tokens = Annotated[float, BeforeValidator(_float_count), Field(ge=1)]  # at least one token
 
 
 class ModelRef(BaseModel):
@@ -260,6 +260,8 @@ class TrainingSpec(BaseModel):
     def _model_str(cls, value: Any) -> Any:
         if isinstance(value, str) and not value.strip():
             raise ValueError("must name a model")
+        if isinstance(value, str) and value.strip().startswith("hf://"):  # a Kubeflow storageUri, as in TrainJobs
+            return value.strip().removeprefix("hf://")
         return value
 
     @model_validator(mode="after")
@@ -368,6 +370,8 @@ def _problem(err: Any, prefix: str) -> FieldProblem:
             text = "must be a positive integer"
         return FieldProblem(_path(loc, prefix), f"{text}; got {got!r}", _HINTS.get(field_name, ""))
     msg = msg.replace("Value error, ", "").replace("Input should be", "must be")
+    if typ == "model_type" and field_name == "model":  # pydantic names the class: "instance of ModelRef"
+        msg = "must be a model name (a string) or a mapping with name, config, config_path or params"
     shown = f"; got {got!r}" if not isinstance(got, dict | list) and got is not None and "got" not in msg else ""
     return FieldProblem(_path(loc, prefix), f"{msg}{shown}", _HINTS.get(field_name, ""))
 

@@ -101,7 +101,12 @@ GIB = 2**30
 
 
 def format_bytes(n_bytes: float) -> str:
-    """Human form used in tables: GiB with two decimals (or MiB below 1 GiB)."""
+    """Human form used in tables: GiB with two decimals (MiB below 1 GiB, TiB from 10,000 GiB, PiB from 10,000
+    TiB, so absurd sizes stay in the table's columns)."""
+    if abs(n_bytes) >= 10_000 * 2**40:
+        return f"{n_bytes / 2**50:,.1f} PiB"
+    if abs(n_bytes) >= 10_000 * GIB:
+        return f"{n_bytes / 2**40:.2f} TiB"
     if abs(n_bytes) >= GIB:
         return f"{n_bytes / GIB:.2f} GiB"
     return f"{n_bytes / 2**20:.1f} MiB"

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -86,7 +87,14 @@ def validation_problems(exc: ValidationError, model: type[BaseModel], prefix: st
             and p.hint.startswith("remove it; known fields:") else p for p in problems_from_validation(exc, prefix)]
 
 
+def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                    line: str | None = None) -> str:
+    """A warning as the command's user reads it: what and what to do, without the source line that raised it."""
+    return f"vramfit: warning: {message}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    warnings.formatwarning = _format_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -41,7 +41,8 @@ JOBS_HELP = ("job source: generate:N (the default mix, N jobs), philly[:N] or pa
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("simulate", help="what-if simulation of a cluster: cost, OOMs and waits per policy",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=(__doc__ or "").split("\n\n", 1)[-1],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pools", help="node pools YAML (default: the embedded pools)")
     p.add_argument("--jobs", default="generate:10000", help=JOBS_HELP + " (default generate:10000)")
     p.add_argument("--policy", action="append", choices=POLICY_NAMES,

@@ -24,6 +24,7 @@ import numpy as np
 from predictors.errors import SpecError
 from predictors.reference import ReferenceRun, parse_runs
 from predictors.spec import TrainingSpec, parse_training_spec
+from scheduler.placement import resolve_model_cached
 from scheduler.simulate.scenario import TraceJobs
 
 TRACE_FILES: dict[str, str] = {
@@ -133,6 +134,10 @@ def read_specs(path: Path) -> tuple[list[TrainingSpec], list[float | None]]:
                                     f"must be a finite number of seconds >= 0; got {arrival!r}", source=str(path))
             raw = raw["spec"]
         spec = parse_training_spec(raw, source=f"{path}:{lineno}", prefix="spec")
+        try:
+            resolve_model_cached(spec)  # an unknown model named with its line, not later without it
+        except SpecError as exc:
+            raise SpecError(exc.problems, source=f"{path}:{lineno}") from None
         if not isinstance(spec.gpus, int):
             raise SpecError.one(f"line {lineno}: spec.gpus", "must be a number of GPUs for simulation; got 'auto'",
                                 "set gpus to the count the job runs on", str(path))

@@ -134,7 +134,9 @@ def find_parser(doc: dict[str, Any], source: str) -> Parser:
         if same_kind
         else f"supported kinds: {_supported()}; or write a TrainingSpec (with `model:`)"
     )
-    shown = f"{kind!r} (apiVersion {doc.get('apiVersion')!r})" if kind is not None else "none"
+    api = doc.get("apiVersion")
+    shown = (f"{kind!r} ({f'apiVersion {api!r}' if api is not None else 'no apiVersion'})" if kind is not None
+             else "none")
     raise SpecError.one(
         "kind",
         f"{'unsupported kind ' + shown if kind is not None else 'is missing'}",
@@ -178,7 +180,7 @@ def _admission_review(doc: dict[str, Any], source: str, base_dir: Path | None) -
         if exc.problems and exc.problems[0].path == "kind" and len(exc.problems) == 1:
             raise NoTrainingJob(
                 f"AdmissionReview request.object {_describe(obj)}",
-                f"kind {obj.get('kind')!r} (apiVersion {obj.get('apiVersion')!r}) is not a kind "
+                f"kind {obj.get('kind')!r} (apiVersion {obj.get('apiVersion') or 'none'!r}) is not a kind "
                 "vramfit reads",
                 source,
             ) from None

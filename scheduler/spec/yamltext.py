@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 # Nodes that alias uses may add to one document. Far above any real manifest's reuse, far below what
 # exhausts memory (a 10**5-node expansion validates in well under a second).
@@ -157,8 +157,22 @@ def alias_expansion(node: Node, limit: int = MAX_ALIAS_NODES) -> int:
 
 
 class BoundedSafeLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that checks each document's alias expansion before it builds Python objects, and
-    turns an integer too long for Python's ``int`` (more than 4,300 digits) into a YAML error with its line."""
+    """``yaml.SafeLoader`` that checks each document's alias expansion before it builds Python objects, turns an
+    integer too long for Python's ``int`` (more than 4,300 digits) into a YAML error with its line, and refuses a
+    key written twice in one mapping (PyYAML keeps the last silently; kubectl refuses such a manifest)."""
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, MappingNode):  # checked before merge keys (`<<`) are flattened into the mapping
+            seen: dict[tuple[str, str], Node] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                first = seen.setdefault((key_node.tag, key_node.value), key_node)
+                if first is not key_node:
+                    raise ConstructorError("while constructing a mapping", node.start_mark,
+                                           f"found the key {key_node.value!r} twice (first on line "
+                                           f"{first.start_mark.line + 1})", key_node.start_mark)
+        return super().construct_mapping(node, deep)  # type: ignore[no-any-return]
 
     def construct_document(self, node: Node) -> Any:
         alias_expansion(node)

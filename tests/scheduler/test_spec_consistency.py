@@ -137,3 +137,10 @@ def test_the_gpu_is_checked_against_the_catalog_when_the_spec_is_read() -> None:
     with pytest.raises(SpecError) as caught:
         spec(gpu="L40")
     assert "`spec.gpu` unknown GPU 'L40'; did you mean L40S" in str(caught.value)
+
+
+def test_messages_name_no_internal_classes() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_training_spec({"model": 7})
+    assert "ModelRef" not in str(caught.value) and "must be a model name (a string) or a mapping" in str(caught.value)
+    assert parse_training_spec({"model": "hf://meta-llama/Llama-3.1-8B"}).model == "meta-llama/Llama-3.1-8B"

@@ -114,3 +114,12 @@ def test_an_integer_too_long_for_python_is_a_yaml_error_with_its_line() -> None:
                                              "is too long (at most 4,300 digits)")
     assert safe_load("a: 0x" + "f" * 5_000)["a"] == 16**5_000 - 1  # powers of two are not limited by Python
     assert safe_load("a: -1_000\nb: 017\nc: 190:20:30") == {"a": -1000, "b": 15, "c": 685230}  # YAML 1.1 forms
+
+
+def test_a_key_written_twice_is_refused_with_both_lines() -> None:
+    with pytest.raises(yaml.YAMLError) as caught:
+        safe_load("model: llama-3.1-8b\nmethod: lora\nmodel: llama-2-7b\n")
+    assert "found the key 'model' twice (first on line 1)" in str(caught.value) and "line 3" in str(caught.value)
+    # a merge key's values are not duplicates: the mapping's own keys override them, as YAML defines
+    assert safe_load("a: &x {b: 1, c: 2}\nd:\n  <<: *x\n  b: 3\n")["d"] == {"b": 3, "c": 2}
+    assert safe_load("1: a\n'1': b\n") == {1: "a", "1": "b"}  # an int key and a str key are two keys
