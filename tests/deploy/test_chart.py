@@ -414,7 +414,8 @@ def test_namespace_selection(chart: Any) -> None:
 
     assert expressions({}) == [
         {"key": "vramfit.io/enabled", "operator": "In", "values": ["true"]},
-        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["vramfit-system", "kube-system", "cert-manager"]},
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+         "values": ["vramfit-system", "kube-system", "cert-manager"]},
     ]
     custom = {"webhook": {"namespaceSelector": {"labelKey": "example.com/gpu-placement", "labelValue": "on"}}}
     assert expressions(custom)[0] == {"key": "example.com/gpu-placement", "operator": "In", "values": ["on"]}
