@@ -182,10 +182,25 @@ class Architecture:
                 # PEFT's "all-linear": every linear layer except the output layer.
                 hit = tuple(g for g in self.linears if g.role not in ("lm_head", "router"))
             else:
-                wanted = {_ROLE_ALIASES.get(m, m) for m in target_modules}
-                hit = tuple(g for g in self.linears if g.role in wanted)
+                found: list[LinearGroup] = []
+                for name in target_modules:
+                    if name in FUSED_MODULES:
+                        # one adapter on the fused projection (GPT-2 c_attn, Falcon query_key_value): in x the
+                        # parts' outputs together, as the role the parts have in this canonical shape
+                        parts = [g for g in self.linears if g.role in FUSED_MODULES[name]]
+                        if parts:
+                            found.append(LinearGroup(name, parts[0].in_features, sum(g.out_features for g in parts),
+                                                     parts[0].count, expert=parts[0].expert))
+                        continue
+                    roles = _MULTI_ROLE_ALIASES.get(name) or (_ROLE_ALIASES.get(name, name),)
+                    found += [g for g in self.linears if g.role in roles and g not in found]
+                hit = tuple(found)
             memo[key] = hit
         return hit
+
+    def lora_roles(self, target_modules: list[str] | str) -> set[str]:
+        """The canonical roles whose inputs a LoRA adapter on ``target_modules`` reads (fused ones split)."""
+        return {role for g in self.lora_groups(target_modules) for role in FUSED_MODULES.get(g.role, (g.role,))}
 
 
 def saved_module_params(arch: Architecture, modules: list[str]) -> dict[str, int]:
@@ -198,6 +213,15 @@ def saved_module_params(arch: Architecture, modules: list[str]) -> dict[str, int
     return {role: table for role in modules if role in ("embed_tokens", "lm_head")}
 
 
+# Fused projections of other families, which PEFT adapts as one module: their parts in the canonical shape
+# (GPT-2 c_attn, Falcon/BLOOM/GPT-NeoX/ChatGLM query_key_value, Phi-3 qkv_proj and gate_up_proj, Baichuan
+# W_pack, MPT Wqkv).
+FUSED_MODULES: dict[str, tuple[str, ...]] = {
+    "c_attn": ATTENTION_ROLES[:3], "query_key_value": ATTENTION_ROLES[:3], "qkv_proj": ATTENTION_ROLES[:3],
+    "W_pack": ATTENTION_ROLES[:3], "Wqkv": ATTENTION_ROLES[:3], "gate_up_proj": ("gate_proj", "up_proj"),
+}
+# A name that two different layers carry (GPT-2's attention and MLP output projections are both c_proj).
+_MULTI_ROLE_ALIASES: dict[str, tuple[str, ...]] = {"c_proj": ("o_proj", "down_proj")}
 # Other names users write for the roles (HF module names of other families).
 _ROLE_ALIASES = {
     "query": "q_proj", "key": "k_proj", "value": "v_proj", "q": "q_proj", "k": "k_proj", "v": "v_proj",

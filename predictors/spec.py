@@ -16,6 +16,7 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
@@ -233,6 +234,17 @@ class TrainingSpec(BaseModel):
             return "full" if value else "none"
         return value
 
+    @field_validator("offload")
+    @classmethod
+    def _offload_needs_sharding(cls, value: str, info: ValidationInfo) -> str:
+        sharding = info.data.get("sharding")
+        if value == "params+optimizer" and sharding not in PARAM_OFFLOAD_SHARDING and "sharding" in info.data:
+            raise ValueError(
+                f"params+optimizer needs sharding {', '.join(PARAM_OFFLOAD_SHARDING)} (parameter offload is a "
+                f"ZeRO stage 3 / FSDP feature; DeepSpeed ignores offload_param below stage 3); got sharding "
+                f"{sharding or 'unset'}. To fix: set sharding: zero3 or fsdp, or use offload: optimizer")
+        return value
+
     @field_validator("gpus", mode="before")
     @classmethod
     def _gpus_auto(cls, value: Any) -> Any:
@@ -273,11 +285,6 @@ class TrainingSpec(BaseModel):
             raise ValueError("`quantization` is set but method is lora. To fix: use method: qlora")
         if self.method == "full" and self.lora is not None:
             raise ValueError("`lora` settings given but method is full. To fix: set method: lora or qlora")
-        if self.offload == "params+optimizer" and self.sharding not in PARAM_OFFLOAD_SHARDING:
-            raise ValueError(
-                f"offload: params+optimizer needs sharding {', '.join(PARAM_OFFLOAD_SHARDING)} (parameter offload "
-                f"is a ZeRO-3 / FSDP feature); got sharding {self.sharding or 'unset'}. To fix: set sharding: fsdp "
-                "or zero3, or use offload: optimizer")
         if isinstance(self.gpus, int):
             model_parallel = self.tensor_parallel * self.pipeline_parallel * self.context_parallel
             if self.gpus % model_parallel:

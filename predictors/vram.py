@@ -158,8 +158,9 @@ def _task_notes(spec: TrainingSpec, arch: Architecture) -> list[str]:
     if arch.for_task(spec.task) is not arch:
         head = arch.lm_head
         assert head is not None
+        replaced = f"{head.params:,} parameters" if head.params else "tied to the token embedding"
         return [f"task {spec.task}: a {arch.hidden_size} x {CLASSIFICATION_LABELS} classification head replaces the "
-                f"LM head ({head.params:,} parameters)"]
+                f"LM head ({replaced})"]
     if spec.task == "causal-lm" and arch.is_encoder_only:
         return [f"task causal-lm on an encoder-only model ({arch.model_type}): sized as its encoder with a "
                 "vocab-sized output; did you mean masked-lm or a classification task?"]
@@ -585,7 +586,7 @@ def _activations(
     elif lora.target_modules == "all-linear":
         targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     else:
-        targets = {g.role for g in arch.lora_groups(lora.target_modules)}
+        targets = arch.lora_roles(lora.target_modules)
     full = spec.method == "full"
     # residual stream dtype: fp32 under AMP with an fp32 model; FSDP/DeepSpeed mixed precision computes
     # with 16-bit parameters, so the stream stays 16-bit

@@ -23,8 +23,9 @@ node selection is patched; a pinned GPU type no pool offers is only checked for 
 (``kueue_flavor_label_key``; value: the pool's own label under that key, else the pool name), so Kueue
 admits it to that flavor and injects the flavor's labels and tolerations itself. Pods created by a
 controller (an ``ownerReference`` with ``controller: true``) or from a template vramfit already
-annotated, and objects a placed job kind controls (``PLACED_KINDS``), are skipped: their job was placed
-once. Only CREATE is reviewed, never a subresource.
+annotated, and objects a placed job kind controls (``PLACED_KINDS``) whose pod templates carry the decision
+id vramfit wrote into their parent, are skipped: their job was placed once. Only CREATE is reviewed, never a
+subresource.
 
 Failure: an exception inside the review follows ``failure_mode``: ``fail_open`` allows the object
 with a warning, ``fail_closed`` denies it with the error. A GPU job vramfit cannot read (no model
@@ -63,8 +64,8 @@ from .patches import Patch, escape, resolve
 API_VERSION = "admission.k8s.io/v1"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Job kinds placed as a whole: an object one of them controls (a JobSet's Jobs, a TrainJob's JobSet, a
-# RayJob's RayCluster) inherits that placement and is not placed again. The webhooks' matchConditions
-# name the same kinds.
+# RayJob's RayCluster) whose pod templates carry the parent's decision id inherits that placement and is not
+# placed again.
 PLACED_KINDS = frozenset(kind for _, kind in PARSERS if kind != "Pod")
 Webhook = Literal["mutate", "validate"]
 IdFactory = Callable[[str], str]
@@ -284,8 +285,6 @@ class _Review:
         owner = _controller_owner(meta)
         if owner and obj.get("kind") == "Pod":
             return self.skip(f"pod created by {owner[0]} {owner[1]}; its job is placed, not each pod", warn=True)
-        if owner and owner[0] in PLACED_KINDS:  # a JobSet's Jobs, a TrainJob's JobSet, a RayJob's RayCluster
-            return self.skip(f"{obj.get('kind')} created by {owner[0]} {owner[1]}, which is placed as a whole")
         if obj.get("kind") == "Pod":
             annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
             if (self.key("decision-id") in annotations and self.key("pool") not in annotations
@@ -297,22 +296,48 @@ class _Review:
         except NoTrainingJob as exc:
             return self.skip(exc.reason)
         except SpecError as exc:
-            problems = "; ".join(f"`{p.path}` {p.message}" if p.path else p.message for p in exc.problems)
-            hint = next((p.hint for p in exc.problems if p.hint), "")
-            text = f"vramfit cannot size {_describe(obj)}: {problems}" + (f". To fix: {hint}" if hint else "")
-            self.audit["unreadable"] = _clip(text)
-            if self.settings.unreadable_job == "deny" and self.webhook == "validate":
-                return Admission(_deny(self.uid, text, self.audit), outcome="denied")
-            warns = [text] if self.webhook == "validate" else []  # /validate says it; kubectl shows it once
-            return Admission(_allow(self.uid, warnings=warns, audit=self.audit), outcome="allowed")
+            return self.unreadable(obj, exc)
+        placed_by = self.placed_parent(obj, job, owner)
+        if placed_by:
+            return self.skip(placed_by)
         if job.spec.gpus == "auto" and job.provenance.get("gpus") == NO_GPU_REQUEST:
-            return self.skip(f"{job.ref} requests no GPU and its {ANNOTATION} sets no gpus; not placed. Set "
-                             f"gpus in {ANNOTATION} (a count, or auto to let vramfit choose and write it)",
-                             warn=self.webhook == "validate")
-        off_pool = self.unoffered_gpu(job)
-        if off_pool is not None:
-            return self.check_off_pool(job, off_pool)
-        return self.decide(obj, job)
+            where = ("its GPUs are set in its runtime, which the webhook cannot read" if job.kind == "TrainJob"
+                     else f"it requests no GPU and its {ANNOTATION} sets no gpus")
+            return self.skip(f"{job.ref}: {where}; not placed. Set gpus in {ANNOTATION} (a count, or auto to let "
+                             "vramfit choose and write it)", warn=self.webhook == "validate")
+        try:  # a spec the predictor refuses (parallel sizes the model cannot take, ...) is unreadable, not a crash
+            off_pool = self.unoffered_gpu(job)
+            if off_pool is not None:
+                return self.check_off_pool(job, off_pool)
+            return self.decide(obj, job)
+        except SpecError as exc:
+            self.audit.pop("decision-id", None)
+            return self.unreadable(obj, exc)
+
+    def unreadable(self, obj: dict[str, Any], exc: SpecError) -> Admission:
+        """A GPU job vramfit cannot size: ``unreadable_job`` says whether /validate denies it or warns."""
+        problems = "; ".join(f"`{p.path}` {p.message}" if p.path else p.message for p in exc.problems)
+        hint = next((p.hint for p in exc.problems if p.hint), "")
+        text = f"vramfit cannot size {_describe(obj)}: {problems}" + (f". To fix: {hint}" if hint else "")
+        self.audit["unreadable"] = _clip(text)
+        if self.settings.unreadable_job == "deny" and self.webhook == "validate":
+            return Admission(_deny(self.uid, text, self.audit), outcome="denied")
+        warns = [text] if self.webhook == "validate" else []  # /validate says it; kubectl shows it once
+        return Admission(_allow(self.uid, warnings=warns, audit=self.audit), outcome="allowed")
+
+    def placed_parent(self, obj: Mapping[str, Any], job: ParsedJob, owner: tuple[str, str] | None) -> str:
+        """Why an object a job controller made (a JobSet's Jobs, a TrainJob's JobSet, a RayJob's RayCluster) is
+        not placed again: its pod templates carry the decision id vramfit wrote into its parent's. One whose
+        parent vramfit did not place (a TrainJob whose GPUs live in its runtime) is placed itself."""
+        if not owner or owner[0] not in PLACED_KINDS:
+            return ""
+        for t in job.pod_templates:
+            meta = resolve(obj, t.pointer.removesuffix("/spec") + "/metadata") if t.pointer != "/spec" else None
+            annotations = meta.get("annotations") if isinstance(meta, dict) else None
+            if isinstance(annotations, dict) and annotations.get(self.key("decision-id")):
+                return (f"{obj.get('kind')} created by {owner[0]} {owner[1]}, which vramfit placed (decision "
+                        f"{annotations[self.key('decision-id')]})")
+        return ""
 
     def decide(self, obj: dict[str, Any], job: ParsedJob) -> Admission:
         decision_id = self.decision_id(obj)
@@ -413,10 +438,19 @@ class _Review:
         """A job pinned to a GPU type no pool offers: vramfit cannot place it, only check that it fits that GPU
         (the pin is respected). /validate denies it only when even the point prediction does not fit, and warns
         when the upper bound does not; nothing is patched or recorded."""
-        total = job.spec.gpus if isinstance(job.spec.gpus, int) else None
-        per_node = min(total, 8) if total else 8
-        probe = NodePool(name="pinned", gpu=gpu, gpus_per_node=per_node,
-                         nodes=-(-total // per_node) if total else 64, price_usd_per_gpu_hour=1.0,
+        if job.spec.gpus == "auto":  # vramfit would write the GPU count, but it cannot place this job anywhere
+            if self.webhook != "validate":
+                return Admission(_allow(self.uid, audit=self.audit), outcome="allowed")
+            self.audit["decision"] = "unschedulable"
+            offered = ", ".join(sorted({p.gpu for p in self.pools.pools}))
+            text = (f"vramfit: {job.ref} asks vramfit to choose its GPU count (gpus: auto) on {gpu}, which no node "
+                    f"pool offers, so no count can be written. To fix: request the GPUs in the job, or remove the "
+                    f"{gpu} pin so vramfit places it on a pool ({offered})")
+            return Admission(_deny(self.uid, text, self.audit), outcome="denied")
+        total = job.spec.gpus
+        per_node = min(total, 8)
+        probe = NodePool(name="pinned", gpu=gpu, gpus_per_node=per_node, nodes=-(-total // per_node),
+                         price_usd_per_gpu_hour=1.0,
                          price_source="not a vramfit pool: a fit check only")
         decision = self.place(job, [probe])
         self.audit["decision"] = "not-placed"

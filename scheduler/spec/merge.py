@@ -41,7 +41,8 @@ from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load, too_long
 
 ANNOTATION = "vramfit.io/spec"
 # Kinds whose pods are the training processes, each with the GPUs it requests
-TRAINING_PODS_KINDS = ("Pod", "Job", "JobSet", "PyTorchJob", "TrainJob")
+# (not a TrainJob: its node count may be a default standing in for a runtime the webhook cannot read)
+TRAINING_PODS_KINDS = ("Pod", "Job", "JobSet", "PyTorchJob")
 NO_GPU_REQUEST = "no GPU request in the job"  # provenance of gpus: auto when neither the job nor the annotation sets it
 ANNOTATION_HINT = (
     f'add the annotation {ANNOTATION}: "model: meta-llama/Llama-3.1-8B" (any TrainingSpec '
@@ -273,7 +274,7 @@ def _inline_configs(env: Mapping[str, str], where: str, budget: TextBudget) -> R
             notes.append(note)
             continue
         try:
-            data = safe_load(value)
+            data = safe_load(value, unique_keys=False)  # as the trainer reads it
         except YAML_ERRORS:
             continue
         if looks_like_trainer_config(data):

@@ -379,12 +379,19 @@ def _zero_sharding(stage: Any) -> str | None:
     return {"0": "ddp", "1": "zero1", "2": "zero2", "3": "zero3"}.get(str(stage).strip())
 
 
-def _offload_devices(optimizer: Any, param: Any) -> str | None:
+def _offload_devices(optimizer: Any, param: Any, sharding: Setting | None = None,
+                     notes: list[str] | None = None) -> str | None:
+    """The offload DeepSpeed does: parameters only at ZeRO stage 3 (below it DeepSpeed ignores offload_param,
+    noted), the optimizer at any stage."""
     def on(device: Any) -> bool:
         return str(device).lower() in ("cpu", "nvme")
 
     if on(param):
-        return "params+optimizer"
+        if sharding is None or sharding.value == "zero3":
+            return "params+optimizer"
+        if notes is not None:
+            notes.append(f"offload_param ignored: DeepSpeed offloads parameters only at ZeRO stage 3 ({sharding.value} "
+                         f"from {sharding.source})")
     return "optimizer" if on(optimizer) else None
 
 
@@ -434,6 +441,7 @@ def _resolve_deepspeed(
         off = _offload_devices(
             (section.get("offload_optimizer") or {}).get("device"),
             (section.get("offload_param") or {}).get("device"),
+            out.get("sharding"), notes,
         )
         if off:
             _put(out, "offload", off, zero)
@@ -444,7 +452,8 @@ def _resolve_deepspeed(
         _put(out, "sharding", "zero2", use)
         notes.append(f"{use.source} without a ZeRO stage: accelerate's default stage 2 assumed")
     opt, par = raw.get("_offload_optimizer"), raw.get("_offload_param")
-    if (opt or par) and (off := _offload_devices(opt.value if opt else None, par.value if par else None)):
+    if (opt or par) and (off := _offload_devices(opt.value if opt else None, par.value if par else None,
+                                                 out.get("sharding"), notes)):
         _put(out, "offload", off, par if off == "params+optimizer" else opt)
 
 
@@ -508,7 +517,7 @@ def _load_mapping(text: str) -> dict[str, Any] | None:
     heredoc wrote in every one of a thousand commands, and each parse of 64 KiB of YAML takes about 0.5 s.
     Callers only read the result."""
     try:
-        data = json.loads(text) if text.lstrip().startswith("{") else safe_load(text)
+        data = json.loads(text) if text.lstrip().startswith("{") else safe_load(text, unique_keys=False)
     except (ValueError, *YAML_ERRORS):
         return None
     return data if isinstance(data, dict) else None
@@ -858,6 +867,7 @@ def read_torchtune(tokens: Sequence[str], where: str) -> Reading:
     out: Settings = {}
     notes: list[str] = []
     label = f"torchtune {recipe} --config {config}".strip()
+    recipe = PurePosixPath(recipe).stem if recipe.endswith(".py") else recipe  # a copied recipe (`tune cp`)
     if recipe.startswith("full_finetune"):
         out["method"] = Setting("full", f"torchtune recipe {recipe}", where)
     elif recipe.startswith("lora_finetune"):

@@ -156,26 +156,43 @@ def alias_expansion(node: Node, limit: int = MAX_ALIAS_NODES) -> int:
     return added
 
 
+def duplicate_key(node: Node) -> tuple[str, Node] | None:
+    """A key written twice in one mapping of the document under ``node`` (what, and the second key), or None.
+    Checked on the node tree as the parser built it, before merge keys (``<<``) are flattened into the mappings
+    that use them (a mapping's own key overriding a merged one is YAML, not a duplicate); each node once."""
+    seen_nodes: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen_nodes:
+            continue
+        seen_nodes.add(id(n))
+        if isinstance(n, MappingNode):
+            keys: dict[tuple[str, str], Node] = {}
+            for key_node, value_node in n.value:
+                stack += [key_node, value_node]
+                if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                first = keys.setdefault((key_node.tag, key_node.value), key_node)
+                if first is not key_node:
+                    return (f"the key {key_node.value!r} is written twice in one mapping (first on line "
+                            f"{first.start_mark.line + 1})"), key_node
+        elif isinstance(n, SequenceNode):
+            stack += n.value
+    return None
+
+
 class BoundedSafeLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that checks each document's alias expansion before it builds Python objects, turns an
     integer too long for Python's ``int`` (more than 4,300 digits) into a YAML error with its line, and refuses a
     key written twice in one mapping (PyYAML keeps the last silently; kubectl refuses such a manifest)."""
 
-    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
-        if isinstance(node, MappingNode):  # checked before merge keys (`<<`) are flattened into the mapping
-            seen: dict[tuple[str, str], Node] = {}
-            for key_node, _ in node.value:
-                if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                first = seen.setdefault((key_node.tag, key_node.value), key_node)
-                if first is not key_node:
-                    raise ConstructorError("while constructing a mapping", node.start_mark,
-                                           f"found the key {key_node.value!r} twice (first on line "
-                                           f"{first.start_mark.line + 1})", key_node.start_mark)
-        return super().construct_mapping(node, deep)  # type: ignore[no-any-return]
+    unique_keys = True
 
     def construct_document(self, node: Node) -> Any:
         alias_expansion(node)
+        if self.unique_keys and (duplicate := duplicate_key(node)) is not None:
+            raise ConstructorError(None, None, duplicate[0], duplicate[1].start_mark)
         return super().construct_document(node)
 
     def construct_bounded_int(self, node: Node) -> int:
@@ -190,9 +207,16 @@ class BoundedSafeLoader(yaml.SafeLoader):
 BoundedSafeLoader.add_constructor("tag:yaml.org,2002:int", BoundedSafeLoader.construct_bounded_int)
 
 
-def safe_load(text: str) -> Any:
-    """``yaml.safe_load`` with the alias cap."""
-    return yaml.load(text, Loader=BoundedSafeLoader)
+class TrainerConfigLoader(BoundedSafeLoader):
+    """For the trainer configs vramfit reads out of a job (axolotl, LLaMA-Factory, DeepSpeed): the trainer reads
+    them with PyYAML, where a repeated key's last value wins, so vramfit reads them the same way."""
+
+    unique_keys = False
+
+
+def safe_load(text: str, unique_keys: bool = True) -> Any:
+    """``yaml.safe_load`` with the alias cap; a key written twice is an error unless not ``unique_keys``."""
+    return yaml.load(text, Loader=BoundedSafeLoader if unique_keys else TrainerConfigLoader)
 
 
 def safe_load_all(text: str) -> list[Any]:

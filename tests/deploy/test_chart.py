@@ -428,7 +428,7 @@ def test_namespace_selection(chart: Any) -> None:
 def test_match_conditions(chart: Any) -> None:
     hook = only(render(chart, {}), "ValidatingWebhookConfiguration")["webhooks"][0]
     assert [c["name"] for c in hook["matchConditions"]] == ["pods-requesting-gpus", "batch-jobs-requesting-gpus",
-                                                            "not-created-by-a-placed-job"]
+                                                            "not-a-controllers-pod", "not-a-job-of-a-placed-jobset"]
     shipped = load_documents((Path(__file__).resolve().parents[2] / "deploy" / "60-webhooks.yaml").read_text())
     assert hook["matchConditions"] == next(d for d in shipped if d["kind"] == "ValidatingWebhookConfiguration")[
         "webhooks"][0]["matchConditions"]  # the chart and deploy/ send the webhook the same objects

@@ -35,8 +35,11 @@ def owned_by(kind: str) -> dict[str, Any]:
     return {"ownerReferences": [{"apiVersion": "x/v1", "kind": kind, "name": "p", "uid": "u", "controller": True}]}
 
 
-def job(limits: dict[str, str] | None) -> dict[str, Any]:
-    return {"template": {"spec": pod_spec(limits)}}
+def job(limits: dict[str, str] | None, decision_id: str | None = None) -> dict[str, Any]:
+    template: dict[str, Any] = {"spec": pod_spec(limits)}
+    if decision_id:
+        template["metadata"] = {"annotations": {"vramfit.io/decision-id": decision_id}}
+    return {"template": template}
 
 
 CASES = [
@@ -49,13 +52,14 @@ CASES = [
     ("batch", "jobs", {"metadata": {}, "spec": job(GPU)}, True),
     ("batch", "jobs", {"metadata": {}, "spec": job(CPU)}, False),
     ("batch", "jobs", {"metadata": ANNOTATED, "spec": job(CPU)}, True),
-    ("batch", "jobs", {"metadata": owned_by("JobSet"), "spec": job(GPU)}, False),  # placed with its JobSet
-    ("batch", "jobs", {"metadata": owned_by("CronJob"), "spec": job(GPU)}, True),  # a CronJob is not placed
+    ("batch", "jobs", {"metadata": owned_by("JobSet"), "spec": job(GPU, "abc-123")}, False),  # placed with its JobSet
+    ("batch", "jobs", {"metadata": owned_by("JobSet"), "spec": job(GPU)}, True),  # its JobSet was not placed
+    ("batch", "jobs", {"metadata": owned_by("CronJob"), "spec": job(GPU, "abc-123")}, True),  # not a JobSet's
     ("batch.volcano.sh", "jobs", {"metadata": {}, "spec": {"tasks": [{"template": {"spec": pod_spec(CPU)}}]}},
      True),
     ("ray.io", "rayjobs", {"metadata": {}, "spec": {"rayClusterSpec": {}}}, True),
-    ("ray.io", "rayclusters", {"metadata": owned_by("RayJob"), "spec": {}}, False),
-    ("jobset.x-k8s.io", "jobsets", {"metadata": owned_by("TrainJob"), "spec": {}}, False),
+    ("ray.io", "rayclusters", {"metadata": owned_by("RayJob"), "spec": {}}, True),  # the webhook looks inside
+    ("jobset.x-k8s.io", "jobsets", {"metadata": owned_by("TrainJob"), "spec": {}}, True),
     ("kubeflow.org", "pytorchjobs", {"metadata": {}, "spec": {"pytorchReplicaSpecs": {}}}, True),
 ]
 
@@ -75,11 +79,3 @@ def test_match_conditions(kind: str, group: str, resource: str, obj: dict[str, A
     ]
     assert all(results) is sent
 
-
-def test_the_owner_condition_names_the_kinds_the_webhook_places_as_a_whole() -> None:
-    from scheduler.integrations.admission import PLACED_KINDS
-
-    config = next(d for d in load_documents(WEBHOOKS.read_text()) if d["kind"] == "MutatingWebhookConfiguration")
-    (condition,) = [c for c in config["webhooks"][0]["matchConditions"] if c["name"] == "not-created-by-a-placed-job"]
-    listed = condition["expression"].split("o.kind in [")[1].split("]")[0]
-    assert {k.strip(" '") for k in listed.split(",")} == PLACED_KINDS

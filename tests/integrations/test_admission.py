@@ -279,18 +279,39 @@ def owned(obj: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
     return obj
 
 
-@pytest.mark.parametrize(("child", "parent"), [
+def with_decision_id(obj: dict[str, Any], decision_id: str = "abc-123") -> dict[str, Any]:
+    """``obj`` with the decision id in each GPU pod template's annotations, as its placed parent's patch left it."""
+    from scheduler.spec.registry import parse_object
+
+    for t in parse_object(obj, "test", None).pod_templates:
+        parent = at(obj, t.pointer.removesuffix("/spec"))
+        parent.setdefault("metadata", {}).setdefault("annotations", {})["vramfit.io/decision-id"] = decision_id
+    return obj
+
+
+PARENTS = [
     (batch_job, ("jobset.x-k8s.io/v1alpha2", "JobSet")),
     (jobset, ("trainer.kubeflow.org/v1alpha1", "TrainJob")),
     (raycluster, ("ray.io/v1", "RayJob")),
-])
+]
+
+
+@pytest.mark.parametrize(("child", "parent"), PARENTS)
 def test_objects_a_placed_job_creates_are_not_placed_again(child: Any, parent: tuple[str, str]) -> None:
     # Even one that alone would fit no pool: its parent's placement (on the pod templates it copies) stands.
-    obj = owned(child(spec=SPEC_70B_ONE_GPU), *parent)
+    obj = owned(with_decision_id(child(spec=SPEC_70B_ONE_GPU)), *parent)
     for webhook in ("mutate", "validate"):
         response = body(run(obj, webhook=webhook))
         assert response["allowed"] is True and "patch" not in response
-        assert f"created by {parent[1]} parent" in response["auditAnnotations"]["skipped"]
+        assert f"created by {parent[1]} parent, which vramfit placed (decision abc-123)" in response[
+            "auditAnnotations"]["skipped"]
+
+
+@pytest.mark.parametrize(("child", "parent"), PARENTS)
+def test_an_object_whose_parent_vramfit_did_not_place_is_placed(child: Any, parent: tuple[str, str]) -> None:
+    # e.g. the JobSet the Trainer builds from a TrainJob whose GPUs live in a runtime the webhook cannot read
+    obj = owned(child(), *parent)
+    assert apply(obj, patch_ops(run(obj)))["metadata"]["annotations"]["vramfit.io/pool"]
 
 
 def test_a_job_a_cronjob_creates_is_placed() -> None:
@@ -515,3 +536,22 @@ def test_integrations_import_no_kubernetes_client() -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n == "kubernetes" or n.startswith("kubernetes.") for n in names), source
+
+
+def test_a_spec_the_predictor_refuses_is_an_unreadable_job_not_an_error() -> None:
+    obj = batch_job(spec="model: llama-3.1-8b\nmethod: lora\nlora: {target_modules: [foo]}\n")
+    assert "patch" not in body(run(obj)) and not body(run(obj)).get("warnings")
+    validated = body(run(obj, webhook="validate"))
+    assert validated["allowed"] is True and "decision-id" not in validated["auditAnnotations"]
+    assert "`lora.target_modules` match no linear layer" in validated["auditAnnotations"]["unreadable"]
+    assert any("vramfit cannot size" in w for w in validated["warnings"])
+    denying = AdmissionSettings(unreadable_job="deny", failure_mode="fail_closed")
+    assert body(run(obj, webhook="validate", settings=denying))["status"]["message"].startswith("vramfit cannot size")
+
+
+def test_gpus_auto_on_a_gpu_no_pool_offers_is_denied() -> None:
+    obj = batch_job(gpus=None, spec="model: llama-3.2-1b\nmethod: lora\ngpus: auto\ngpu: A10G\n")
+    assert body(run(obj))["allowed"] is True and "patch" not in body(run(obj))
+    denied = body(run(obj, webhook="validate"))
+    assert denied["allowed"] is False and "(gpus: auto) on A10G, which no node pool offers" in denied["status"][
+        "message"]

@@ -28,7 +28,7 @@ def test_parameter_offload_needs_zero3_or_fsdp(sharding: str | None) -> None:
     fields = {"offload": "params+optimizer", "gpus": 2} | ({"sharding": sharding} if sharding else {})
     with pytest.raises(SpecError) as caught:
         spec(**fields)
-    assert "offload: params+optimizer needs sharding zero3, fsdp, fsdp-grad-op" in str(caught.value)
+    assert "`spec.offload` params+optimizer needs sharding zero3, fsdp, fsdp-grad-op" in str(caught.value)
 
 
 @pytest.mark.parametrize("sharding", ["zero3", "fsdp", "fsdp-grad-op"])
@@ -144,3 +144,28 @@ def test_messages_name_no_internal_classes() -> None:
         parse_training_spec({"model": 7})
     assert "ModelRef" not in str(caught.value) and "must be a model name (a string) or a mapping" in str(caught.value)
     assert parse_training_spec({"model": "hf://meta-llama/Llama-3.1-8B"}).model == "meta-llama/Llama-3.1-8B"
+
+
+@pytest.mark.parametrize(("model", "targets", "trainable"), [
+    # PEFT's own defaults for these families; one adapter per fused projection (r=8)
+    ("tiiuae/falcon-7b", ["query_key_value"], 32 * 8 * (4544 + 4544 + 2 * 64)),  # 2,359,296 (PEFT prints it)
+    ("gpt2", ["c_attn", "c_proj"], 12 * 8 * ((768 + 3 * 768) + (768 + 768) + (3072 + 768))),
+    ("phi-3-mini-4k-instruct", ["qkv_proj", "gate_up_proj"], 32 * 8 * ((3072 + 3 * 3072) + (3072 + 2 * 8192))),
+])
+def test_fused_projections_take_one_adapter(model: str, targets: list[str], trainable: int) -> None:
+    prediction = predict(parse_training_spec({"model": model, "method": "lora",
+                                              "lora": {"target_modules": targets, "rank": 8}}))
+    assert prediction.vram.params_trainable == trainable
+
+
+def test_deepspeed_offload_param_below_stage_3_is_ignored_as_deepspeed_does() -> None:
+    from scheduler.spec import read_jobs_text
+
+    config = ('{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}, '
+              '"offload_param": {"device": "cpu"}}}')
+    job = read_jobs_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: t\n    image: x\n"
+        "    command: [deepspeed, train.py, --model_name_or_path, meta-llama/Llama-3.1-8B, --deepspeed, "
+        f"'{config}']\n    resources: {{limits: {{nvidia.com/gpu: 4}}}}\n")[0]
+    assert (job.spec.sharding, job.spec.offload) == ("zero2", "optimizer")
+    assert any("offload_param ignored" in a for a in job.assumptions)

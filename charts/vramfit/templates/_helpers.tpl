@@ -108,12 +108,18 @@ matchConditions:
       (has(object.metadata.annotations) && 'vramfit.io/spec' in object.metadata.annotations) ||
       object.spec.template.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) &&
       {{ $gpu }} in c.resources.limits)
-  - name: not-created-by-a-placed-job
+  - name: not-a-controllers-pod
     expression: >-
+      request.resource.group != '' || request.resource.resource != 'pods' ||
       !has(object.metadata.ownerReferences) ||
-      !object.metadata.ownerReferences.exists(o, has(o.controller) && o.controller &&
-      ((request.resource.group == '' && request.resource.resource == 'pods') ||
-      o.kind in ['Job', 'JobSet', 'PyTorchJob', 'TrainJob', 'RayJob', 'RayCluster']))
+      !object.metadata.ownerReferences.exists(o, has(o.controller) && o.controller)
+  - name: not-a-job-of-a-placed-jobset
+    expression: >-
+      request.resource.group != 'batch' || request.resource.resource != 'jobs' ||
+      !has(object.metadata.ownerReferences) ||
+      !object.metadata.ownerReferences.exists(o, has(o.controller) && o.controller && o.kind == 'JobSet') ||
+      !has(object.spec.template.metadata) || !has(object.spec.template.metadata.annotations) ||
+      !('vramfit.io/decision-id' in object.spec.template.metadata.annotations)
 {{- end }}
 rules:
   {{- range .Values.webhook.rules }}

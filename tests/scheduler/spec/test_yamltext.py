@@ -119,7 +119,18 @@ def test_an_integer_too_long_for_python_is_a_yaml_error_with_its_line() -> None:
 def test_a_key_written_twice_is_refused_with_both_lines() -> None:
     with pytest.raises(yaml.YAMLError) as caught:
         safe_load("model: llama-3.1-8b\nmethod: lora\nmodel: llama-2-7b\n")
-    assert "found the key 'model' twice (first on line 1)" in str(caught.value) and "line 3" in str(caught.value)
+    assert "the key 'model' is written twice in one mapping (first on line 1)" in str(caught.value)
+    assert "line 3" in str(caught.value)
     # a merge key's values are not duplicates: the mapping's own keys override them, as YAML defines
     assert safe_load("a: &x {b: 1, c: 2}\nd:\n  <<: *x\n  b: 3\n")["d"] == {"b": 3, "c": 2}
     assert safe_load("1: a\n'1': b\n") == {1: "a", "1": "b"}  # an int key and a str key are two keys
+
+
+def test_merge_keys_nested_deeper_than_their_users_are_not_duplicates() -> None:
+    # PyYAML flattens `x` when `y` merges it, before `x` itself is built: checked on the parsed tree instead
+    text = "a: &a {k: 1, m: 3}\ndefaults:\n  level1:\n    level2: &x\n      <<: *a\n      k: 2\ny:\n  <<: *x\n"
+    assert safe_load(text)["defaults"]["level1"]["level2"] == {"k": 2, "m": 3}
+
+
+def test_trainer_configs_keep_the_last_of_a_repeated_key_as_their_trainers_do() -> None:
+    assert safe_load("base_model: a\nbase_model: b\n", unique_keys=False) == {"base_model": "b"}
