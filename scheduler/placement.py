@@ -395,8 +395,8 @@ def place(
         warnings.append("no train_tokens or steps: runtime and cost unknown; ranked by hourly cost"
                         if objective != "fastest" else "no train_tokens or steps: ranked by throughput")
     if objective != "cheapest-within-deadline" and (deadline_seconds or spec.deadline_seconds):
-        warnings.append(f"a deadline is set but the objective is {objective}: it is not enforced (objective "
-                        "cheapest-within-deadline enforces it)")
+        warnings.append(f"a deadline is set, but placement here uses the objective {objective}, which does not "
+                        "enforce it (cheapest-within-deadline does)")
     eligible = [o for o in options if o.fits and o.meets_deadline is not False]
     ranked = sorted(eligible, key=lambda o: _rank_key(objective, o))
     rank_of = {o.pool.name: i + 1 for i, o in enumerate(ranked)}
@@ -462,7 +462,7 @@ def _variants(spec: TrainingSpec) -> list[tuple[str, dict[str, Any]]]:
         out.append((f"micro_batch_size: 1 with grad_accum_steps: {accum}",
                     {"micro_batch_size": 1, "grad_accum_steps": accum}))
     if spec.sharding not in ("zero3", "fsdp") or spec.gpus != "auto":
-        out.append(("sharding: fsdp across {gpus} GPUs (gpus: auto)", {"sharding": "fsdp", "gpus": "auto"}))
+        out.append(("sharding: fsdp across {gpus} (gpus: auto)", {"sharding": "fsdp", "gpus": "auto"}))
     if spec.method == "full":
         out.append(("method: lora", {"method": "lora"}))
     if spec.method != "qlora":
@@ -490,7 +490,8 @@ def _suggest(spec: TrainingSpec, pools: list[NodePool], objective: str, deadline
         c = decision.chosen
         if c is None or c.peak_vram_bytes is None or c.peak_vram_upper_bytes is None or c.gpus is None:
             return
-        found.append(Suggestion(label.format(gpus=c.gpus), update, c.peak_vram_bytes, c.peak_vram_upper_bytes,
+        gpus = f"{c.gpus} GPU{'s' if c.gpus != 1 else ''}"
+        found.append(Suggestion(label.format(gpus=gpus), update, c.peak_vram_bytes, c.peak_vram_upper_bytes,
                                 c.pool.name, c.pool.gpu, c.gpus, c.runtime_seconds, c.cost_usd))
 
     for label, update in variants:

@@ -147,6 +147,7 @@ class Container:
     argv: tuple[str, ...]
     env: dict[str, str]
     gpus: int
+    n_command: int = 0  # how many of argv's items came from `command` (the rest from `args`)
 
 
 @dataclass(frozen=True)
@@ -259,11 +260,13 @@ def read_container(obj: ObjectRef, data: Any, path: Path) -> Container:
         raise obj.error(path, f"must be a mapping (a container); got {type(data).__name__}")
     env = read_env(obj, data.get("env"), (*path, "env"))
     argv: list[str] = []
+    n_command = 0
     for key in ("command", "args"):
         items = get(obj, data, key, path, list, [])
         argv += [expand_k8s_vars(str(x), env, obj.expansion) for x in items if x is not None]
+        n_command = n_command or (len(argv) if key == "command" else 0)
     gpus = gpu_quantity(obj, data.get("resources"), (*path, "resources"))
-    return Container(str(data.get("name") or ""), path, tuple(argv), env, gpus)
+    return Container(str(data.get("name") or ""), path, tuple(argv), env, gpus, n_command)
 
 
 def read_pod_spec(

@@ -162,11 +162,14 @@ def _trainer_container(
 ) -> Container:
     """The TrainJob's trainer fields over the runtime's trainer container.
 
-    ``command``/``args`` replace the runtime's; ``env`` is merged over it.
+    ``command`` replaces the runtime's command and ``args`` its args, each on its own (as Kubernetes does for a
+    container's image: a TrainJob that only adds torchtune overrides through ``args`` keeps ``tune run ...``);
+    ``env`` is merged over it.
     """
     own = read_container(obj, {k: trainer.get(k) for k in ("command", "args", "env")}, path)
     if base is None:
         return own
     env = {**base.env, **read_env(obj, trainer.get("env"), (*path, "env"))}
-    argv = own.argv if trainer.get("command") or trainer.get("args") else base.argv
-    return Container("node", path if own.argv else base.path, argv, env, 0)
+    command = own.argv[:own.n_command] if trainer.get("command") else base.argv[:base.n_command]
+    args = own.argv[own.n_command:] if trainer.get("args") else base.argv[base.n_command:]
+    return Container("node", path if own.argv else base.path, (*command, *args), env, 0, len(command))

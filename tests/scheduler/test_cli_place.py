@@ -32,7 +32,7 @@ def test_a_deadline_flag_selects_the_deadline_objective(capsys: pytest.CaptureFi
     assert main(["place", str(EXAMPLES / "llama-3.1-8b-lora.yaml"), "--deadline-hours", "1", "--objective",
                  "cheapest", "--format", "json"]) == 0
     warnings = json.loads(capsys.readouterr().out)["warnings"]
-    assert any("a deadline is set but the objective is cheapest: it is not enforced" in w for w in warnings)
+    assert any("a deadline is set, but placement here uses the objective cheapest" in w for w in warnings)
 
 
 def test_a_pin_no_pool_offers_gets_the_right_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
