@@ -45,6 +45,12 @@ def _live_processes_with(marker: str) -> list[int]:
     return pids
 
 
+def _default_sigint() -> None:
+    """In the child: SIGINT as an interactive shell leaves it. A test run started in the background (`cmd &`)
+    inherits SIGINT ignored, and Python then never raises KeyboardInterrupt for it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait_for(condition: Callable[[], object], seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -65,7 +71,7 @@ def test_a_signal_to_the_parent_ends_its_worker(signum: int, exit_code: int, tmp
     out = tmp_path / "rows.jsonl"
     parent = subprocess.Popen([sys.executable, "-m", "scheduler.cli", "calibrate", "--sweep", str(SMOKE_SWEEP),
                                "--out", str(out), "--device", "cpu"], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+                              stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     try:
         _wait_for(lambda: set(_live_processes_with(marker)) - {parent.pid}, 60, "a calibration worker")
         parent.send_signal(signum)
