@@ -174,6 +174,13 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"vramfit serve: {exc.name} is not installed; install vramfit[server]", file=sys.stderr)
         return 2
     configure_logging(args.log_level)
+    if args.ledger:  # read the other inputs first: a typo in one of them must not leave a new, empty ledger behind
+        from scheduler.pools import load_pools
+
+        read_token(args.token_file)
+        admission_settings(args)
+        if args.pools:
+            load_pools(args.pools)
     ledger = None
     if args.ledger:
         ledger = open_ledger_for("serve", args.ledger)

@@ -221,3 +221,10 @@ def test_gpus_table_columns_line_up(capsys: pytest.CaptureFixture[str]) -> None:
     memory_end = header.index("memory") + len("memory")
     assert all(row[memory_end - 1] == "G" for row in rows), "\n".join(lines)
     assert {len(row) for row in rows} == {len(header)}
+
+
+def test_serve_creates_no_ledger_when_another_input_is_bad(tmp_path: Path) -> None:
+    ledger = tmp_path / "new-ledger.sqlite"
+    proc = run_cli("serve", "--port", "0", "--ledger", str(ledger), "--token-file", str(tmp_path / "nonexistent"))
+    assert_input_error(proc.returncode, proc.stderr, "`--token-file` cannot read the token file")
+    assert not ledger.exists()
