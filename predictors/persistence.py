@@ -264,6 +264,7 @@ def load_model(path: Path, check: Callable[[dict[str, Any]], None] = check_compa
     served = _load_served(path) if serving and path.is_file() else None
     if served is not None:
         check(served.metadata)
+        _check_model(served.model, served.metadata, path)
         return served
     try:
         import skops.io as sio
@@ -277,11 +278,29 @@ def load_model(path: Path, check: Callable[[dict[str, Any]], None] = check_compa
     except IncompatibleModel:
         raise
     except Exception as exc:  # a damaged file, or one from another scikit-learn
-        raise IncompatibleModel(f"cannot read {path}: {type(exc).__name__}: {exc}; {REBUILD_HINT}") from None
-    if not isinstance(payload, dict) or "model" not in payload or "metadata" not in payload:
+        raise IncompatibleModel(f"cannot read {path}: {type(exc).__name__}: {exc}; see the rebuild commands in "
+                                "README, 'Residual model'") from None
+    if (not isinstance(payload, dict) or "model" not in payload or not isinstance(payload.get("metadata"), dict)):
         raise IncompatibleModel(f"{path} is not a vramfit residual model file")
     check(payload["metadata"])
+    _check_model(payload["model"], payload["metadata"], path)
     return LoadedModel(model=payload["model"], metadata=dict(payload["metadata"]))
+
+
+def _check_model(model: Any, metadata: dict[str, Any], path: Path) -> None:
+    """The payload is the fitted residual its metadata says (a file can hold any trusted type: a bare
+    scikit-learn regressor, an unfitted residual), so that predictions never meet a model they cannot use."""
+    from predictors.residual_serving import RuntimeServing, VramServing
+
+    runtime = metadata.get("model_kind") == RUNTIME_MODEL_KIND
+    expected: type = RuntimeServing if runtime else VramServing
+    hint = RUNTIME_REBUILD_HINT if runtime else REBUILD_HINT
+    if not isinstance(model, expected):
+        raise IncompatibleModel(f"{path} holds a {type(model).__name__}, not a {expected.__name__}; {hint}")
+    try:
+        model._require_fitted()
+    except (ValueError, AttributeError) as exc:  # NotFittedModel, or scikit-learn's NotFittedError
+        raise IncompatibleModel(f"{path}: {exc}; {hint}") from None
 
 
 # Where predict, place and serve load the residual models from instead of the shipped ones (say, the model that

@@ -723,5 +723,12 @@ def served_model(params: dict[str, Any], arrays: dict[str, np.ndarray]) -> Serve
         if not members:
             raise ValueError(f"arrays {name}/* are missing")
         setattr(model, name, members)
+    for name in (*_SERVING_SCALARS, *array_names):  # a damaged file fails here, not in a prediction
+        value = getattr(model, name)
+        numbers = np.asarray(value, dtype=float) if not isinstance(value, dict) else np.array(list(value.values()))
+        if numbers.size and not np.isfinite(numbers).all():
+            raise ValueError(f"{name} holds values that are not finite numbers")
+    if getattr(model, "distance_ref_", 1.0) <= 0:
+        raise ValueError("distance_ref_ must be positive")
     return model
 

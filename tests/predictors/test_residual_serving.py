@@ -343,3 +343,21 @@ def test_device_rows_without_case_objects_match_predict_with_upper() -> None:
         assert [f.upper_bytes for f in fast] == [max(int(round(u)), v.peak_vram_bytes)
                                                  for u, (_, v) in zip(upper, items, strict=True)]
         assert [f.upper_bytes for f in fast] == pinned
+
+
+@pytest.mark.parametrize("payload", [
+    "ridge",  # a trusted scikit-learn type, but not a vramfit residual
+    "unfitted",  # the right class, never fitted
+])
+def test_a_model_file_holding_the_wrong_object_is_refused_at_load(tmp_path: Path, payload: str) -> None:
+    import skops.io as sio
+    from sklearn.linear_model import Ridge
+
+    from predictors.persistence import IncompatibleModel, load_model, shipped_model_path
+    from predictors.residual import ResidualVramRegressor
+
+    metadata = load_model(shipped_model_path(), serving=False).metadata
+    path = tmp_path / "model.skops"
+    sio.dump({"metadata": metadata, "model": Ridge() if payload == "ridge" else ResidualVramRegressor()}, path)
+    with pytest.raises(IncompatibleModel):
+        load_model(path, serving=False)
