@@ -60,7 +60,10 @@ def handle_pod_event(event: dict[str, Any]) -> PodEventResult:
     status = obj.get("status") or {}
     if status.get("phase") not in TERMINAL_PHASES:
         return PodEventResult(resource_version=rv, ignored=f"phase {status.get('phase')}")
-    return PodEventResult(actual=actual_from_pod(decision_id, status), resource_version=rv)
+    try:
+        return PodEventResult(actual=actual_from_pod(decision_id, status), resource_version=rv)
+    except (ValueError, TypeError, AttributeError) as exc:  # a user's pod: any field may be odd (ValidationError too)
+        return PodEventResult(resource_version=rv, ignored=f"pod status not readable as an actual: {str(exc)[:200]}")
 
 
 def actual_from_pod(decision_id: str, status: dict[str, Any]) -> ActualIn:
@@ -71,7 +74,10 @@ def actual_from_pod(decision_id: str, status: dict[str, Any]) -> ActualIn:
     )
     ends = [t for _, t in terminated if t]
     failing = next((t for t in ends if t.get("exitCode", 0) != 0), None)
-    cuda_oom = any(mentions_cuda_oom(t.get("message") or "") for t in ends)
+    # a CUDA OOM also counts when a restarted container's previous attempt or an init container hit it
+    earlier = [(c.get("lastState") or {}).get("terminated") for c in status.get("containerStatuses") or []]
+    earlier += [(c.get("state") or {}).get("terminated") for c in status.get("initContainerStatuses") or []]
+    cuda_oom = any(mentions_cuda_oom(t.get("message") or "") for t in [*ends, *(e for e in earlier if e)])
     starts = [s for s in (_time(t.get("startedAt")) for t in ends) if s] or [
         s for s in [_time(status.get("startTime"))] if s]
     finishes = [f for f in (_time(t.get("finishedAt")) for t in ends) if f]
@@ -87,7 +93,8 @@ def actual_from_pod(decision_id: str, status: dict[str, Any]) -> ActualIn:
     return ActualIn(
         decision_id=decision_id,
         peak_vram_bytes=None,
-        runtime_seconds=(finished - started).total_seconds() if started and finished else None,
+        runtime_seconds=(finished - started).total_seconds() if started and finished and finished >= started
+        else None,
         oom=cuda_oom,
         exit_reason=reason,
         exit_code=failing.get("exitCode") if failing else (0 if ends else None),
@@ -113,16 +120,14 @@ def watch_pods(
     while not stop.is_set():
         lister = api.list_namespaced_pod if namespace else api.list_pod_for_all_namespaces
         kwargs: dict[str, Any] = {"namespace": namespace} if namespace else {}
-        if resource_version is None:
-            listing = lister(**kwargs)
-            for pod in listing.items:
-                raw = api.api_client.sanitize_for_serialization(pod)
-                result = handle_pod_event({"type": "ADDED", "raw_object": raw})
-                if result.actual is not None:
-                    sink(result.actual)
-            resource_version = listing.metadata.resource_version
         w = watch.Watch()
         try:
+            if resource_version is None:
+                listing = lister(**kwargs)
+                for pod in listing.items:
+                    raw = api.api_client.sanitize_for_serialization(pod)
+                    _deliver(sink, handle_pod_event({"type": "ADDED", "raw_object": raw}))
+                resource_version = listing.metadata.resource_version
             for event in w.stream(lister, resource_version=resource_version, timeout_seconds=timeout_seconds,
                                   allow_watch_bookmarks=True, **kwargs):
                 result = handle_pod_event(event)
@@ -131,8 +136,7 @@ def watch_pods(
                     break
                 if result.resource_version:
                     resource_version = result.resource_version
-                if result.actual is not None:
-                    sink(result.actual)
+                _deliver(sink, result)
                 if stop.is_set():
                     break
         except ApiException as exc:
@@ -141,5 +145,20 @@ def watch_pods(
             else:
                 log.warning("pod watch failed: %s", exc)
                 stop.wait(5)
+        except Exception as exc:  # a dropped connection (urllib3), a bad object: the watch goes on after a pause
+            log.warning("pod watch interrupted, restarting it: %s: %s", type(exc).__name__, str(exc)[:300])
+            stop.wait(5)
         finally:
             w.stop()
+
+
+def _deliver(sink: Callable[[ActualIn], object], result: PodEventResult) -> None:
+    """Pass an event's actual to ``sink``; a sink that fails (the ledger briefly unwritable) costs that actual,
+    logged, not the watch."""
+    if result.actual is None:
+        return
+    try:
+        sink(result.actual)
+    except Exception as exc:
+        log.error("actual not stored: %s: %s", type(exc).__name__, str(exc)[:300],
+                  extra={"fields": {"decision_id": result.actual.decision_id}})

@@ -15,11 +15,30 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 ActualSource = Literal["reporter", "dcgm", "kubernetes", "manual"]
+# Bounds on what a client may post, so that every stored record can be read, scored and exported again: a
+# 400-digit integer was stored and then broke the metrics (float overflow) and `vramfit report`.
+MAX_INT = 2**62  # bytes, parameter counts: 4 EiB, beyond any GPU or model
+MAX_GPUS = 1_000_000
+
+
+def _plausible_time(value: datetime) -> datetime:
+    """A time that converts to UTC and lies in 2000-2200 (``0001-01-01T00:00:00+14:00`` was stored, and then
+    every read of it failed: it has no UTC form)."""
+    try:
+        converted = value.astimezone(timezone.utc) if value.tzinfo else value
+    except (OverflowError, ValueError):
+        raise ValueError("is not a time that has a UTC form") from None
+    if not 2000 <= converted.year <= 2200:
+        raise ValueError(f"must be between the years 2000 and 2200; got {value.isoformat()}")
+    return value
+
+
+When = Annotated[datetime, AfterValidator(_plausible_time)]
 Outcome = Literal["placed", "no_fit", "fail_open", "error"]
 
 # When several sources report the same job, scalar facts come from the first source in this order that has
@@ -44,17 +63,18 @@ class DecisionIn(BaseModel):
     spec_hash: str | None = Field(None, max_length=128, description="Hash of the features; computed if absent")
     features: dict[str, Any] = Field(default_factory=dict,
                                      description="The TrainingSpec in its contract JSON form (spec_to_dict)")
-    decided_at: datetime | None = Field(None, description="When the decision was made; now if absent")
+    decided_at: When | None = Field(None, description="When the decision was made; now if absent")
 
     # The keys of predictors.predict.Prediction.to_dict().
-    peak_allocated_bytes: int | None = Field(None, ge=0, description="Predicted torch max_memory_allocated")
-    peak_reserved_bytes: int | None = Field(None, ge=0, description="Predicted torch max_memory_reserved")
-    peak_vram_bytes: int | None = Field(None, ge=0, description="Predicted device peak (as NVML sees it)")
-    peak_vram_upper_bytes: int | None = Field(None, ge=0, description="Upper bound used for placement")
-    breakdown_bytes: dict[str, int] | None = Field(None, description="Components of the predicted peak")
-    params_total: int | None = Field(None, ge=0, description="Parameters of the model")
-    params_trainable: int | None = Field(None, ge=0, description="Trainable parameters")
-    gpus: int | None = Field(None, gt=0, description="GPUs of the job as placed")
+    peak_allocated_bytes: int | None = Field(None, ge=0, le=MAX_INT, description="Predicted torch max_memory_allocated")
+    peak_reserved_bytes: int | None = Field(None, ge=0, le=MAX_INT, description="Predicted torch max_memory_reserved")
+    peak_vram_bytes: int | None = Field(None, ge=0, le=MAX_INT, description="Predicted device peak (as NVML sees it)")
+    peak_vram_upper_bytes: int | None = Field(None, ge=0, le=MAX_INT, description="Upper bound used for placement")
+    breakdown_bytes: dict[str, Annotated[int, Field(ge=0, le=MAX_INT)]] | None = Field(
+        None, description="Components of the predicted peak")
+    params_total: int | None = Field(None, ge=0, le=MAX_INT, description="Parameters of the model")
+    params_trainable: int | None = Field(None, ge=0, le=MAX_INT, description="Trainable parameters")
+    gpus: int | None = Field(None, gt=0, le=MAX_GPUS, description="GPUs of the job as placed")
     peak_phase: str | None = Field(None, max_length=64, description="Phase of the predicted peak")
     model: str | None = Field(None, max_length=253, description="Model label")
     model_version: str | None = Field(None, max_length=128, description="Predictor version")
@@ -99,15 +119,17 @@ class ActualIn(BaseModel):
     namespace: str | None = Field(None, max_length=253, description="Job namespace, with name and kind")
     name: str | None = Field(None, max_length=253, description="Job name, with namespace and kind")
     kind: str | None = Field(None, max_length=63, description="Job kind, with namespace and name")
-    peak_vram_bytes: int | None = Field(..., ge=0, description="Device peak of the most loaded GPU (NVML/DCGM)")
-    peak_reserved_bytes: int | None = Field(None, ge=0, description="torch.cuda.max_memory_reserved")
-    peak_allocated_bytes: int | None = Field(None, ge=0, description="torch.cuda.max_memory_allocated")
+    peak_vram_bytes: int | None = Field(..., ge=0, le=MAX_INT,
+                                        description="Device peak of the most loaded GPU (NVML/DCGM)")
+    peak_reserved_bytes: int | None = Field(None, ge=0, le=MAX_INT, description="torch.cuda.max_memory_reserved")
+    peak_allocated_bytes: int | None = Field(None, ge=0, le=MAX_INT, description="torch.cuda.max_memory_allocated")
     runtime_seconds: float | None = Field(..., ge=0, description="Wall time of the training")
     oom: bool = Field(..., description="The job ran out of GPU memory")
     exit_reason: str | None = Field(None, max_length=128, description="Completed, Error, OOMKilled, CudaOOM, ...")
-    exit_code: int | None = Field(None, description="Exit code of the failing container, when known")
+    exit_code: int | None = Field(None, ge=-(2**31), le=2**32,
+                                  description="Exit code of the failing container, when known")
     gpu: str | None = Field(None, max_length=64, description="GPU type it ran on, when known")
-    finished_at: datetime | None = Field(None, description="When the job finished")
+    finished_at: When | None = Field(None, description="When the job finished")
     source: ActualSource = Field(..., description="reporter | dcgm | kubernetes | manual")
 
     @model_validator(mode="after")
@@ -236,8 +258,12 @@ def merge_actuals(actuals: list[ActualIn]) -> MergedActual:
 
 
 def merge_same_source(old: ActualIn, new: ActualIn) -> ActualIn:
-    """A repeated report from one source: newer non-null values win, OOM sticks once seen."""
+    """A repeated report from one source: newer non-null values win, but peaks keep the largest reading (each
+    rank or node of a job reports its own GPU: the job's peak is the most loaded one) and OOM sticks once seen."""
     merged = old.model_dump() | {k: v for k, v in new.model_dump().items() if v is not None}
+    for peak in ("peak_vram_bytes", "peak_reserved_bytes", "peak_allocated_bytes"):
+        readings = [v for v in (getattr(old, peak), getattr(new, peak)) if v is not None]
+        merged[peak] = max(readings) if readings else None
     merged["oom"] = old.oom or new.oom
     return ActualIn.model_validate(merged)
 

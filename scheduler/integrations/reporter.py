@@ -129,7 +129,7 @@ def post_json(url: str, body: dict[str, Any], token: str | None, timeout_seconds
                 if 200 <= response.status < 300:
                     return True
         except urllib.error.HTTPError as exc:
-            detail = exc.read()[:500].decode(errors="replace")
+            detail = exc.read(500).decode(errors="replace")  # never the whole body
             if exc.code != 429 and exc.code < 500:
                 log.warning("vramfit rejected the report (%s): %s", exc.code, detail)
                 return False
@@ -168,6 +168,7 @@ class VramReporter:
         timeout_seconds: float = 5.0,
         attempts: int = 5,
         backoff_seconds: float = 1.0,
+        budget_seconds: float = 10.0,
     ) -> None:
         env = os.environ
         self.url = url or env.get("VRAMFIT_URL")
@@ -179,6 +180,9 @@ class VramReporter:
         self.timeout_seconds = timeout_seconds
         self.attempts = attempts
         self.backoff_seconds = backoff_seconds
+        # the most the training process waits for the report at its end, whatever the collector does (down,
+        # silent, answering one byte at a time): the post runs in a daemon thread that is then abandoned
+        self.budget_seconds = budget_seconds
         self._sampler = NvmlSampler(sample_interval_seconds)
         self._started: float | None = None
         self.report: dict[str, Any] | None = None
@@ -216,8 +220,15 @@ class VramReporter:
             if not self.url:
                 log.warning("VRAMFIT_URL is not set; the report is not sent: %s", json.dumps(body))
             else:
-                post_json(self.url.rstrip("/") + "/v1/actuals", body, self.token, self.timeout_seconds,
-                          self.attempts, self.backoff_seconds)
+                poster = threading.Thread(
+                    target=post_json, name="vramfit-report", daemon=True,
+                    args=(self.url.rstrip("/") + "/v1/actuals", body, self.token, self.timeout_seconds,
+                          self.attempts, self.backoff_seconds))
+                poster.start()
+                poster.join(self.budget_seconds)
+                if poster.is_alive():
+                    log.warning("vramfit report not confirmed within %.0f s; the job goes on without it",
+                                self.budget_seconds)
         except Exception as exc:
             log.warning("vramfit reporter failed: %s", exc)
         return self.report

@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from scheduler.integrations.http_body import read_body
 from scheduler.integrations.ledger import ActualResult, DecisionResult, Ledger, LedgerError
 from scheduler.integrations.metrics import Metrics
 from scheduler.integrations.records import ActualIn, DecisionIn
@@ -137,11 +138,8 @@ def _problems(exc: ValidationError) -> list[dict[str, str]]:
 async def parse_body(request: Request, model: type[M]) -> M:
     """Read, size-check, JSON-decode and validate a request body, raising :class:`BadRequest`."""
     settings: ServerSettings = request.app.state.settings
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > settings.max_body_bytes:
-        raise BadRequest(413, f"body is larger than {settings.max_body_bytes} bytes")
-    raw = await request.body()
-    if len(raw) > settings.max_body_bytes:
+    raw = await read_body(request, settings.max_body_bytes)
+    if raw is None:
         raise BadRequest(413, f"body is larger than {settings.max_body_bytes} bytes")
     try:
         data = json.loads(raw)

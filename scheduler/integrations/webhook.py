@@ -38,6 +38,7 @@ from scheduler.integrations.admission import (
     check_review,
     stable_digest,
 )
+from scheduler.integrations.http_body import read_body
 from scheduler.integrations.periodic import PeriodicCheck, Stamp, file_stamp_or_none
 from scheduler.pools import PoolsConfig, default_pools, load_pools
 
@@ -264,11 +265,8 @@ def _endpoint(state: WebhookState, webhook: Webhook) -> Callable[[Request], Any]
                     state.logger.exception("timing hook failed", extra={"fields": {"uid": fields.get("uid")}})
             return response
 
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > state.max_body_bytes:
-            return done("malformed", 413, JSONResponse({"error": "body too large"}, status_code=413))
-        raw = await request.body()
-        if len(raw) > state.max_body_bytes:
+        raw = await read_body(request, state.max_body_bytes)
+        if raw is None:
             return done("malformed", 413, JSONResponse({"error": "body too large"}, status_code=413))
         # Off the event loop, so /healthz and small reviews are answered while a large one is worked on; large
         # bodies one at a time, so a burst of them takes one thread's share of the CPU, not all of it.

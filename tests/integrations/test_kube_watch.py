@@ -50,3 +50,29 @@ def test_replaying_the_stream_is_idempotent_in_the_ledger(tmp_path):
             if r.actual is not None:
                 ledger.record_actual(r.actual)
     assert ledger.counts()["actuals"] == 4
+
+
+def finished_pod(decision_id: str, **container: object) -> dict:  # type: ignore[type-arg]
+    terminated = {"exitCode": 1, "reason": "Error", "startedAt": "2025-01-01T00:00:00Z",
+                  "finishedAt": "2025-01-01T00:10:00Z"}
+    status = {"name": "train", "state": {"terminated": terminated}, **container}
+    return {"type": "MODIFIED", "object": {"metadata": {"annotations": {"vramfit.io/decision-id": decision_id}},
+                                           "status": {"phase": "Failed", "containerStatuses": [status]}}}
+
+
+def test_a_pod_whose_status_is_no_actual_is_ignored_not_raised():
+    # each of these ended the collector's watch thread for good before: any user can make such a pod
+    long_id = handle_pod_event(finished_pod("x" * 300))
+    assert long_id.actual is None and "not readable as an actual" in long_id.ignored
+    bad_time = finished_pod("ok")
+    bad_time["object"]["status"]["containerStatuses"][0]["state"]["terminated"]["startedAt"] = "yesterday"
+    assert "not readable as an actual" in handle_pod_event(bad_time).ignored
+    backwards = finished_pod("ok")
+    backwards["object"]["status"]["containerStatuses"][0]["state"]["terminated"]["startedAt"] = "2025-01-02T00:00:00Z"
+    assert handle_pod_event(backwards).actual.runtime_seconds is None  # clock skew: no runtime, still an actual
+
+
+def test_a_cuda_oom_of_an_earlier_attempt_counts():
+    restarted = finished_pod("ok", lastState={"terminated": {"exitCode": 1, "message": "torch.OutOfMemoryError: "
+                                                                                       "CUDA out of memory"}})
+    assert handle_pod_event(restarted).actual.oom is True

@@ -124,3 +124,20 @@ def test_callbacks_when_the_frameworks_import(collector, monkeypatch):
     lcb.on_fit_start(None, None)
     lcb.on_exception(None, None, RuntimeError("CUDA out of memory"))
     assert collector.bodies[-1]["oom"] is True
+
+
+def test_a_collector_that_never_answers_holds_the_job_no_longer_than_the_budget():
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts connections (the kernel does) and never answers: each attempt waits its timeout
+    try:
+        reporter = VramReporter(url=f"http://127.0.0.1:{silent.getsockname()[1]}", decision_id="d1",
+                                timeout_seconds=5, attempts=5, backoff_seconds=1, budget_seconds=1)
+        start = time.monotonic()
+        with reporter:
+            pass
+        assert reporter.report is not None and time.monotonic() - start < 3  # 5 x 5 s + backoff without it
+    finally:
+        silent.close()

@@ -156,6 +156,17 @@ def test_too_large_body_is_413(ledger_path):
     assert r.status_code == 413 and "larger than 100 bytes" in r.json()["error"]
 
 
+def test_a_chunked_body_is_stopped_at_the_cap_not_read_whole(ledger_path):
+    def chunks():  # no Content-Length: the server only learns the size while the body streams in
+        for _ in range(10_000):
+            yield b" " * 1024
+
+    app = create_app(SqliteLedger(ledger_path), ServerSettings(max_body_bytes=4096))
+    with TestClient(app) as c:
+        r = c.post("/v1/actuals", content=chunks(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and "larger than 4096 bytes" in r.json()["error"]
+
+
 def test_bearer_token(ledger_path):
     app = create_app(SqliteLedger(ledger_path), ServerSettings(token="s3cret"))
     with TestClient(app) as c:
