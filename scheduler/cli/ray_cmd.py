@@ -10,10 +10,13 @@ import argparse
 import json
 import os
 import sys
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from predictors.errors import SpecError
 from scheduler.cli.place import deadline_seconds, render_table
+from scheduler.cli.server_common import read_token
 from scheduler.placement import OBJECTIVES
 from scheduler.pools import default_pools, load_pools
 
@@ -82,6 +85,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     submit.add_argument("--no-discover", action="store_true",
                         help="do not read the cluster's nodes; place on the pools file as it is")
     submit.add_argument("--dry-run", action="store_true", help="place and show the submission; send nothing")
+    submit.add_argument("--ledger-url", help="the collector (e.g. http://vramfit-collector.vramfit-system.svc:8080): "
+                        "the decision is recorded there once submitted, and the job gets VRAMFIT_URL so its "
+                        "reporter's actual joins it")
+    submit.add_argument("--ledger-token-file", type=Path, help="bearer token for --ledger-url (file)")
     submit.set_defaults(func=run_submit)
 
 
@@ -125,6 +132,17 @@ def _request_lines(request: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _record(plan: Any, submission_id: str, ledger_url: str, token: str | None) -> bool:
+    """POST the decision to the collector's ledger (retried, never raises), named by its Ray submission id."""
+    from scheduler.integrations.admission import decision_record
+    from scheduler.integrations.reporter import post_json
+
+    body = decision_record(plan.decision, plan.job.spec, plan.decision_id, datetime.now(timezone.utc),
+                           "RayJobSubmission", None, submission_id)
+    return post_json(ledger_url.rstrip("/") + "/v1/decisions", body, token, timeout_seconds=5.0, attempts=3,
+                     backoff_seconds=0.5)
+
+
 def run_submit(args: argparse.Namespace) -> int:
     from scheduler.integrations.ray.connection import RayIntegrationError
     from scheduler.integrations.ray.submit import JobRefused, plan_submission, send
@@ -141,20 +159,24 @@ def run_submit(args: argparse.Namespace) -> int:
             discover=not args.no_discover, objective=args.objective,
             deadline_seconds=deadline,
             headroom_fraction=args.headroom, driver_gpus=args.driver_gpus, use_label_selector=args.label_selector,
-            submission_id=args.submission_id, timeout_seconds=args.timeout)
+            submission_id=args.submission_id, timeout_seconds=args.timeout, report_url=args.ledger_url)
     except RayIntegrationError as exc:
         return _error(str(exc))
 
     submission_id = None
     failure = None
+    recorded: bool | None = None
+    token = read_token(args.ledger_token_file, "--ledger-token-file")
     if plan.request is not None and not args.dry_run:
         try:
             submission_id = send(plan, address, timeout_seconds=args.timeout)
         except (RayIntegrationError, JobRefused) as exc:
             failure = str(exc)
+    if submission_id and args.ledger_url:
+        recorded = _record(plan, submission_id, args.ledger_url, token)
 
     if args.format == "json":
-        print(json.dumps({**plan.to_dict(), "submission_id": submission_id}, indent=2))
+        print(json.dumps({**plan.to_dict(), "submission_id": submission_id, "recorded": recorded}, indent=2))
     else:
         print(render_table(plan.decision))
         for w in plan.cluster.warnings:
@@ -167,6 +189,9 @@ def run_submit(args: argparse.Namespace) -> int:
             print("\n".join(_request_lines(plan.request.submit_kwargs())))
             if submission_id:
                 print(f"submission_id: {submission_id}")
+            if recorded is not None:
+                print(f"decision {plan.decision_id} {'recorded at' if recorded else 'NOT recorded at'} "
+                      f"{args.ledger_url}")
     if failure:
         return _error(failure)
     return 1 if plan.request is None else 0

@@ -407,20 +407,8 @@ class _Review:
         """The decision as the ledger stores it (``records.DecisionIn`` fields); None for dry runs."""
         if self.request.get("dryRun"):
             return None
-        d = decision.to_dict()
-        return {
-            "decision_id": decision_id,
-            "decided_at": self.now.isoformat(),
-            "kind": job.kind,
-            "namespace": job.namespace or str(self.request.get("namespace") or ""),
-            "name": job.name,
-            "method": job.spec.method,
-            "outcome": "placed" if d["decision"] == "placed" else "no_fit",
-            "features": spec_to_dict(job.spec),
-            **{k: d[k] for k in ("pool", "gpu", "gpus", "peak_vram_bytes", "peak_vram_upper_bytes",
-                                 "predicted_runtime_seconds", "predicted_cost_usd") if d.get(k) is not None},
-            "model_version": _model_version(decision),
-        }
+        return decision_record(decision, job.spec, decision_id, self.now, job.kind,
+                               job.namespace or str(self.request.get("namespace") or ""), job.name)
 
     # -- placement --
 
@@ -669,6 +657,26 @@ def _package_version() -> str:
         return version("vramfit")
     except PackageNotFoundError:
         return "dev"
+
+
+def decision_record(decision: Decision, spec: Any, decision_id: str, decided_at: datetime, kind: str | None,
+                    namespace: str | None, name: str | None) -> dict[str, Any]:
+    """A placement decision as the ledger stores it (``records.DecisionIn`` fields): what the webhook records,
+    and what ``vramfit ray submit --ledger-url`` posts."""
+    d = decision.to_dict()
+    return {
+        "decision_id": decision_id,
+        "decided_at": decided_at.isoformat(),
+        "kind": kind,
+        "namespace": namespace,
+        "name": name,
+        "method": spec.method,
+        "outcome": "placed" if d["decision"] == "placed" else "no_fit",
+        "features": spec_to_dict(spec),
+        **{k: d[k] for k in ("pool", "gpu", "gpus", "peak_vram_bytes", "peak_vram_upper_bytes",
+                             "predicted_runtime_seconds", "predicted_cost_usd") if d.get(k) is not None},
+        "model_version": _model_version(decision),
+    }
 
 
 def _model_version(decision: Decision) -> str:

@@ -230,6 +230,30 @@ def test_cli_submit_with_label_selector(local_cluster: LocalCluster, capsys: pyt
     assert info.status == "SUCCEEDED" and info.driver_node_id == local_cluster.h100_node
 
 
+def test_cli_submit_records_the_decision_where_the_reporter_posts(local_cluster: LocalCluster,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from scheduler.integrations.records import DecisionIn
+    from tests.integrations.stub_http import StubHttpServer
+
+    collector = StubHttpServer()
+    try:
+        code = main(["ray", "submit", str(EXAMPLES / "llama-3.1-8b-full.yaml"), "--address", local_cluster.dashboard,
+                     "--gcs-address", local_cluster.gcs_address, "--ledger-url", collector.url, "--format", "json",
+                     "--", *shlex.split(local_cluster.entrypoint())])
+        out = json.loads(capsys.readouterr().out)
+        assert code == 0 and out["recorded"] is True, out
+        (posted,) = collector.received
+        decision = DecisionIn.model_validate(posted)  # what the collector's /v1/decisions accepts
+        assert decision.decision_id == out["decision_id"] and decision.name == out["submission_id"]
+        assert decision.kind == "RayJobSubmission" and decision.pool == out["decision"]["pool"]
+        # the job's VramReporter posts its actual there, under the same decision id
+        env = out["request"]["runtime_env"]["env_vars"]
+        assert env["VRAMFIT_URL"] == collector.url and env["VRAMFIT_DECISION_ID"] == decision.decision_id
+        assert _wait(job_client(local_cluster.dashboard), out["submission_id"]).status == "SUCCEEDED"
+    finally:
+        collector.stop()
+
+
 def test_existing_submission_is_wrapped_and_lands_on_l40s(local_cluster: LocalCluster) -> None:
     submission = {
         "entrypoint": f"{local_cluster.entrypoint()} --model_name_or_path Qwen/Qwen2.5-0.5B --bf16 "

@@ -9,7 +9,8 @@ fits, send a submission whose driver lands on that pool's GPU type:
   with ``driver_gpus`` the driver also holds the decision's GPUs (``entrypoint_num_gpus``);
 - ``runtime_env.env_vars`` gets ``VRAMFIT_ACCELERATOR_TYPE``, ``VRAMFIT_GPU``, ``VRAMFIT_NUM_GPUS``,
   ``VRAMFIT_NUM_NODES``, ``VRAMFIT_POOL`` and ``VRAMFIT_DECISION_ID`` (merged over the user's), which
-  :func:`.train.scaling_config_from_env` turns into the workers' ``ScalingConfig``;
+  :func:`.train.scaling_config_from_env` turns into the workers' ``ScalingConfig``; with ``report_url`` also
+  ``VRAMFIT_URL``, where the job's reporter posts its actual;
 - ``metadata`` gets ``vramfit.*`` keys with the decision and the prediction (strings, as Ray requires).
 
 When nothing fits, nothing is sent: :class:`JobRefused` carries the decision with one reason per pool.
@@ -54,6 +55,7 @@ ENV_NUM_GPUS = "VRAMFIT_NUM_GPUS"
 ENV_NUM_NODES = "VRAMFIT_NUM_NODES"
 ENV_POOL = "VRAMFIT_POOL"
 ENV_DECISION_ID = "VRAMFIT_DECISION_ID"
+ENV_URL = "VRAMFIT_URL"
 # The driver asks for a sliver of the accelerator-type resource: enough to pick the node, not to hold a GPU.
 DRIVER_PIN_AMOUNT = 0.001
 
@@ -190,6 +192,7 @@ def build_request(
     runtime_env: Mapping[str, Any] | None = None,
     metadata: Mapping[str, str] | None = None,
     submission_id: str | None = None,
+    report_url: str | None = None,
 ) -> JobRequest:
     """The submission for a placed decision, merged over ``base`` (an existing submission); pure."""
     c = decision.chosen
@@ -211,6 +214,8 @@ def build_request(
     env_base = copy.deepcopy(dict(base.get("runtime_env") or {}))
     env_base.update(copy.deepcopy(dict(runtime_env or {})))
     env_vars = {str(k): str(v) for k, v in dict(env_base.get("env_vars") or {}).items()}
+    if report_url:  # where the job's VramReporter posts its actual (the collector that holds the decision)
+        env_vars[ENV_URL] = report_url
     env_vars.update(decision_env(decision, accelerator_type, decision_id))
     env_base["env_vars"] = env_vars
 
@@ -268,6 +273,7 @@ def plan_submission(
     metadata: Mapping[str, str] | None = None,
     submission_id: str | None = None,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    report_url: str | None = None,
 ) -> Plan:
     """Read, discover, place and build the request; sends nothing. ``request`` is None when refused.
 
@@ -292,7 +298,7 @@ def plan_submission(
         request = build_request(decision, cluster.accelerator_type(decision.chosen.pool.name), decision_id,
                                 _entrypoint_text(entrypoint), base, driver_gpus=driver_gpus,
                                 use_label_selector=use_label_selector, runtime_env=runtime_env, metadata=metadata,
-                                submission_id=submission_id)
+                                submission_id=submission_id, report_url=report_url)
     return Plan(parsed, cluster, decision, decision_id, request)
 
 
