@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from datetime import datetime, timezone
@@ -56,7 +57,8 @@ def _add_cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gcs-address", help="the cluster's GCS HOST:PORT, read for its nodes (default: the host of "
                                          "--address, port 6379)")
     p.add_argument("--pools", help="node pools YAML with the prices (default: the embedded pools)")
-    p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for the cluster (default 15)")
+    p.add_argument("--timeout", type=_positive_seconds, default=15.0,
+                   help="seconds to wait for the cluster (default 15)")
     p.add_argument("--format", choices=("table", "json"), default="table")
 
 
@@ -90,6 +92,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "reporter's actual joins it")
     submit.add_argument("--ledger-token-file", type=Path, help="bearer token for --ledger-url (file)")
     submit.set_defaults(func=run_submit)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds; got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds; got {text!r}")
+    return value
 
 
 def _error(message: str) -> int:

@@ -51,6 +51,25 @@ def entrypoint_workload(
     return w
 
 
+def _check_submission_fields(obj: ObjectRef, doc: dict[str, Any]) -> None:
+    """The fields vramfit passes on to Ray's submit_job, typed as Ray takes them (a wrong type was a traceback
+    from the Ray client after the placement was made)."""
+    if "submission_id" in doc and doc["submission_id"] is not None and not isinstance(doc["submission_id"], str):
+        raise obj.error("submission_id", f"must be a string; got {doc['submission_id']!r}",
+                        'quote it in YAML, e.g. submission_id: "12345"')
+    for key in ("entrypoint_num_cpus", "entrypoint_memory"):
+        value = doc.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not math.isfinite(value) or value < 0):
+            raise obj.error(key, f"must be a finite number, 0 or more; got {value!r}")
+    resources = doc.get("entrypoint_resources")
+    if isinstance(resources, dict):
+        for key, value in resources.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise obj.error(("entrypoint_resources", str(key)),
+                                f"must be a finite number, 0 or more; got {value!r}")
+
+
 def parse(doc: dict[str, Any], ctx: Context) -> Workload:
     meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     name = str(doc.get("submission_id") or doc.get("job_id") or meta.get("job_name") or "")
@@ -62,6 +81,7 @@ def parse(doc: dict[str, Any], ctx: Context) -> Workload:
     env = get(obj, runtime_env, "env_vars", ("runtime_env",), dict, {})
     annotations = {str(k): str(v) for k, v in get(obj, doc, "metadata", (), dict, {}).items()}
     num_gpus = logical_gpus(obj, doc.get("entrypoint_num_gpus") or 0, ("entrypoint_num_gpus",))
+    _check_submission_fields(obj, doc)
     w = entrypoint_workload(
         obj,
         annotations,

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -260,3 +261,20 @@ def test_core_and_package_import_without_ray() -> None:
     code = ("import sys; import scheduler.placement, scheduler.integrations.ray, scheduler.cli; "
             "assert 'ray' not in sys.modules, 'ray imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60, cwd=REPO)
+
+
+@pytest.mark.parametrize(("fields", "fragment"), [
+    ({"entrypoint_resources": {"custom": "lots"}}, "`entrypoint_resources.custom` must be a finite number"),
+    ({"entrypoint_resources": {"custom": float("nan")}}, "`entrypoint_resources.custom` must be a finite number"),
+    ({"submission_id": 12345}, "`submission_id` must be a string; got 12345"),
+    ({"entrypoint_num_cpus": "x"}, "`entrypoint_num_cpus` must be a finite number"),
+])
+def test_submission_fields_ray_takes_are_typed_before_placing(tmp_path: Path, fields: dict[str, Any], fragment: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    submission = {"entrypoint": "python train.py --model_name_or_path Qwen/Qwen2.5-0.5B --bf16",
+                  "entrypoint_num_gpus": 1, **fields}
+    path = tmp_path / "submission.json"
+    path.write_text(json.dumps(submission))
+    assert main(["ray", "submit", str(path), "--no-discover", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err
