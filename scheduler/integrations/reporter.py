@@ -239,6 +239,8 @@ class VramReporter:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> bool:
         oom = is_cuda_oom(exc)
+        if isinstance(exc, SystemExit) and exc.code in (None, 0):  # sys.exit() / sys.exit(0): a finished run
+            exc = None
         reason = None if exc is None else ("CudaOOM" if oom else type(exc).__name__)
         self.finish(oom=oom, exit_reason=reason)
         return False  # the training job's own exception propagates unchanged

@@ -141,3 +141,14 @@ def test_a_collector_that_never_answers_holds_the_job_no_longer_than_the_budget(
         assert reporter.report is not None and time.monotonic() - start < 3  # 5 x 5 s + backoff without it
     finally:
         silent.close()
+
+
+def test_sys_exit_0_inside_the_block_is_a_finished_run(collector):
+    reporter = fast(collector.url)
+    with pytest.raises(SystemExit), reporter:
+        raise SystemExit(0)
+    assert reporter.report is not None and reporter.report["exit_reason"] == "Completed"
+    failed = fast(collector.url)
+    with pytest.raises(SystemExit), failed:
+        raise SystemExit(3)
+    assert failed.report is not None and failed.report["exit_reason"] == "SystemExit"
