@@ -278,3 +278,21 @@ def test_submission_fields_ray_takes_are_typed_before_placing(tmp_path: Path, fi
     assert main(["ray", "submit", str(path), "--no-discover", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert fragment in err and "Traceback" not in err
+
+
+def test_a_pool_typed_only_by_label_pins_the_driver_with_a_label_selector(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scheduler.integrations.ray import submit
+
+    labelled = RayNode("abcdef0123", {"GPU": 8, "CPU": 32}, {"GPU": 8, "CPU": 32}, {"ray.io/accelerator-type": "H100"})
+    cluster = pools_from_nodes([labelled], POOLS)
+    assert cluster.label_only == frozenset(p.name for p in cluster.pools)
+    resourced = RayNode("0123abcdef", {"GPU": 8, "CPU": 32, "accelerator_type:H100": 1},
+                        {"GPU": 8, "CPU": 32, "accelerator_type:H100": 1}, {})
+    assert pools_from_nodes([resourced], POOLS).label_only == frozenset()
+    # the driver of a job placed there is pinned by the label: those nodes have no accelerator_type:H100 resource
+    monkeypatch.setattr(submit, "discover_pools", lambda *args, **kwargs: cluster)
+    plan = submit.plan_submission(EXAMPLES / "llama-3.1-8b-full.yaml", POOLS, "python train.py")
+    assert plan.request is not None
+    kwargs = plan.request.submit_kwargs()
+    assert kwargs["entrypoint_label_selector"] == {"ray.io/accelerator-type": "H100"}
+    assert not any(k.startswith("accelerator_type:") for k in kwargs.get("entrypoint_resources", {}))

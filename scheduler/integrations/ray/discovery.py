@@ -111,6 +111,9 @@ class ClusterPools:
     node_ids: Mapping[str, tuple[str, ...]]  # pool name -> Ray node ids
     warnings: tuple[str, ...] = ()
     headroom_fraction: float | None = None
+    # pools whose nodes are typed only by the ray.io/accelerator-type label: no accelerator_type:<T> resource
+    # can pin a driver there, a label selector can
+    label_only: frozenset[str] = frozenset()
 
     def config(self) -> PoolsConfig:
         """The pools as a config for :func:`scheduler.placement.place`; an error when none is usable."""
@@ -203,6 +206,7 @@ def pools_from_nodes(nodes: Iterable[RayNode], config: PoolsConfig) -> ClusterPo
     pools: list[NodePool] = []
     accelerator_types: dict[str, str] = {}
     node_ids: dict[str, tuple[str, ...]] = {}
+    label_only: set[str] = set()
     for base_name, shapes in per_base.items():
         base = bases[base_name]
         for ray_type, per_node, members in shapes:
@@ -213,10 +217,13 @@ def pools_from_nodes(nodes: Iterable[RayNode], config: PoolsConfig) -> ClusterPo
             pools.append(NodePool.model_validate(data))
             accelerator_types[name] = ray_type
             node_ids[name] = tuple(n.node_id for n in members)
+            if not all(ACCELERATOR_RESOURCE_PREFIX + ray_type in n.total for n in members):
+                label_only.add(name)
     for pool in config.pools:
         if pool.name not in bases and not any(pool.gpu == bases[b].gpu for b in bases):
             warnings.append(f"pool {pool.name} ({pool.gpu}) has no nodes in the Ray cluster; not considered")
-    return ClusterPools(tuple(pools), accelerator_types, node_ids, tuple(warnings), config.headroom_fraction)
+    return ClusterPools(tuple(pools), accelerator_types, node_ids, tuple(warnings), config.headroom_fraction,
+                        frozenset(label_only))
 
 
 def _nodes_from_status(status: Any) -> list[RayNode]:

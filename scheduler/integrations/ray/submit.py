@@ -295,6 +295,8 @@ def plan_submission(
     decision_id = f"vf-{uuid.uuid4().hex[:16]}"
     request = None
     if decision.chosen is not None:
+        # a pool typed only by its nodes' label has no accelerator_type:<T> resource to pin the driver with
+        use_label_selector = use_label_selector or decision.chosen.pool.name in cluster.label_only
         request = build_request(decision, cluster.accelerator_type(decision.chosen.pool.name), decision_id,
                                 _entrypoint_text(entrypoint), base, driver_gpus=driver_gpus,
                                 use_label_selector=use_label_selector, runtime_env=runtime_env, metadata=metadata,
