@@ -26,9 +26,21 @@ from scheduler.integrations.records import ActualIn, StoredDecision, utc
 MIB = 2**20
 DCGM_METRIC = "DCGM_FI_DEV_FB_USED"
 
-# Pod names of a job's pods, by kind: a batch Job's pods are <name>-<suffix>, a PyTorchJob's
-# <name>-master-0 / <name>-worker-N, a RayJob's <name>-<hash>-... (the RayCluster's pods); a bare Pod is itself.
-_POD_SUFFIX: dict[str, str] = {"Pod": ""}
+# Pod names of a job's pods after its name, by kind (RE2), as the controllers name them: a bare Pod is itself;
+# a batch Job's <name>-<5 random> (indexed: <name>-<index>-<5>); a JobSet's <name>-<job>-<i>-<j>-<5> (a
+# TrainJob's JobSet takes its name); a PyTorchJob's <name>-master-0 / <name>-worker-N; a Volcano Job's
+# <name>-<task>-N; a RayCluster's <name>-head-<5> / <name>-<group>-worker-<5> (a RayJob's cluster is
+# <name>-<5>). Each ends on the controller's own suffix, so job `llama` does not take `llama-70b`'s pods.
+_RAND = "[a-z0-9]{5}"
+_POD_SUFFIX: dict[str, str] = {
+    "Pod": "",
+    "Job": f"-([0-9]+-)?{_RAND}",
+    "JobSet": f"-.+-[0-9]+-[0-9]+-{_RAND}",
+    "TrainJob": f"-.+-[0-9]+-[0-9]+-{_RAND}",
+    "PyTorchJob": "-(master|worker)-[0-9]+",
+    "RayCluster": f"-(head|.+-worker)-{_RAND}",
+    "RayJob": f"-{_RAND}-(head|.+-worker)-{_RAND}",
+}
 _RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
 
 
@@ -48,8 +60,11 @@ def promql_string(text: str) -> str:
 
 
 def pod_regex(kind: str | None, name: str) -> str:
-    """An RE2 pattern matching the pod names of job ``name`` of ``kind``."""
+    """An RE2 pattern matching the pod names of job ``name`` of ``kind`` (a kind not listed: ``<name>-...``;
+    a Volcano Job shares the kind name Job but names its pods <name>-<task>-N, so Job allows both)."""
     escaped = _RE2_SPECIAL.sub(r"\\\1", name)
+    if kind == "Job":
+        return f"{escaped}({_POD_SUFFIX['Job']}|-.+-[0-9]+)"
     return escaped + _POD_SUFFIX.get(kind or "", "-.+")
 
 

@@ -336,3 +336,19 @@ def test_the_dcgm_sweep_asks_only_about_jobs_within_the_lookback(ledger_path, mo
     assert sweep_dcgm(ledger, "http://127.0.0.1:9", now=now) == 0 and asked == ["recent"]
     assert sweep_dcgm(ledger, "http://127.0.0.1:9", lookback_days=30, now=now) == 0
     assert sorted(asked) == ["old", "recent", "recent"]
+
+
+@pytest.mark.parametrize(("kind", "name", "pods", "others"), [
+    ("Job", "llama", ["llama-x7k2p", "llama-3-ab12c"], ["llama-70b-x7k2p", "llama-70b-3-x7k2p"]),
+    ("PyTorchJob", "ft", ["ft-master-0", "ft-worker-12"], ["ft-70b-worker-0"]),
+    ("JobSet", "js", ["js-trainer-0-1-ab12c"], ["js2-trainer-0-1-ab12c"]),
+    ("RayJob", "rj", ["rj-ab12c-head-xy12z", "rj-ab12c-gpu-worker-xy12z"], ["rj-70b-head-ab12c"]),
+    ("Pod", "p", ["p"], ["p-1"]),
+])
+def test_dcgm_pod_patterns_take_a_jobs_pods_and_not_a_longer_named_jobs(kind, name, pods, others):
+    import re
+
+    from scheduler.integrations.prom_actuals import pod_regex
+
+    pattern = re.compile(pod_regex(kind, name))  # Prometheus anchors =~ at both ends
+    assert all(pattern.fullmatch(p) for p in pods) and not any(pattern.fullmatch(p) for p in others)
