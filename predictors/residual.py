@@ -169,8 +169,9 @@ def source_calibrated_quantile(scores: np.ndarray, groups: np.ndarray, coverage:
     """
     names, counts = np.unique(groups, return_counts=True)
     weights = group_weights(groups, len(scores))
-    if len(names) < 2:
-        return weighted_quantile(scores, weights, coverage), coverage
+    if len(names) < 2:  # one source: plain split-conformal, with its (n + 1) correction (the largest score when
+        # there are too few to calibrate the coverage: 19 for 95 %)
+        return conformal_quantile(scores, coverage), coverage if calibrates(len(scores), coverage) else 1.0
     reliability = counts / (counts + SOURCE_RELIABILITY_CASES)
     held = [(groups == g, groups != g) for g in names]
     others = [(scores[o], group_weights(groups[o], int(o.sum()))) for _, o in held]

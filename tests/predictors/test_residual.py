@@ -223,3 +223,12 @@ def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[TrainingRow]
 def test_replace_keeps_vram_frozen(small_rows: list[TrainingRow]) -> None:
     case = small_rows[0].case
     assert replace(case, metric="nvml").level == "peak_vram_bytes"
+
+
+def test_one_source_gets_the_split_conformal_quantile_with_its_n_plus_1_correction() -> None:
+    from predictors.residual import source_calibrated_quantile
+
+    scores = np.arange(1, 51, dtype=float) / 100  # 50 scores: rank ceil(51 x 0.95) = 49
+    assert source_calibrated_quantile(scores, np.array(["a"] * 50), 0.95) == (0.49, 0.95)
+    # too few to calibrate 95 % (19 needed): the largest score, and the level says it is not 95 %
+    assert source_calibrated_quantile(scores[:10], np.array(["a"] * 10), 0.95) == (0.10, 1.0)
