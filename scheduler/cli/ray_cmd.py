@@ -135,12 +135,22 @@ def run_pools(args: argparse.Namespace) -> int:
 
 
 def _request_lines(request: dict[str, Any]) -> list[str]:
+    """Everything submit_job is given (the JSON format has it too): vramfit's environment on one line, the
+    job's own environment and the other runtime_env fields, metadata, resources and ids as they are sent."""
     lines = [f"  entrypoint: {request['entrypoint']}"]
-    for key in ("entrypoint_resources", "entrypoint_label_selector", "entrypoint_num_gpus", "submission_id"):
-        if key in request:
-            lines.append(f"  {key}: {json.dumps(request[key])}")
-    env = request.get("runtime_env", {}).get("env_vars", {})
+    runtime_env = dict(request.get("runtime_env") or {})
+    env = dict(runtime_env.pop("env_vars", None) or {})
+    for key, value in request.items():
+        if key not in ("entrypoint", "runtime_env", "metadata"):
+            lines.append(f"  {key}: {json.dumps(value)}")
     lines.append("  env: " + " ".join(f"{k}={v}" for k, v in env.items() if k.startswith("VRAMFIT_")))
+    own = {k: v for k, v in env.items() if not k.startswith("VRAMFIT_")}
+    if own:
+        lines.append("  env (the job's): " + " ".join(f"{k}={v}" for k, v in own.items()))
+    if runtime_env:
+        lines.append(f"  runtime_env: {json.dumps(runtime_env)}")
+    if request.get("metadata"):
+        lines.append(f"  metadata: {json.dumps(request['metadata'])}")
     return lines
 
 

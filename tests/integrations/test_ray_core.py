@@ -296,3 +296,16 @@ def test_a_pool_typed_only_by_label_pins_the_driver_with_a_label_selector(monkey
     kwargs = plan.request.submit_kwargs()
     assert kwargs["entrypoint_label_selector"] == {"ray.io/accelerator-type": "H100"}
     assert not any(k.startswith("accelerator_type:") for k in kwargs.get("entrypoint_resources", {}))
+
+
+def test_the_dry_run_text_shows_everything_submitted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    submission = {"entrypoint": "python train.py --model_name_or_path Qwen/Qwen2.5-0.5B --bf16",
+                  "entrypoint_num_gpus": 1, "entrypoint_num_cpus": 4, "metadata": {"owner": "t"},
+                  "runtime_env": {"working_dir": "s3://bucket/code.zip", "env_vars": {"MY_SETTING": "kept"}}}
+    path = tmp_path / "submission.json"
+    path.write_text(json.dumps(submission))
+    assert main(["ray", "submit", str(path), "--no-discover", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    for shown in ("entrypoint_num_cpus: 4", "env (the job's): MY_SETTING=kept",
+                  'runtime_env: {"working_dir": "s3://bucket/code.zip"}', '"owner": "t"', "VRAMFIT_DECISION_ID="):
+        assert shown in out
