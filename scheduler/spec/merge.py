@@ -260,7 +260,9 @@ def _command_and_env(w: Workload, roles: Sequence[Role]) -> tuple[Reading, Setti
     env_where = (
         w.extra_env_where if w.entrypoint and where == w.entrypoint[1] and w.extra_env_where else where
     )
-    return reading, read_env_settings(env, env_where)
+    from_env = read_env_settings(env, env_where)
+    reading.notes += [note for note in from_env.notes if note not in reading.notes]  # e.g. an ignored offload
+    return reading, from_env.settings
 
 
 def _inline_configs(env: Mapping[str, str], where: str, budget: TextBudget) -> Reading:
@@ -284,11 +286,10 @@ def _inline_configs(env: Mapping[str, str], where: str, budget: TextBudget) -> R
     return reading
 
 
-def read_env_settings(env: Mapping[str, str], where: str) -> Settings:
-    """Settings from the environment variables trainers read (:data:`ENV_KEYS`)."""
+def read_env_settings(env: Mapping[str, str], where: str) -> Reading:
+    """Settings (and notes) from the environment variables trainers read (:data:`ENV_KEYS`)."""
     pairs = [(ENV_KEYS[name], value, f"env {name}") for name, value in env.items() if name in ENV_KEYS]
-    reading = resolve(read_pairs(pairs, f"{where}.env" if where else "env"))
-    return reading.settings
+    return resolve(read_pairs(pairs, f"{where}.env" if where else "env"))
 
 
 # --- source 3: the annotation ----------------------------------------------------------------------

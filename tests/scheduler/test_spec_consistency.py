@@ -169,3 +169,17 @@ def test_deepspeed_offload_param_below_stage_3_is_ignored_as_deepspeed_does() ->
         f"'{config}']\n    resources: {{limits: {{nvidia.com/gpu: 4}}}}\n")[0]
     assert (job.spec.sharding, job.spec.offload) == ("zero2", "optimizer")
     assert any("offload_param ignored" in a for a in job.assumptions)
+
+
+def test_accelerate_env_offload_param_below_stage_3_is_ignored_with_a_note() -> None:
+    from scheduler.spec import read_jobs_text
+
+    env = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2",
+           "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE": "cpu", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu"}
+    env_yaml = "".join(f"    - {{name: {k}, value: '{v}'}}\n" for k, v in env.items())
+    job = read_jobs_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: t\n    image: x\n"
+        "    command: [accelerate, launch, train.py, --model_name_or_path, meta-llama/Llama-3.1-8B]\n"
+        f"    env:\n{env_yaml}    resources: {{limits: {{nvidia.com/gpu: 4}}}}\n")[0]
+    assert (job.spec.sharding, job.spec.offload) == ("zero2", "optimizer")
+    assert any("offload_param ignored" in a for a in job.assumptions)
