@@ -158,28 +158,27 @@ def test_fused_projections_take_one_adapter(model: str, targets: list[str], trai
     assert prediction.vram.params_trainable == trainable
 
 
-def test_deepspeed_offload_param_below_stage_3_is_ignored_as_deepspeed_does() -> None:
+ZERO2_PARAM_OFFLOAD = ('{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}, '
+                       '"offload_param": {"device": "cpu"}}}')
+ACCELERATE_ZERO2_PARAM_OFFLOAD = {
+    "ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2",
+    "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE": "cpu", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu",
+}
+
+
+@pytest.mark.parametrize(("command", "env"), [
+    (["deepspeed", "train.py", "--deepspeed", ZERO2_PARAM_OFFLOAD], {}),  # a DeepSpeed config
+    (["accelerate", "launch", "train.py"], ACCELERATE_ZERO2_PARAM_OFFLOAD),  # accelerate's environment
+])
+def test_offload_param_below_stage_3_is_ignored_as_deepspeed_does(command: list[str], env: dict[str, str]) -> None:
+    import json
+
     from scheduler.spec import read_jobs_text
 
-    config = ('{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}, '
-              '"offload_param": {"device": "cpu"}}}')
-    job = read_jobs_text(
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: t\n    image: x\n"
-        "    command: [deepspeed, train.py, --model_name_or_path, meta-llama/Llama-3.1-8B, --deepspeed, "
-        f"'{config}']\n    resources: {{limits: {{nvidia.com/gpu: 4}}}}\n")[0]
-    assert (job.spec.sharding, job.spec.offload) == ("zero2", "optimizer")
-    assert any("offload_param ignored" in a for a in job.assumptions)
-
-
-def test_accelerate_env_offload_param_below_stage_3_is_ignored_with_a_note() -> None:
-    from scheduler.spec import read_jobs_text
-
-    env = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2",
-           "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE": "cpu", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu"}
-    env_yaml = "".join(f"    - {{name: {k}, value: '{v}'}}\n" for k, v in env.items())
-    job = read_jobs_text(
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: t\n    image: x\n"
-        "    command: [accelerate, launch, train.py, --model_name_or_path, meta-llama/Llama-3.1-8B]\n"
-        f"    env:\n{env_yaml}    resources: {{limits: {{nvidia.com/gpu: 4}}}}\n")[0]
+    container = {"name": "t", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 4}},
+                 "command": [*command, "--model_name_or_path", "meta-llama/Llama-3.1-8B"],
+                 "env": [{"name": k, "value": v} for k, v in env.items()]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [container]}}
+    job = read_jobs_text(json.dumps(pod))[0]
     assert (job.spec.sharding, job.spec.offload) == ("zero2", "optimizer")
     assert any("offload_param ignored" in a for a in job.assumptions)
