@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from datetime import datetime, timezone
@@ -17,7 +16,7 @@ from typing import Any
 
 from predictors.errors import SpecError
 from scheduler.cli.place import deadline_seconds, render_table
-from scheduler.cli.server_common import read_token
+from scheduler.cli.server_common import read_token, seconds_problem
 from scheduler.placement import OBJECTIVES
 from scheduler.pools import default_pools, load_pools
 
@@ -57,7 +56,7 @@ def _add_cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gcs-address", help="the cluster's GCS HOST:PORT, read for its nodes (default: the host of "
                                          "--address, port 6379)")
     p.add_argument("--pools", help="node pools YAML with the prices (default: the embedded pools)")
-    p.add_argument("--timeout", type=_positive_seconds, default=15.0,
+    p.add_argument("--timeout", type=float, default=15.0,
                    help="seconds to wait for the cluster (default 15)")
     p.add_argument("--format", choices=("table", "json"), default="table")
 
@@ -94,14 +93,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     submit.set_defaults(func=run_submit)
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds; got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds; got {text!r}")
-    return value
+MIN_TIMEOUT_SECONDS = 0.1
+
+
+def _timeout_problem(args: argparse.Namespace) -> int | None:
+    """Exit 2 with the message when --timeout is not a positive, finite number of seconds."""
+    problem = seconds_problem(args.timeout, "--timeout", "ray", MIN_TIMEOUT_SECONDS)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    return None
 
 
 def _error(message: str) -> int:
@@ -110,6 +111,8 @@ def _error(message: str) -> int:
 
 
 def run_pools(args: argparse.Namespace) -> int:
+    if (code := _timeout_problem(args)) is not None:
+        return code
     from scheduler.integrations.ray.connection import RayIntegrationError, gcs_address_for
     from scheduler.integrations.ray.discovery import discover_pools
 
@@ -166,6 +169,8 @@ def _record(plan: Any, submission_id: str, ledger_url: str, token: str | None) -
 
 
 def run_submit(args: argparse.Namespace) -> int:
+    if (code := _timeout_problem(args)) is not None:
+        return code
     from scheduler.integrations.ray.connection import RayIntegrationError
     from scheduler.integrations.ray.submit import JobRefused, plan_submission, send
 

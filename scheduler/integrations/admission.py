@@ -416,10 +416,7 @@ class _Review:
         """The catalog GPU the job pins (a node selector or the spec's ``gpu``) when no pool offers it."""
         if not job.spec.gpu:
             return None
-        try:
-            gpu = lookup_gpu(job.spec.gpu).name
-        except SpecError:
-            return None  # placement names the problem
+        gpu = lookup_gpu(job.spec.gpu).name  # the spec's validator has checked it is a catalog GPU
         return None if any(p.gpu == gpu for p in self.pools.pools) else gpu
 
     def check_off_pool(self, job: ParsedJob, gpu: str) -> Admission:

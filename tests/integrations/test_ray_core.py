@@ -309,3 +309,9 @@ def test_the_dry_run_text_shows_everything_submitted(tmp_path: Path, capsys: pyt
     for shown in ("entrypoint_num_cpus: 4", "env (the job's): MY_SETTING=kept",
                   'runtime_env: {"working_dir": "s3://bucket/code.zip"}', '"owner": "t"', "VRAMFIT_DECISION_ID="):
         assert shown in out
+
+
+@pytest.mark.parametrize("timeout", ["-1", "nan", "inf", "0"])
+def test_a_timeout_that_is_no_positive_time_is_refused(timeout: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ray", "pools", "--timeout", timeout]) == 2
+    assert "--timeout must be a number of seconds, at least 0.1" in capsys.readouterr().err
