@@ -59,6 +59,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "ledger-token-dcgm": {"ledgerAuth": {"existingSecret": "vramfit-ledger-token"},
                           "collector": {"prometheusUrl": "http://prometheus-operated.monitoring:9090",
                                         "kube": {"namespace": "ml"}}},
+    "network-policy": {"networkPolicy": {"enabled": True}, "webhook": {"namespaceSelector": {"optIn": False}}},
     "collector-other-port": {"collector": {"port": 9090, "serviceMonitor": {"enabled": False}},
                              "serviceMonitor": {"enabled": True}},
     "everything": {

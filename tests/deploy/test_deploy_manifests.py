@@ -19,7 +19,8 @@ from tests.deploy.manifests import (
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 NAMESPACE = "vramfit-system"
-MANIFEST_FILES = sorted(DEPLOY.glob("*.yaml")) + sorted((DEPLOY / "monitoring").glob("*.yaml"))
+MANIFEST_FILES = (sorted(DEPLOY.glob("*.yaml")) + sorted((DEPLOY / "monitoring").glob("*.yaml"))
+                  + sorted((DEPLOY / "network").glob("*.yaml")))
 
 
 def all_deploy_documents() -> list[dict]:
@@ -33,6 +34,7 @@ def test_deploy_holds_the_expected_files() -> None:
         "prometheus/vramfit-rules.yaml",
         "prometheus/vramfit-rules.test.yaml",
         "monitoring/servicemonitor.yaml",
+        "network/networkpolicy.yaml",
     } <= names
     # Every YAML file is either a manifest file or one of the two Prometheus files.
     yaml_files = {p for p in DEPLOY.rglob("*.yaml")}
@@ -58,6 +60,7 @@ def test_every_kind_is_present_once_or_as_expected() -> None:
             "Issuer", "Certificate", "Issuer", "Certificate",
             "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
             "ServiceMonitor", "ServiceMonitor",
+            "NetworkPolicy", "NetworkPolicy",
         ]
     )
 
