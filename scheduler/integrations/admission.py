@@ -39,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cache
@@ -291,15 +291,15 @@ class _Review:
                     and self.key("outcome") not in annotations):
                 return self.skip(f"pod of a job vramfit placed (decision {annotations[self.key('decision-id')]})",
                                  warn=True)
+        placed_by = self.placed_parent(obj, owner)
+        if placed_by:  # before parsing: a child the webhook cannot size (no model in it) is still its parent's
+            return self.skip(placed_by)
         try:
             job = parse_object({"kind": "AdmissionReview", "request": {"object": obj}}, "admission", None)
         except NoTrainingJob as exc:
             return self.skip(exc.reason)
         except SpecError as exc:
             return self.unreadable(obj, exc)
-        placed_by = self.placed_parent(obj, job, owner)
-        if placed_by:
-            return self.skip(placed_by)
         if job.spec.gpus == "auto" and job.provenance.get("gpus") == NO_GPU_REQUEST:
             where = ("its GPUs are set in its runtime, which the webhook cannot read" if job.kind == "TrainJob"
                      else f"it requests no GPU and its {ANNOTATION} sets no gpus")
@@ -325,19 +325,16 @@ class _Review:
         warns = [text] if self.webhook == "validate" else []  # /validate says it; kubectl shows it once
         return Admission(_allow(self.uid, warnings=warns, audit=self.audit), outcome="allowed")
 
-    def placed_parent(self, obj: Mapping[str, Any], job: ParsedJob, owner: tuple[str, str] | None) -> str:
+    def placed_parent(self, obj: Mapping[str, Any], owner: tuple[str, str] | None) -> str:
         """Why an object a job controller made (a JobSet's Jobs, a TrainJob's JobSet, a RayJob's RayCluster) is
-        not placed again: its pod templates carry the decision id vramfit wrote into its parent's. One whose
+        not placed again: a pod template in it carries the decision id vramfit wrote into its parent's. One whose
         parent vramfit did not place (a TrainJob whose GPUs live in its runtime) is placed itself."""
         if not owner or owner[0] not in PLACED_KINDS:
             return ""
-        for t in job.pod_templates:
-            meta = resolve(obj, t.pointer.removesuffix("/spec") + "/metadata") if t.pointer != "/spec" else None
-            annotations = meta.get("annotations") if isinstance(meta, dict) else None
-            if isinstance(annotations, dict) and annotations.get(self.key("decision-id")):
-                return (f"{obj.get('kind')} created by {owner[0]} {owner[1]}, which vramfit placed (decision "
-                        f"{annotations[self.key('decision-id')]})")
-        return ""
+        found = _template_decision_id(obj.get("spec"), self.key("decision-id"))
+        if not found:
+            return ""
+        return f"{obj.get('kind')} created by {owner[0]} {owner[1]}, which vramfit placed (decision {found})"
 
     def decide(self, obj: dict[str, Any], job: ParsedJob) -> Admission:
         decision_id = self.decision_id(obj)
@@ -551,25 +548,46 @@ class _Review:
 
     def patch_trainjob(self, patch: Patch, decision: Decision, decision_id: str, pinned: bool,
                        kueue: bool) -> None:
-        """A TrainJob has no pod template: node selection goes to its trainer job ``node`` through
-        ``spec.runtimePatches`` (an entry owned by ``trainjob_manager``) or ``podTemplateOverrides``."""
+        """A TrainJob has no pod template: the decision id (and, unless the job pins its GPU, node selection)
+        goes to its trainer job ``node`` through ``spec.runtimePatches`` (an entry owned by ``trainjob_manager``)
+        or ``spec.podTemplateOverrides`` (an entry carrying the decision-id annotation). Either way the JobSet
+        the Trainer makes carries the id in its pod templates, so the webhook does not place it again."""
         assert decision.chosen is not None
-        if pinned:
-            return
-        labels, tolerations = self.node_selection(decision.chosen.pool, kueue)
-        pod_spec: dict[str, Any] = {"nodeSelector": labels}
-        if tolerations:
-            pod_spec["tolerations"] = tolerations
+        key = self.key("decision-id")
+        annotations = {key: decision_id}
+        pod_spec: dict[str, Any] = {}
+        if not pinned:
+            labels, tolerations = self.node_selection(decision.chosen.pool, kueue)
+            pod_spec["nodeSelector"] = labels
+            if tolerations:
+                pod_spec["tolerations"] = tolerations
         if self.settings.trainjob_patch_field == "podTemplateOverrides":
-            entry: dict[str, Any] = {"targetJobs": [{"name": "node"}], "spec": pod_spec}
-            _append_once(patch, "/spec/podTemplateOverrides", entry, lambda e: e == entry)
-            return
-        pod = {"metadata": {"annotations": {self.key("decision-id"): decision_id}}, "spec": pod_spec}
-        job = {"name": "node", "template": {"spec": {"template": pod}}}
-        entry = {"manager": self.settings.trainjob_manager,
-                 "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [job]}}}}
-        _append_once(patch, "/spec/runtimePatches", entry,
-                     lambda e: isinstance(e, dict) and e.get("manager") == self.settings.trainjob_manager)
+            # PodTemplateOverride.metadata is merged into the runtime's pod template metadata (Trainer's
+            # trainjob_types.go: "metadata overrides the Pod template metadata").
+            field = "/spec/podTemplateOverrides"
+            entry: dict[str, Any] = {"targetJobs": [{"name": "node"}], "metadata": {"annotations": annotations}}
+            if pod_spec:
+                entry["spec"] = pod_spec
+
+            def mine(item: Any) -> bool:
+                meta = item.get("metadata") if isinstance(item, dict) else None
+                found = meta.get("annotations") if isinstance(meta, dict) else None
+                return isinstance(found, dict) and key in found
+        else:
+            field = "/spec/runtimePatches"
+            pod: dict[str, Any] = {"metadata": {"annotations": annotations}}
+            if pod_spec:
+                pod["spec"] = pod_spec
+            job = {"name": "node", "template": {"spec": {"template": pod}}}
+            entry = {"manager": self.settings.trainjob_manager,
+                     "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [job]}}}}
+
+            def mine(item: Any) -> bool:
+                return isinstance(item, dict) and item.get("manager") == self.settings.trainjob_manager
+        current = resolve(patch.doc, field)
+        if pinned and isinstance(current, list) and any(mine(item) for item in current):
+            return  # a re-review: our own entry's node selection reads as a pin; it stays as it is
+        _append_once(patch, field, entry, mine)
 
     # -- validation --
 
@@ -690,6 +708,30 @@ def _cheaper(a: Any, b: Any) -> bool:
 
 def _money(cost: float | None, hourly: float | None) -> str:
     return f"${cost:,.2f}" if cost is not None else f"${hourly or 0:,.2f}/h"
+
+
+def _template_decision_id(spec: Any, key: str, depth: int = 0) -> str:
+    """The decision id under ``key`` in the annotations of a pod template anywhere in a controller's spec
+    (``template.metadata``, ``replicatedJobs[].template.spec.template.metadata``, ``workerGroupSpecs[]``...)."""
+    if depth > 12:
+        return ""
+    if isinstance(spec, dict):
+        template = spec.get("template")
+        meta = template.get("metadata") if isinstance(template, dict) else None
+        annotations = meta.get("annotations") if isinstance(meta, dict) else None
+        found = annotations.get(key) if isinstance(annotations, dict) else None
+        if isinstance(found, str) and found:
+            return found
+        children: Iterable[Any] = spec.values()
+    elif isinstance(spec, list):
+        children = spec
+    else:
+        return ""
+    for child in children:
+        found = _template_decision_id(child, key, depth + 1)
+        if found:
+            return found
+    return ""
 
 
 def _append_once(patch: Patch, list_ptr: str, entry: dict[str, Any], mine: Callable[[Any], bool]) -> None:

@@ -88,7 +88,8 @@ def _runtime_trainer(obj: ObjectRef, runtime: dict[str, Any]) -> tuple[Role | No
 
 
 def _patch_pin(obj: ObjectRef, spec: dict[str, Any]) -> GpuPin | None:
-    """A GPU pin set through ``spec.runtimePatches`` (Trainer >= 2.1) or ``spec.podSpecOverrides``."""
+    """A GPU pin set through ``spec.runtimePatches`` (Trainer >= 2.1), ``spec.podTemplateOverrides`` (its
+    ``spec``) or ``spec.podSpecOverrides`` (Trainer 2.0)."""
     for i, patch in named_roles(
         obj, spec.get("runtimePatches"), ("spec", "runtimePatches"), "runtime patches"
     ):
@@ -103,6 +104,16 @@ def _patch_pin(obj: ObjectRef, spec: dict[str, Any]) -> GpuPin | None:
                 pin = gpu_pin(obj, pod, (*path, "template", "spec", "template", "spec"))
                 if pin is not None:
                     return pin
+    for i, override in named_roles(
+        obj, spec.get("podTemplateOverrides"), ("spec", "podTemplateOverrides"), "overrides"
+    ):
+        targets = override.get("targetJobs")
+        names = {t.get("name") for t in targets if isinstance(t, dict)} if isinstance(targets, list) else set()
+        pod = override.get("spec")
+        if isinstance(pod, dict) and names & {"node", "trainer"}:
+            pin = gpu_pin(obj, pod, ("spec", "podTemplateOverrides", i, "spec"))
+            if pin is not None:
+                return pin
     for i, override in named_roles(
         obj, spec.get("podSpecOverrides"), ("spec", "podSpecOverrides"), "overrides"
     ):

@@ -37,6 +37,9 @@ from tests.integrations.manifests import (
     trainjob,
     volcano_job,
 )
+from tests.integrations.manifests import (
+    pod_spec as plain_pod_spec,
+)
 
 NOW = datetime(2025, 1, 1, tzinfo=timezone.utc)
 ANNOTATIONS = ("pool", "predicted-peak-vram-bytes", "predicted-peak-vram-upper-bytes", "predicted-runtime-seconds",
@@ -257,6 +260,70 @@ def test_trainjob_pod_template_overrides_setting() -> None:
     (entry,) = patched["spec"]["podTemplateOverrides"]
     assert entry["targetJobs"] == [{"name": "node"}] and "nodeSelector" in entry["spec"]
     assert "runtimePatches" not in patched["spec"]
+
+
+def trainer_jobset(trainjob_obj: dict[str, Any]) -> dict[str, Any]:
+    """The JobSet the Trainer builds from a TrainJob on a one-role runtime (replicated job ``node``): the
+    runtime's pod template with the TrainJob's resources, then its runtimePatches / podTemplateOverrides for
+    ``node`` merged in (metadata annotations, nodeSelector, tolerations), owned by the TrainJob."""
+    gpus = trainjob_obj["spec"]["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/gpu"]
+    pod_template: dict[str, Any] = {"metadata": {}, "spec": plain_pod_spec(int(gpus))}
+    overrides = [o for o in trainjob_obj["spec"].get("podTemplateOverrides", [])
+                 if {"name": "node"} in o["targetJobs"]]
+    for patch_entry in trainjob_obj["spec"].get("runtimePatches", []):
+        for job in patch_entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+            if job["name"] == "node":
+                overrides.append(job["template"]["spec"]["template"])
+    for override in overrides:
+        for key, value in override.get("metadata", {}).get("annotations", {}).items():
+            pod_template["metadata"].setdefault("annotations", {})[key] = value
+        pod_template["spec"].update(override.get("spec", {}))
+    job = {"name": "node", "replicas": 1, "template": {"spec": {"template": pod_template}}}
+    built = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+             "metadata": {"name": "tj", "namespace": "team-a"}, "spec": {"replicatedJobs": [job]}}
+    return owned(built, "trainer.kubeflow.org/v1alpha1", "TrainJob")
+
+
+H100_PIN = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+
+
+@pytest.mark.parametrize("field", ["runtimePatches", "podTemplateOverrides"])
+@pytest.mark.parametrize("pinned", [False, True])
+def test_the_jobset_of_a_placed_trainjob_is_not_placed_again(field: str, pinned: bool) -> None:
+    """The decision id reaches the JobSet the Trainer builds, through either field, also when the TrainJob pins
+    its GPU itself (a podTemplateOverrides nodeSelector): vramfit adds only the id then."""
+    settings = AdmissionSettings(trainjob_patch_field=field)  # type: ignore[arg-type]
+    obj = trainjob()
+    if pinned:
+        obj["spec"]["podTemplateOverrides"] = [{"targetJobs": [{"name": "node"}], "spec": {"nodeSelector": H100_PIN}}]
+    patched = apply(obj, patch_ops(run(obj, settings=settings)))
+    decision_id = patched["metadata"]["annotations"]["vramfit.io/decision-id"]
+    assert patched["metadata"]["annotations"]["vramfit.io/pool"] == "big"
+    built = trainer_jobset(patched)
+    template = built["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert template["metadata"]["annotations"]["vramfit.io/decision-id"] == decision_id
+    wanted = H100_PIN if pinned else next(p for p in POOLS.pools if p.name == "big").node_selector
+    assert template["spec"]["nodeSelector"] == wanted
+    for webhook in ("mutate", "validate"):
+        response = body(run(built, webhook=webhook, settings=settings))
+        assert "patch" not in response, webhook
+        assert f"which vramfit placed (decision {decision_id})" in response["auditAnnotations"]["skipped"]
+    # A second review of the placed TrainJob changes nothing (the same entries, the same decision id).
+    assert patch_ops(run(patched, settings=settings, uid="again")) == []
+
+
+def test_a_trainer_jobset_the_webhook_cannot_size_is_still_its_placed_parents() -> None:
+    """No model in the JobSet (the Trainer copies pod templates, not the vramfit.io/spec annotation): with
+    unreadable_job=deny it was denied, so the placed TrainJob never started."""
+    settings = AdmissionSettings(unreadable_job="deny")
+    obj = trainjob()
+    built = trainer_jobset(apply(obj, patch_ops(run(obj, settings=settings))))
+    assert "annotations" not in built["metadata"]
+    response = body(run(built, webhook="validate", settings=settings))
+    assert response["allowed"] is True and "which vramfit placed" in response["auditAnnotations"]["skipped"]
+    template = built["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    del template["metadata"]["annotations"]  # a parent vramfit did not place: the same JobSet is denied
+    assert body(run(built, webhook="validate", settings=settings))["allowed"] is False
 
 
 def test_pods_of_a_controller_are_not_placed_twice() -> None:
