@@ -26,6 +26,7 @@ from scheduler.simulate.scenario import (
     DEFAULT_REFERENCE_SHARE,
     DEFAULT_TEMPLATES,
     Scenario,
+    ScenarioError,
     build_from_specs,
     build_from_trace,
     build_generated,
@@ -91,16 +92,19 @@ def build_scenario(args: argparse.Namespace) -> tuple[Scenario, dict[str, Any]]:
         raise SpecError.one("--load", f"must be a positive, finite number; got {args.load}")
     if args.templates <= 0:
         raise SpecError.one("--templates", f"must be a positive number of job templates; got {args.templates}")
-    if source == "generate":
-        scenario = build_generated(_count(count, "generate"), pools, errors, args.seed, args.load, args.templates,
-                                   reference_templates(runs, errors), args.reference_share)
-    elif source in TRACE_FILES:
-        traces_dir = Path(args.traces_dir) if args.traces_dir else None
-        trace = read_trace(source, traces_dir)
-        scenario = build_from_trace(trace, _count(count, source) if count else None, pools, errors, args.seed)
-    else:
-        specs, arrivals = read_specs(Path(args.jobs))
-        scenario = build_from_specs(specs, arrivals, pools, errors, args.seed, args.load)
+    try:
+        if source == "generate":
+            scenario = build_generated(_count(count, "generate"), pools, errors, args.seed, args.load,
+                                       args.templates, reference_templates(runs, errors), args.reference_share)
+        elif source in TRACE_FILES:
+            traces_dir = Path(args.traces_dir) if args.traces_dir else None
+            trace = read_trace(source, traces_dir)
+            scenario = build_from_trace(trace, _count(count, source) if count else None, pools, errors, args.seed)
+        else:
+            specs, arrivals = read_specs(Path(args.jobs))
+            scenario = build_from_specs(specs, arrivals, pools, errors, args.seed, args.load)
+    except ScenarioError as exc:
+        raise SpecError.one("--jobs", str(exc), "simulate jobs that fit the pools of --pools") from None
     meta = {"jobs": args.jobs, "n_jobs": scenario.mix.n_jobs, "seed": args.seed, "runs": str(runs_path),
             "pools": [{"name": p.name, "gpu": p.gpu, "gpus": p.total_gpus, "price_usd_per_gpu_hour":
                        p.price_usd_per_gpu_hour} for p in scenario.table.pools],

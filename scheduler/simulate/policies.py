@@ -1,5 +1,6 @@
 """Placement policies: for a template (and the pools it already ran out of memory on) an ordered list of pools.
 
+Every policy keeps to the pools a job can run on: enough GPUs per job, and its ``gpu`` pin if it has one.
 The engine starts the job on the first listed pool with enough free GPUs and no one queued; otherwise it
 queues the job on the first pool (``wait_on_all``: on every listed pool, first to free wins). An empty
 list after an OOM means the policy gives up and the job fails for good.
@@ -50,7 +51,7 @@ class Policy:
         key = (t, failed)
         out = self._cache.get(key)
         if out is None:
-            hosts = self.table.max_job_gpus >= self.table.gpus[t]
+            hosts = (self.table.max_job_gpus >= self.table.gpus[t]) & self.table.allowed(t)
             raw = self.first(t) if not failed else self.retry(t, failed)
             out = self._cache[key] = tuple(p for p in raw if hosts[p])
         return out
@@ -64,7 +65,8 @@ class Policy:
 
     # -- helpers -------------------------------------------------------------------------------------------
     def _hosting(self, t: int, pools: list[int]) -> list[int]:
-        return [p for p in pools if self.table.max_job_gpus[p] >= self.table.gpus[t]]
+        allowed = self.table.allowed(t)
+        return [p for p in pools if self.table.max_job_gpus[p] >= self.table.gpus[t] and allowed[p]]
 
     def _bigger(self, t: int, failed_pool: int) -> list[int]:
         memory = self.table.memory_bytes

@@ -47,9 +47,12 @@ def summarize(result: SimResult) -> dict[str, Any]:
     """The figures the issue asks for, for one policy."""
     done = result.status == DONE
     span = span_seconds(result)
-    # utilisation over the arrival window (the steady state), not the drain of the last long jobs
+    # utilisation over the arrival window (the steady state), not the drain of the last long jobs; a batch
+    # submitted at one instant has no such window: then over the makespan
     first, last = (float(result.arrival_seconds.min()), float(result.arrival_seconds.max())) \
         if result.arrival_seconds.size else (0.0, 0.0)
+    if last <= first:
+        last = first + span
     window = last - first
     busy = busy_gpu_seconds(result, first, last)
     turnaround = (result.finish_seconds - result.arrival_seconds)[done]
@@ -73,6 +76,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "turnaround_seconds": {"median": _quantile(turnaround, 0.5), "p95": _quantile(turnaround, 0.95)},
         "makespan_seconds": span,
         "utilisation_by_pool": util,  # busy GPU fraction between the first and the last arrival
+        "utilisation_window_seconds": window,  # that window (the makespan when all jobs arrive at once)
         "jobs_by_pool": {name: int(((result.pool == p) & done).sum()) for p, name in enumerate(result.pools)},
     }
 

@@ -4,9 +4,10 @@
    the dev reference runs themselves (their truth is their measurement); Poisson arrivals at an offered load.
 2. ``build_from_trace``: arrival times, GPU counts and durations of trace jobs (Philly, Alibaba PAI). Each
    trace job is mapped onto a generated template with the same GPU count (``templates_per_gpu_count`` per
-   count, one drawn uniformly per job); its tokens are set so that its *predicted* runtime on the
-   cluster's workhorse pool (the pool with the most GPUs) equals the trace duration. Trace jobs asking for
-   more GPUs than any pool accepts are dropped and counted.
+   count, one drawn uniformly per job); its tokens are set so that its *true* runtime on the
+   cluster's workhorse pool (the pool with the most GPUs) equals the trace duration (the trace measured
+   how long the job really ran). Trace jobs asking for more GPUs than any pool accepts, or of zero duration,
+   are dropped and counted.
 3. ``build_from_specs``: given TrainingSpecs (fixed GPU counts), arrivals given or Poisson.
 
 A template is kept only when the analytic point prediction fits the largest GPU of the cluster: nobody
@@ -22,6 +23,7 @@ import numpy as np
 
 from predictors.predict import predict
 from predictors.reference import ReferenceRun
+from predictors.runtime import job_tokens
 from predictors.spec import TrainingSpec
 from scheduler.placement import resolve_model_cached
 from scheduler.pools import PoolsConfig
@@ -59,6 +61,11 @@ class TraceJobs:
     arrival_seconds: np.ndarray
     gpus: np.ndarray
     duration_seconds: np.ndarray
+    notes: tuple[str, ...] = ()  # what the reader skipped, for the report
+
+
+class ScenarioError(ValueError):
+    """The inputs make no scenario (a trace with no job the cluster can run); the CLI shows it as an input error."""
 
 
 class _Fits:
@@ -86,7 +93,7 @@ def _draw_fitting(rng: np.random.Generator, fits: _Fits, gpus: int | None = None
         template = draw_template(rng, gpus)
         if fits(template):
             return template
-    raise ValueError(f"no generated template with gpus={gpus} fits the cluster's largest GPU "
+    raise ScenarioError(f"no generated template with gpus={gpus} fits the cluster's largest GPU "
                      f"({fits.largest.gpu}) after {_MAX_DRAWS} draws")
 
 
@@ -153,8 +160,13 @@ def build_from_trace(trace: TraceJobs, n_jobs: int | None, pools: PoolsConfig, e
     rng = np.random.default_rng(seed)
     fits = _Fits(pools)
     arrivals, gpus, durations = _take(trace, n_jobs)
-    keep = (gpus <= fits.max_job_gpus) & (durations > 0)
-    dropped = int((~keep).sum())
+    too_big = gpus > fits.max_job_gpus
+    zero = ~too_big & (durations <= 0)
+    keep = ~too_big & ~zero
+    if not keep.any():
+        raise ScenarioError(f"none of the {gpus.size} trace jobs can run: {int(too_big.sum())} ask for more GPUs "
+                            f"than any pool accepts (at most {fits.max_job_gpus}), {int(zero.sum())} have a zero "
+                            "duration")
     arrivals, gpus, durations = arrivals[keep], gpus[keep], durations[keep]
     templates: list[JobTemplate] = []
     first: dict[int, int] = {}
@@ -165,9 +177,12 @@ def build_from_trace(trace: TraceJobs, n_jobs: int | None, pools: PoolsConfig, e
         templates_per_gpu_count, size=gpus.size)
     distinct, index, table, truth = _finish(templates, index, pools, errors, seed)
     workhorse = int(np.argmax(table.total_gpus))
-    tokens = durations / table.seconds_per_token[index, workhorse]
-    notes = (f"trace {trace.name}: {arrivals.size} jobs ({dropped} dropped: more GPUs than any pool accepts, "
-             f"or zero duration)", f"durations are predicted runtimes on pool {table.pools[workhorse].name}",
+    # the trace measured how long each job really ran: that is its *true* runtime on the workhorse pool
+    tokens = durations / (table.seconds_per_token[index, workhorse] * truth.runtime_factor[index])
+    notes = (*trace.notes,
+             f"trace {trace.name}: {arrivals.size} jobs ({int(too_big.sum())} dropped: more GPUs than any pool "
+             f"accepts; {int(zero.sum())} dropped: zero duration)",
+             f"durations are true runtimes on pool {table.pools[workhorse].name}",
              f"{len(distinct)} distinct templates")
     return Scenario(JobMix(distinct, index, arrivals - arrivals.min(), tokens, trace.name), table, truth, notes)
 
@@ -179,7 +194,7 @@ def _take(trace: TraceJobs, n_jobs: int | None) -> tuple[np.ndarray, np.ndarray,
     arr = arr - arr[0] if arr.size else arr
     n = arr.size if n_jobs is None else n_jobs
     if arr.size == 0:
-        raise ValueError(f"trace {trace.name} has no jobs")
+        raise ScenarioError(f"trace {trace.name} has no jobs")
     reps = -(-n // arr.size)
     span = float(arr[-1]) + 1.0
     tiled = np.concatenate([arr + k * span for k in range(reps)])[:n]
@@ -195,13 +210,8 @@ def build_from_specs(specs: Sequence[TrainingSpec], arrival_seconds: Sequence[fl
     for j, spec in enumerate(specs):
         if not isinstance(spec.gpus, int):
             raise ValueError(f"job {j}: gpus must be a number for simulation; got {spec.gpus!r}")
-        if spec.train_tokens is not None:
-            tokens[j] = spec.train_tokens
-        elif spec.steps is not None:
-            tokens[j] = spec.steps * spec.grad_accum_steps * spec.micro_batch_size * spec.seq_len * \
-                spec.data_parallel()
-        else:
-            tokens[j] = float(draw_train_tokens(rng, 1)[0])
+        given = job_tokens(spec)  # the runtime model's own count (a pipeline keeps its depth in flight)
+        tokens[j] = given if given is not None else float(draw_train_tokens(rng, 1)[0])
         templates.append(JobTemplate(spec.model_copy(update={"train_tokens": NOMINAL_TRAIN_TOKENS, "steps": None})))
     distinct, index, table, truth = _finish(templates, np.arange(len(specs)), pools, errors, seed)
     given = np.array([np.nan if a is None else a for a in arrival_seconds], dtype=float)

@@ -3,7 +3,8 @@
 For every template and pool: the analytic device peak and its upper bound (``predict``), the predicted
 seconds per training token (runtime is linear in tokens), and vramfit's ranking of the pools from the real
 :func:`scheduler.placement.place` (cheapest fitting pool first, capacity ignored: the engine checks free
-GPUs at event time). A few hundred templates x 4 pools take about a second.
+GPUs at event time), and the pools a job's ``gpu`` pin allows (every policy keeps to them). A few hundred
+templates x 4 pools take about a second.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from predictors.hardware import lookup_gpu
 from predictors.predict import predict
 from scheduler.placement import DEFAULT_HEADROOM_FRACTION, place, resolve_model_cached
 from scheduler.pools import NodePool, PoolsConfig
@@ -40,6 +42,13 @@ class TemplateTable:
     peak_vram_upper_bytes: np.ndarray  # [t, p] the bound placement uses
     seconds_per_token: np.ndarray  # [t, p] predicted
     vramfit_ranking: tuple[tuple[int, ...], ...]  # [t] pools place() ranks as fitting, best first
+    pinned_to: np.ndarray | None = None  # [t, p] bool: pools the job may run on (its ``gpu`` pin); None: all
+
+    def allowed(self, t: int) -> np.ndarray:
+        """[p] pools template ``t`` may run on: its GPU pin binds every policy, not only vramfit's place()."""
+        if self.pinned_to is None:
+            return np.ones(self.n_pools, dtype=bool)
+        return self.pinned_to[t]
 
     @property
     def n_templates(self) -> int:
@@ -67,10 +76,14 @@ def build_table(templates: Sequence[JobTemplate], pools: PoolsConfig) -> Templat
     spt = np.zeros((n_t, n_p))
     params = np.zeros(n_t)
     ranking: list[tuple[int, ...]] = []
+    pinned = np.ones((n_t, n_p), dtype=bool)
     index = {p.name: i for i, p in enumerate(pool_list)}
     for t, template in enumerate(templates):
         spec = template.spec
         model = resolve_model_cached(spec)
+        if spec.gpu is not None:  # the same test as place()'s
+            pin = lookup_gpu(spec.gpu).name
+            pinned[t] = [pool.gpu == pin for pool in pool_list]
         for p, pool in enumerate(pool_list):
             pred = predict(spec, gpu_name=pool.gpu, gpus=template.gpus, model=model, interconnect=pool.links)
             peak[t, p] = pred.vram.peak_vram_bytes
@@ -91,5 +104,5 @@ def build_table(templates: Sequence[JobTemplate], pools: PoolsConfig) -> Templat
         method=tuple(t.spec.method for t in templates),
         sharded=np.array([(t.spec.sharding or "") in _SHARDED for t in templates]),
         peak_vram_bytes=peak, peak_vram_upper_bytes=upper, seconds_per_token=spt,
-        vramfit_ranking=tuple(ranking),
+        vramfit_ranking=tuple(ranking), pinned_to=pinned,
     )

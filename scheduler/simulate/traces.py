@@ -7,14 +7,19 @@ Trace formats (``shared/traces/README.md``):
   pre-processed by the Pollux authors; cite Jeon et al. ATC'19, Qiao et al. OSDI'21).
 * ``pai``: ``alibaba_gpu_v2023/csv/openb_pod_list_default.csv``, ``creation_time``, ``deletion_time`` in
   seconds from the trace start, ``num_gpu`` and ``gpu_milli`` (Alibaba, research/study use; cite Weng et al.
-  ATC'23). Pods without a GPU are skipped; a fractional GPU counts as one; duration = deletion - creation.
+  ATC'23). Pods without a GPU are skipped; a fractional GPU counts as one; a pod never scheduled (deleted
+  while Pending) never ran and is skipped; duration = deletion - scheduled (the run, not the original wait).
+
+Every row that cannot be read is an error naming the file, the line and the column.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -66,41 +71,120 @@ def read_trace(name: str, traces_dir: Path | None = None) -> TraceJobs:
         raise SpecError.one("--jobs", f"unknown trace {name!r}", f"use one of {', '.join(TRACE_FILES)}")
     path = (traces_dir or default_traces_dir()) / TRACE_FILES[name]
     text = _open(path, f"the {name} trace", "--traces-dir")
-    return parse_philly(text) if name == "philly" else parse_pai_pods(text)
+    trace = parse_philly(text, str(path)) if name == "philly" else parse_pai_pods(text, str(path))
+    if not trace.gpus.size:
+        raise SpecError.one("--jobs", f"the {name} trace {path} holds no GPU jobs",
+                            "point --traces-dir at the folder of the public traces", str(path))
+    return trace
 
 
-def parse_philly(text: str) -> TraceJobs:
+class _Rows:
+    """CSV rows of a trace with their line numbers; every problem names the file, the line and the column."""
+
+    def __init__(self, text: str, source: str, columns: tuple[str, ...]) -> None:
+        self.source = source
+        self._reader = csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline=""))
+        header = next(self._reader, None) or []
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise SpecError.one(missing[0], f"column is missing from the header ({','.join(header) or 'empty'})",
+                                f"a {source} trace has the columns {','.join(columns)}", source)
+        self._header = header
+        self.line = 1
+
+    def __iter__(self) -> Iterator[dict[str, str]]:
+        for fields in self._reader:
+            self.line = self._reader.line_num
+            if not fields:
+                continue
+            if len(fields) != len(self._header):
+                raise SpecError.one(f"line {self.line}", f"has {len(fields)} fields; the header has "
+                                    f"{len(self._header)}", "repair or drop the row", self.source)
+            yield dict(zip(self._header, fields, strict=True))
+
+    def fail(self, column: str, message: str) -> SpecError:
+        return SpecError.one(f"line {self.line}: {column}", message, source=self.source)
+
+    def seconds(self, row: dict[str, str], column: str) -> float:
+        """A finite, non-negative number of seconds."""
+        try:
+            value = float(row[column])
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value >= 0):
+            raise self.fail(column, f"must be a finite number of seconds >= 0; got {row[column]!r}")
+        return value
+
+    def count(self, row: dict[str, str], column: str) -> int:
+        """A whole number >= 0 ("4" or "4.0")."""
+        try:
+            value = float(row[column])
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value >= 0 and value == int(value)):
+            raise self.fail(column, f"must be a whole number >= 0; got {row[column]!r}")
+        return int(value)
+
+
+PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus")
+PAI_COLUMNS = ("num_gpu", "creation_time", "deletion_time", "scheduled_time")
+
+
+def parse_philly(text: str, source: str = "philly.csv") -> TraceJobs:
+    """Philly jobs: arrival from ``timestamp``, run time ``duration``; jobs without a GPU are skipped."""
     arrival: list[float] = []
     gpus: list[int] = []
     duration: list[float] = []
-    for row in csv.DictReader(text.splitlines()):
+    rows = _Rows(text, source, PHILLY_COLUMNS)
+    skipped = 0
+    for row in rows:
         try:
             ts = datetime.strptime(row["timestamp"], "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-            arrival.append(ts)
-            duration.append(float(row["duration"]))
-            gpus.append(max(int(float(row["num_gpus"])), 1))
-        except (KeyError, ValueError) as exc:
-            raise SpecError.one("philly.csv", f"bad row {row!r}: {exc}") from None
-    return TraceJobs("philly", np.array(arrival), np.array(gpus, dtype=np.int64), np.array(duration))
+        except ValueError:
+            raise rows.fail("timestamp", f"must be YYYY-MM-DD HH:MM:SS; got {row['timestamp']!r}") from None
+        seconds = rows.seconds(row, "duration")
+        n = rows.count(row, "num_gpus")
+        if n == 0:
+            skipped += 1
+            continue
+        arrival.append(ts)
+        duration.append(seconds)
+        gpus.append(n)
+    notes = (f"{skipped} job(s) without a GPU skipped",) if skipped else ()
+    return TraceJobs("philly", np.array(arrival), np.array(gpus, dtype=np.int64), np.array(duration), notes)
 
 
-def parse_pai_pods(text: str) -> TraceJobs:
+def parse_pai_pods(text: str, source: str = "openb_pod_list_default.csv") -> TraceJobs:
+    """PAI pods: arrival at ``creation_time``, run time ``deletion_time - scheduled_time``.
+
+    A pod's lifetime from its creation includes its wait in Alibaba's own queue, which the simulation models
+    itself; a pod with no ``scheduled_time`` (deleted while Pending) never ran and is no job. Pods without a
+    GPU are skipped; a fractional GPU (``gpu_milli`` < 1000) counts as one."""
     arrival: list[float] = []
     gpus: list[int] = []
     duration: list[float] = []
-    for row in csv.DictReader(text.splitlines()):
-        try:
-            n = int(row["num_gpu"])
-            if n <= 0:
-                continue
-            created = float(row["creation_time"])
-            deleted = float(row["deletion_time"])
-        except (KeyError, ValueError) as exc:
-            raise SpecError.one("openb_pod_list", f"bad row {row!r}: {exc}") from None
+    rows = _Rows(text, source, PAI_COLUMNS)
+    no_gpu = never_ran = 0
+    for row in rows:
+        n = rows.count(row, "num_gpu")
+        if n == 0:
+            no_gpu += 1
+            continue
+        created = rows.seconds(row, "creation_time")
+        deleted = rows.seconds(row, "deletion_time")
+        if not row["scheduled_time"].strip():
+            never_ran += 1
+            continue
+        scheduled = rows.seconds(row, "scheduled_time")
+        if deleted < scheduled:
+            raise rows.fail("deletion_time", f"is before `scheduled_time` ({row['deletion_time']} < "
+                                             f"{row['scheduled_time']})")
         arrival.append(created)
         gpus.append(n)
-        duration.append(deleted - created)
-    return TraceJobs("pai", np.array(arrival), np.array(gpus, dtype=np.int64), np.array(duration))
+        duration.append(deleted - scheduled)
+    notes = ([f"{no_gpu} pod(s) without a GPU skipped"] if no_gpu else []) + \
+        ([f"{never_ran} pod(s) never scheduled (deleted while Pending) skipped"] if never_ran else [])
+    return TraceJobs("pai", np.array(arrival), np.array(gpus, dtype=np.int64), np.array(duration), tuple(notes))
 
 
 def read_runs(path: Path) -> list[ReferenceRun]:

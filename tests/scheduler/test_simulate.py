@@ -162,9 +162,12 @@ def test_trace_mix_keeps_arrivals_gpus_and_durations() -> None:
     sc = build_from_trace(trace, None, POOLS, _errors(), seed=1, templates_per_gpu_count=3)
     assert sc.mix.arrival_seconds.tolist() == [0.0, 30.0, 60.0]
     assert sc.mix.gpus().tolist() == [4, 1, 1]
+    # the trace measured how long each job ran: its *true* runtime on the workhorse pool is the trace duration
+    assert not np.allclose(sc.truth.runtime_factor, 1.0)  # else true and predicted runtimes would agree
     workhorse = int(np.argmax(sc.table.total_gpus))
-    predicted = sc.mix.train_tokens * sc.table.seconds_per_token[sc.mix.template_index, workhorse]
-    assert predicted.tolist() == pytest.approx([1200.0, 60.0, 600.0])
+    index = sc.mix.template_index
+    true = sc.mix.train_tokens * sc.table.seconds_per_token[index, workhorse] * sc.truth.runtime_factor[index]
+    assert true.tolist() == pytest.approx([1200.0, 60.0, 600.0])
 
 
 @pytest.mark.skipif(not default_runs_path().is_file(), reason="shared/reference/runs-dev.jsonl not present")
