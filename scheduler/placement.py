@@ -4,8 +4,10 @@ Pure. A :class:`Decision` is either ``placed`` (a choice with every pool ranked 
 ``unschedulable`` (one reason per pool and what-if suggestions, each re-predicted and re-placed).
 
 Fit: the predicted upper bound ``peak_vram_upper_bytes`` must not exceed the GPU's memory minus the
-headroom (equal fits). GPU count: the spec's ``gpus``, or with ``gpus: auto`` the smallest of 1, 2, 4, 8
-(up to a node) and then whole nodes that fits; with ``cheapest-within-deadline`` also meets the deadline.
+headroom (equal fits). GPU count: the spec's ``gpus``, or with ``gpus: auto`` the smallest of 1, 2, 4, ...
+(up to a node), a whole node and then whole nodes that fits, each a multiple of the model-parallel size
+(:func:`auto_gpu_counts`); with ``cheapest-within-deadline`` also meets the deadline. Without ``train_tokens``
+or ``steps`` there is no runtime: pools rank by hourly cost, and a deadline is reported as not checked.
 Cost: GPUs x hours x price (:mod:`scheduler.cost`). Capacity: a pool whose ``free_gpus`` is below the
 count is passed over for the best pool with room, and the decision says so.
 """
@@ -17,6 +19,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -76,6 +79,8 @@ class PoolOption:
             "hourly_cost_usd": self.hourly_cost_usd,
             "free_gpus": self.pool.free_gpus,
             "has_room": self.has_room,
+            # None without a deadline (or without a runtime); False: fits in memory but misses the deadline
+            "meets_deadline": self.meets_deadline,
         }
 
 
@@ -166,6 +171,36 @@ def _hours(seconds: float) -> str:
     return f"{hours:.1f} h" if hours >= 0.1 else f"{seconds / 60:.1f} min"
 
 
+@lru_cache(maxsize=1024)
+def auto_gpu_counts(gpus_per_node: int, nodes: int, max_job_gpus: int, model_parallel: int = 1) -> tuple[int, ...]:
+    """The GPU counts ``gpus: auto`` tries on a pool, smallest first.
+
+    Every count is a multiple of the model-parallel size ``m`` (tensor x pipeline x context parallel). When ``m``
+    fits in a node: ``m`` x 1, 2, 4, ... inside one node, then the node's share (the largest multiple of ``m`` a
+    node holds: the whole node when ``m`` divides it), then 2, 3, ... times that share, up to the pool's nodes
+    (``nodes`` in a decision is the fewest nodes that hold the count). When ``m`` is larger
+    than a node: whole nodes whose GPU count is a multiple of ``m``. Never above ``max_job_gpus`` (a job limit
+    below a node adds its own largest multiple of ``m``).
+    """
+    m = model_parallel
+    if m <= gpus_per_node:
+        one_node = min(gpus_per_node, max_job_gpus)
+        share = one_node - one_node % m
+        if share == 0:
+            return ()
+        counts: list[int] = []
+        n = m
+        while n < share:
+            counts.append(n)
+            n *= 2
+        counts.append(share)
+        if share == gpus_per_node - gpus_per_node % m:  # a whole node's share: more nodes may follow
+            counts += [share * k for k in range(2, min(nodes, max_job_gpus // share) + 1)]
+        return tuple(counts)
+    largest = min(nodes, max_job_gpus // gpus_per_node)
+    return tuple(gpus_per_node * k for k in range(1, largest + 1) if gpus_per_node * k % m == 0)
+
+
 @dataclass(frozen=True)
 class _PoolFacts:
     """What placement asks of a pool in every decision, worked out once per pool object."""
@@ -173,7 +208,7 @@ class _PoolFacts:
     memory_bytes: int
     links: Interconnect
     max_job_gpus: int
-    auto_counts: tuple[int, ...]  # the counts ``gpus: auto`` tries, smallest first, before model parallelism
+    auto_counts: tuple[int, ...]  # the counts ``gpus: auto`` tries, smallest first, without model parallelism
 
 
 # by identity: a NodePool is frozen, and an edited copy (model_copy) is another object with its own entry
@@ -185,13 +220,16 @@ def _pool_facts(pool: NodePool) -> _PoolFacts:
     if hit is not None and hit[0] is pool:
         return hit[1]
     limit = pool.max_job_gpus
-    counts = [n for n in (1, 2, 4, 8) if n <= pool.gpus_per_node]
-    counts += [pool.gpus_per_node * k for k in range(2, pool.nodes + 1)]
-    facts = _PoolFacts(pool.gpu_spec.memory_bytes, pool.links, limit, tuple(n for n in counts if n <= limit))
+    facts = _PoolFacts(pool.gpu_spec.memory_bytes, pool.links, limit,
+                       auto_gpu_counts(pool.gpus_per_node, pool.nodes, limit))
     if len(_POOL_FACTS) > 4096:
         _POOL_FACTS.clear()
     _POOL_FACTS[id(pool)] = (pool, facts)
     return facts
+
+
+def _model_parallel(spec: TrainingSpec) -> int:
+    return spec.tensor_parallel * spec.pipeline_parallel * spec.context_parallel
 
 
 def candidate_gpu_counts(spec: TrainingSpec, pool: NodePool, keep_growing: bool = False) -> list[int]:
@@ -199,10 +237,9 @@ def candidate_gpu_counts(spec: TrainingSpec, pool: NodePool, keep_growing: bool 
     facts = _pool_facts(pool)
     if isinstance(spec.gpus, int):
         return [spec.gpus] if spec.gpus <= facts.max_job_gpus else []
-    model_parallel = spec.tensor_parallel * spec.pipeline_parallel * spec.context_parallel
-    counts = list(facts.auto_counts)
-    if model_parallel > 1:
-        counts = [n for n in counts if n % model_parallel == 0]
+    model_parallel = _model_parallel(spec)
+    counts = list(facts.auto_counts if model_parallel == 1
+                  else auto_gpu_counts(pool.gpus_per_node, pool.nodes, facts.max_job_gpus, model_parallel))
     shrinks = (spec.sharding or "ddp") not in _REPLICATED
     if not shrinks and not keep_growing:
         counts = counts[:1]
@@ -261,11 +298,16 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
             continue
         counts[i] = candidate_gpu_counts(spec, pool, keep_growing=deadline_seconds is not None)
         if not counts[i]:
-            wanted = spec.gpus if isinstance(spec.gpus, int) else "auto"
-            done[i] = PoolOption(pool, False, f"needs {wanted} GPUs; pool allows at most {pool.max_job_gpus} per "
-                                 "job", usable[i]), None
+            if isinstance(spec.gpus, int):
+                wanted = f"needs {spec.gpus} GPUs"
+            else:  # only model parallelism leaves `auto` without a count: no multiple of it fits the pool
+                m = _model_parallel(spec)
+                wanted = (f"needs a multiple of {m} GPUs (tensor x pipeline x context parallel)"
+                          + (f" on whole nodes of {pool.gpus_per_node}" if m > pool.gpus_per_node else ""))
+            done[i] = PoolOption(pool, False, f"{wanted}; pool allows at most {pool.max_job_gpus} per job",
+                                 usable[i]), None
     position = dict.fromkeys(counts, 0)  # the count each pool tries next
-    slow: dict[int, PoolOption] = {}  # the first fit that missed the deadline
+    slow: dict[int, tuple[PoolOption, PoolOption]] = {}  # the first and the last fit that missed the deadline
     pending = list(counts)
     while pending:
         # stage 1: move each pool to its next count whose memory fits (or past its last count). A count whose
@@ -297,7 +339,8 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
         for i, pred in zip(fitting, preds, strict=True):
             option = _fit_option(pools[i], counts[i][position[i]], pred, usable[i], deadline_seconds)
             if option.meets_deadline is False:
-                slow.setdefault(i, option)  # fits but too slow at this count: try more GPUs
+                # fits but too slow at this count: try more GPUs
+                slow[i] = (slow[i][0] if i in slow else option, option)
                 position[i] += 1
             else:
                 done[i] = option, pred
@@ -326,19 +369,29 @@ def _fit_option(pool: NodePool, n: int, pred: Prediction, usable: int, deadline_
         has_room=pool.free_gpus is None or pool.free_gpus >= n, meets_deadline=meets)
 
 
+def _takes(option: PoolOption) -> str:
+    assert option.runtime_seconds is not None
+    if option.runtime_upper_seconds is not None:
+        return (f"may take {_hours(option.runtime_upper_seconds)} (upper bound; "
+                f"{_hours(option.runtime_seconds)} expected)")
+    return f"takes {_hours(option.runtime_seconds)}"
+
+
 def _no_fit_option(spec: TrainingSpec, pool: NodePool, counts: list[int], usable: int, headroom: float,
-                   deadline_seconds: float | None, slow: PoolOption | None, predictor: SpecPredictor) -> PoolOption:
-    """Why no count of ``pool`` works: the first fit missed the deadline, or no count's memory fits."""
+                   deadline_seconds: float | None, slow: tuple[PoolOption, PoolOption] | None,
+                   predictor: SpecPredictor) -> PoolOption:
+    """Why no count of ``pool`` works: every count that fits misses the deadline, or no count's memory fits.
+
+    A deadline miss names the first fitting count and, when more GPUs were tried, the fastest (the last) with
+    its figures: how close the pool came."""
     if slow is not None:
-        assert deadline_seconds is not None and slow.runtime_seconds is not None
-        if slow.runtime_upper_seconds is not None:
-            takes = (f"may take {_hours(slow.runtime_upper_seconds)} (upper bound; "
-                     f"{_hours(slow.runtime_seconds)} expected)")
-        else:
-            takes = f"takes {_hours(slow.runtime_seconds)}"
-        reason = (f"fits on {slow.gpus} GPU{'s' if slow.gpus != 1 else ''} but {takes} > deadline "
-                  f"{_hours(deadline_seconds)}" + (" even with more GPUs" if len(counts) > 1 else ""))
-        return PoolOption(**{**slow.__dict__, "reason": reason})
+        assert deadline_seconds is not None
+        first, last = slow
+        reason = (f"fits on {first.gpus} GPU{'s' if first.gpus != 1 else ''} but {_takes(first)} > deadline "
+                  f"{_hours(deadline_seconds)}")
+        if last is not first:
+            reason += f"; on {last.gpus} GPUs (the most tried here) it still {_takes(last)}"
+        return PoolOption(**{**last.__dict__, "reason": reason})
     n = counts[-1]
     last = predictor.known_memory(pool.gpu, n) or predictor.memory_many([(pool.gpu, n)])[0]
     reason = (f"needs {format_bytes(last.peak_vram_upper_bytes)} per GPU (upper bound) on {n} GPU"
@@ -381,7 +434,7 @@ def place(
     warnings: list[str] = []
     deadline = None
     if objective == "cheapest-within-deadline":
-        deadline = deadline_seconds or spec.deadline_seconds
+        deadline = deadline_seconds if deadline_seconds is not None else spec.deadline_seconds
         if deadline is None:
             raise ValueError("objective cheapest-within-deadline needs a deadline "
                              "(spec deadline_seconds or --deadline-hours)")
@@ -391,10 +444,15 @@ def place(
     evaluated = _evaluate_all(spec, pool_list, headroom_fraction, deadline, spec_predictor(spec, resolved))
     options = [opt for opt, _ in evaluated]
     preds = {opt.pool.name: pred for opt, pred in evaluated}
-    if spec.train_tokens is None and spec.steps is None:
+    no_runtime = spec.train_tokens is None and spec.steps is None
+    if no_runtime and deadline is not None:
+        warnings.append(f"the deadline ({_hours(deadline)}) is not checked: without train_tokens or steps no "
+                        "runtime is predicted; ranked by hourly cost. To fix: add train_tokens or steps to the spec")
+    elif no_runtime:
         warnings.append("no train_tokens or steps: runtime and cost unknown; ranked by hourly cost"
                         if objective != "fastest" else "no train_tokens or steps: ranked by throughput")
-    if objective != "cheapest-within-deadline" and (deadline_seconds or spec.deadline_seconds):
+    if objective != "cheapest-within-deadline" and (deadline_seconds is not None
+                                                    or spec.deadline_seconds is not None):
         warnings.append(f"a deadline is set, but placement here uses the objective {objective}, which does not "
                         "enforce it (cheapest-within-deadline does)")
     eligible = [o for o in options if o.fits and o.meets_deadline is not False]
@@ -413,11 +471,15 @@ def place(
     chosen = with_room[0] if with_room else ranked[0]
     what = {"cheapest": "cheapest", "fastest": "fastest",
             "cheapest-within-deadline": "cheapest within the deadline"}[objective]
+    unchecked = ""
+    if objective == "cheapest-within-deadline" and chosen.meets_deadline is None:
+        what, unchecked = "cheapest", " (the deadline is not checked: no runtime without train_tokens or steps)"
     if waits:
-        reasons.append(f"{chosen.pool.name}: {what} fitting pool; no fitting pool has {chosen.gpus} free GPUs now, "
-                       "the job waits for capacity there")
+        reasons.append(f"{chosen.pool.name}: {what} fitting pool; no fitting pool has the free GPUs it needs now "
+                       f"({chosen.pool.name}: {chosen.pool.free_gpus} free of {chosen.gpus}), the job waits for "
+                       f"capacity there{unchecked}")
     else:
-        reasons.append(f"{chosen.pool.name}: {what} fitting pool with room")
+        reasons.append(f"{chosen.pool.name}: {what} fitting pool with room{unchecked}")
     for better in ranked[: ranked.index(chosen)]:
         warnings.append(f"{better.pool.name} would be {_compare(objective, better, chosen)} but has only "
                         f"{better.pool.free_gpus} free GPUs of the {better.gpus} needed")

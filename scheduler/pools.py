@@ -32,6 +32,24 @@ class Toleration(BaseModel):
     value: str | None = Field(None, description="Taint value for Equal")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(None, description="Taint effect")
 
+    @model_validator(mode="after")
+    def _kubernetes_rules(self) -> Toleration:
+        # The API server rejects these two shapes (Kubernetes API reference, core/v1 Toleration: "If the key is
+        # empty, operator must be Exists"; "If the operator is Exists, the value should be empty"), so every pod
+        # placed on the pool would be refused at creation: say so when the pools file is read instead.
+        if not self.key and self.operator == "Equal":
+            raise ValueError("has no `key`, so its operator must be Exists (Kubernetes rejects Equal with an "
+                             "empty key)")
+        if self.operator == "Exists" and self.value:
+            raise ValueError(f"has operator Exists, so it must not set `value` (got {self.value!r}; Kubernetes "
+                             "rejects it)")
+        return self
+
+
+# The slowest link a GPU pool plausibly has: 1 Gb/s Ethernet (125e6 bytes/s). A smaller figure is a unit slip
+# (`400` meant as 400 Gb/s, or gigabytes), which would make every multi-GPU runtime absurdly long without a word.
+MIN_LINK_BYTES_PER_SECOND = 125e6
+
 
 class InterconnectOverride(BaseModel):
     """Link bandwidths of a pool when they differ from the GPU's defaults (per GPU, one direction)."""
@@ -42,6 +60,14 @@ class InterconnectOverride(BaseModel):
         None, gt=0, description="GPU-to-GPU inside a node (default: NVLink if the GPU has it, else PCIe)")
     inter_node_bytes_per_second: float | None = Field(
         None, gt=0, description="Network between nodes per GPU (default: 400 Gb/s = 50e9)")
+
+    @field_validator("intra_node_bytes_per_second", "inter_node_bytes_per_second")
+    @classmethod
+    def _bytes_per_second(cls, value: float | None) -> float | None:
+        if value is not None and value < MIN_LINK_BYTES_PER_SECOND:
+            raise ValueError(f"is in bytes per second and must be at least {MIN_LINK_BYTES_PER_SECOND:.3g} "
+                             "(1 Gb/s): write e.g. 400 Gb/s as 50e9")
+        return value
 
 
 class NodePool(BaseModel):
@@ -60,6 +86,12 @@ class NodePool(BaseModel):
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations the job needs")
     interconnect: InterconnectOverride | None = Field(None, description="Link bandwidth overrides")
     max_gpus_per_job: int | None = Field(None, gt=0, description="Largest job this pool accepts, in GPUs")
+
+    @field_validator("gpus_per_node", "nodes", "price_usd_per_gpu_hour", "free_gpus", "max_gpus_per_job",
+                     mode="before")
+    @classmethod
+    def _not_bool(cls, value: Any) -> Any:
+        return _reject_bool(value)
 
     @field_validator("name")
     @classmethod
@@ -112,6 +144,13 @@ class NodePool(BaseModel):
         return -(-gpus // self.gpus_per_node)
 
 
+def _reject_bool(value: Any) -> Any:
+    """A YAML ``true``/``false`` where a number belongs is a slip (pydantic would read it as 1 or 0)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
 def usable_memory_bytes(memory_bytes: int, headroom_fraction: float) -> int:
     """GPU memory placement may fill on a card of ``memory_bytes``: its total minus the headroom."""
     return int(memory_bytes * (1.0 - headroom_fraction))
@@ -125,6 +164,11 @@ class PoolsConfig(BaseModel):
     pools: list[NodePool] = Field(..., min_length=1, description="The node pools")
     headroom_fraction: float | None = Field(
         None, ge=0, lt=1, description="Fraction of each GPU's memory kept free (default 0.05)")
+
+    @field_validator("headroom_fraction", mode="before")
+    @classmethod
+    def _not_bool(cls, value: Any) -> Any:
+        return _reject_bool(value)
 
     @model_validator(mode="after")
     def _unique(self) -> PoolsConfig:

@@ -47,6 +47,15 @@ def test_gpu_alias_is_canonicalised_and_links_follow_overrides() -> None:
     ([_pool(tolerations=[{"key": "k", "operator": "Maybe"}])], "pools[0].tolerations[0].operator"),
     ([_pool(interconnect={"nvlink": 1})], "pools[0].interconnect.nvlink"),
     ([_pool(), _pool()], ""),
+    # YAML booleans where a number belongs were read as 1 / 0
+    ([_pool(gpus_per_node=True)], "pools[0].gpus_per_node"),
+    ([_pool(price_usd_per_gpu_hour=True)], "pools[0].price_usd_per_gpu_hour"),
+    ([_pool(free_gpus=False)], "pools[0].free_gpus"),
+    # tolerations the Kubernetes API server rejects on every pod placed there
+    ([_pool(tolerations=[{"operator": "Equal", "value": "x"}])], "pools[0].tolerations[0]"),
+    ([_pool(tolerations=[{"key": "k", "operator": "Exists", "value": "v"}])], "pools[0].tolerations[0]"),
+    # a link speed far below any GPU network: a unit slip (400 meant as 400 Gb/s)
+    ([_pool(interconnect={"inter_node_bytes_per_second": 400})], "pools[0].interconnect.inter_node_bytes_per_second"),
 ])
 def test_errors_carry_paths(pools: list[dict[str, Any]], path: str) -> None:
     assert path in _paths({"pools": pools})
@@ -66,3 +75,19 @@ def test_missing_fields_and_bad_files() -> None:
         load_pools("/nonexistent/pools.yaml")
     with pytest.raises(SpecError, match="mapping"):
         parse_pools([1, 2])
+
+
+def test_audit_rejections_say_what_to_write() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_pools({"pools": [_pool(interconnect={"intra_node_bytes_per_second": 25})]}, "pools.yaml")
+    assert "bytes per second" in str(info.value) and "50e9" in str(info.value)
+    assert _paths({"pools": [_pool()], "headroom_fraction": False}) == ["headroom_fraction"]
+    with pytest.raises(SpecError, match="must be Exists"):
+        parse_pools({"pools": [_pool(tolerations=[{"effect": "NoSchedule"}])]})
+
+
+def test_valid_tolerations_and_links_still_parse() -> None:
+    cfg = parse_pools({"pools": [_pool(tolerations=[{"operator": "Exists"}, {"key": "k", "value": "v"},
+                                                    {"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+                                       interconnect={"inter_node_bytes_per_second": 1.25e9})]})
+    assert len(cfg.pools[0].tolerations) == 3

@@ -1,0 +1,140 @@
+"""Placement audit: GPU counts for any node size and model parallelism, deadline reasons and checks, capacity text.
+
+Thresholds come from the predictor itself (a headroom that puts the usable memory between two counts' upper
+bounds), so the tests pin placement's search and text, not the predictor's figures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from predictors.predict import predict
+from predictors.spec import TrainingSpec
+from scheduler.placement import auto_gpu_counts, candidate_gpu_counts, place
+from scheduler.pools import NodePool
+
+
+def _spec(**kw: Any) -> TrainingSpec:
+    base: dict[str, Any] = {"model": "llama-2-7b", "method": "lora", "precision": "bf16-true",
+                            "micro_batch_size": 2, "seq_len": 2048, "gradient_checkpointing": "full",
+                            "train_tokens": 2e8}
+    base.update(kw)
+    return TrainingSpec.model_validate(base)
+
+
+def _pool(name: str, gpu: str = "A100-80GB", price: float = 2.0, **kw: Any) -> NodePool:
+    data: dict[str, Any] = {"name": name, "gpu": gpu, "gpus_per_node": 8, "nodes": 2, "price_usd_per_gpu_hour": price}
+    return NodePool.model_validate({**data, **kw})
+
+
+def _headroom_between(spec: TrainingSpec, gpu: str, fits: int, too_few: int) -> float:
+    """A headroom whose usable memory holds the upper bound on ``fits`` GPUs but not on ``too_few``."""
+    upper_fits = predict(spec, gpu_name=gpu, gpus=fits).peak_vram_upper_bytes
+    upper_short = predict(spec, gpu_name=gpu, gpus=too_few).peak_vram_upper_bytes
+    assert upper_fits < upper_short  # sharded: more GPUs, less memory each
+    memory = _pool("probe", gpu=gpu).gpu_spec.memory_bytes
+    headroom = 1 - (upper_fits + upper_short) / 2 / memory
+    assert 0 <= headroom < 1
+    return headroom
+
+
+@pytest.mark.parametrize(("gpus_per_node", "nodes", "expected"), [
+    (8, 3, (1, 2, 4, 8, 16, 24)),
+    (16, 3, (1, 2, 4, 8, 16, 32, 48)),  # a whole 16-GPU node is a candidate (was: 8, then 32)
+    (6, 3, (1, 2, 4, 6, 12, 18)),  # a whole 6-GPU node is a candidate (was: 4, then 12)
+    (1, 3, (1, 2, 3)),
+])
+def test_auto_counts_include_one_whole_node_of_any_size(gpus_per_node: int, nodes: int,
+                                                         expected: tuple[int, ...]) -> None:
+    spec = _spec(gpus="auto", sharding="fsdp")
+    pool = _pool("p", gpus_per_node=gpus_per_node, nodes=nodes)
+    assert tuple(candidate_gpu_counts(spec, pool)) == expected
+
+
+@pytest.mark.parametrize(("gpus_per_node", "fits", "too_few"), [(6, 6, 4), (16, 16, 8)])
+def test_auto_places_on_one_whole_node_when_it_fits(gpus_per_node: int, fits: int, too_few: int) -> None:
+    """A job that needs a whole 6- (or 16-) GPU node was sent to two nodes at twice the GPUs."""
+    spec = _spec(model="llama-3.1-8b", method="full", precision="bf16-mixed", gpus="auto", sharding="fsdp")
+    headroom = _headroom_between(spec, "B200", fits, too_few)
+    d = place(spec, [_pool("b", gpu="B200", gpus_per_node=gpus_per_node, nodes=4)], headroom_fraction=headroom,
+              suggest=False)
+    assert d.chosen is not None and (d.chosen.gpus, d.chosen.nodes) == (fits, 1)
+
+
+@pytest.mark.parametrize(("model_parallel", "gpus_per_node", "nodes", "limit", "expected"), [
+    (2, 8, 2, 16, (2, 4, 8, 16)),
+    (6, 8, 4, 32, (6, 12, 18, 24)),  # was only 24: four times the GPUs of a job that fits on 6
+    (6, 8, 2, 16, (6, 12)),  # was none: "needs auto GPUs" on a 16-GPU pool
+    (3, 8, 4, 32, (3, 6, 12, 18, 24)),
+    (16, 8, 4, 32, (16, 32)),
+    (16, 8, 1, 8, ()),
+    (2, 8, 2, 6, (2, 4, 6)),  # a job limit below a node adds its own largest multiple
+])
+def test_auto_counts_are_multiples_of_the_model_parallel_size(model_parallel: int, gpus_per_node: int,
+                                                              nodes: int, limit: int,
+                                                              expected: tuple[int, ...]) -> None:
+    assert auto_gpu_counts(gpus_per_node, nodes, limit, model_parallel) == expected
+
+
+def test_auto_with_model_parallelism_fits_the_smallest_multiple() -> None:
+    spec = _spec(gpus="auto", sharding="fsdp", tensor_parallel=2, pipeline_parallel=3)
+    d = place(spec, [_pool("a", nodes=2)], suggest=False)
+    assert d.decision == "placed" and d.chosen is not None and d.chosen.gpus == 6 and d.chosen.nodes == 1
+
+
+def test_auto_with_model_parallelism_larger_than_the_pool_says_why() -> None:
+    spec = _spec(gpus="auto", sharding="fsdp", tensor_parallel=16)
+    d = place(spec, [_pool("a", nodes=1)], suggest=False)
+    assert d.decision == "unschedulable"
+    reason = d.alternatives[0].reason
+    assert "multiple of 16 GPUs" in reason and "at most 8 per job" in reason and "auto GPUs" not in reason
+
+
+def test_deadline_miss_names_the_fastest_count_tried() -> None:
+    """The reason said `fits on 1 GPU but may take 19 h > deadline ... even with more GPUs` while 16 GPUs took
+    1.2 h: it now names the most GPUs tried, and the option carries their figures."""
+    spec = _spec(gpus="auto", sharding="fsdp")
+    pool = _pool("a")
+    d = place(spec, [pool], objective="cheapest-within-deadline", deadline_seconds=1.0, suggest=False)
+    assert d.decision == "unschedulable"
+    option = d.alternatives[0]
+    one = place(spec.with_gpus(1), [pool], suggest=False).chosen
+    assert one is not None and one.runtime_seconds is not None
+    assert option.gpus == 16 and option.runtime_seconds is not None and option.runtime_seconds < one.runtime_seconds
+    assert option.reason.startswith("fits on 1 GPU but ")
+    alternative = d.to_dict()["alternatives"][0]  # machine-readable: fits in memory, rejected for the deadline
+    assert alternative["fits"] is True and alternative["meets_deadline"] is False and alternative["rank"] is None
+    assert "on 16 GPUs (the most tried here) it still" in option.reason
+
+
+def test_deadline_miss_on_a_fixed_count_names_only_that_count() -> None:
+    d = place(_spec(gpus=2, sharding="fsdp"), [_pool("a")], objective="cheapest-within-deadline",
+              deadline_seconds=1.0, suggest=False)
+    reason = d.alternatives[0].reason
+    assert reason.startswith("fits on 2 GPUs but ") and "most tried" not in reason
+
+
+def test_deadline_objective_without_a_runtime_says_the_deadline_is_not_checked() -> None:
+    """Without train_tokens or steps there is no runtime: the decision claimed `cheapest within the deadline` for
+    any deadline (1 s included)."""
+    d = place(_spec(train_tokens=None), [_pool("a")], objective="cheapest-within-deadline", deadline_seconds=1.0)
+    assert d.decision == "placed"
+    assert "within the deadline" not in d.reasons[0] and "deadline is not checked" in d.reasons[0]
+    assert any("is not checked" in w and "train_tokens or steps" in w for w in d.warnings)
+
+
+def test_a_zero_deadline_argument_is_an_error_not_the_specs_deadline() -> None:
+    spec = _spec(deadline_seconds=1e9)
+    with pytest.raises(ValueError, match="positive, finite"):
+        place(spec, [_pool("a")], objective="cheapest-within-deadline", deadline_seconds=0.0)
+
+
+def test_waiting_reason_names_the_chosen_pools_own_shortfall() -> None:
+    """`no fitting pool has 2 free GPUs` was written with the chosen pool's count, whatever the others needed."""
+    spec = _spec(model="llama-3.1-8b", method="full", precision="bf16-mixed", gpus="auto", sharding="fsdp")
+    d = place(spec, [_pool("a", gpu="B200", free_gpus=1, gpus_per_node=8, nodes=1)],
+              headroom_fraction=_headroom_between(spec, "B200", 2, 1), suggest=False)
+    assert d.waits_for_capacity and d.chosen is not None and d.chosen.gpus == 2
+    assert "(a: 1 free of 2)" in d.reasons[0]
