@@ -151,6 +151,18 @@ BAD_VALUES = {
         "price",
     ),
     "no pools": ({"pools": []}, "/pools"),
+    "toleration Equal without a key": (
+        {"pools": [{"name": "a", "gpu": "L40S", "gpus_per_node": 4, "nodes": 1, "price_usd_per_gpu_hour": 1,
+                    "node_selector": {"a": "b"}, "tolerations": [{"operator": "Equal", "value": "x"}]}]},
+        "/pools/0/tolerations/0"),
+    "toleration Exists with a value": (
+        {"pools": [{"name": "a", "gpu": "L40S", "gpus_per_node": 4, "nodes": 1, "price_usd_per_gpu_hour": 1,
+                    "node_selector": {"a": "b"}, "tolerations": [{"key": "k", "operator": "Exists", "value": "x"}]}]},
+        "/pools/0/tolerations/0"),
+    "toleration field the pools file lacks": (
+        {"pools": [{"name": "a", "gpu": "L40S", "gpus_per_node": 4, "nodes": 1, "price_usd_per_gpu_hour": 1,
+                    "node_selector": {"a": "b"}, "tolerations": [{"key": "k", "tolerationSeconds": 5}]}]},
+        "tolerationSeconds"),
     "headroom of 1": ({"headroomFraction": 1}, "/headroomFraction"),
     "bad anti-affinity mode": ({"webhook": {"podAntiAffinity": "strict"}}, "/webhook/podAntiAffinity"),
     "bad Kueue label key": ({"kueue": {"enabled": True, "flavorLabelKey": "not a key"}}, "/kueue/flavorLabelKey"),
