@@ -27,6 +27,7 @@ from predictors.spec import TrainingSpec, parse_training_spec
 from scheduler.spec.document import NoTrainingJob, ParsedJob, PodTemplateRef
 from scheduler.spec.pods import Container, ObjectRef, Path, Role, dotted, pointer
 from scheduler.spec.trainer_args import (
+    Launch,
     Reading,
     Setting,
     Settings,
@@ -36,6 +37,7 @@ from scheduler.spec.trainer_args import (
     read_mapping,
     read_pairs,
     resolve,
+    trainer_config_defaults,
 )
 from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load, too_long, yaml_error_text
 
@@ -60,6 +62,7 @@ ENV_KEYS: dict[str, str] = {
     "ACCELERATE_USE_FSDP": "use_fsdp",
     "FSDP_SHARDING_STRATEGY": "fsdp_sharding_strategy",
     "FSDP_OFFLOAD_PARAMS": "fsdp_offload_params",
+    "FSDP_RESHARD_AFTER_FORWARD": "fsdp_reshard_after_forward",  # accelerate FSDP2 (fsdp_version 2)
     "FSDP_ACTIVATION_CHECKPOINTING": "fsdp_activation_checkpointing",
     "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "gradient_accumulation_steps",
     # Not read by a library but by most training scripts; the last one set wins.
@@ -139,6 +142,8 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
     stages[1].update(command.settings)
     stages[2].update(env)
     notes += pin_notes + command.notes
+    if w.gpus is None and w.obj.kind in TRAINING_PODS_KINDS:
+        notes += _launch_notes(command.launch, training, gpus)
     merged, provenance = _merge(stages, notes)
     stated = annotation.get("gpus")
     if (gpus and stated is not None and stated.value not in (gpus, "auto")
@@ -195,6 +200,34 @@ def _summary(w: Workload, gpus: int | str) -> str:
         if any(r.gpus_per_pod for r in w.roles)
         else ""
     )
+
+
+def _launch_notes(launch: Launch | None, training: Sequence[Role], gpus: int | str) -> list[str]:
+    """Where the processes the launcher starts differ from the pods' GPUs: the prediction is for the GPUs the pods
+    request (what placement reserves), one process each, so fewer processes mean idle GPUs and, under ZeRO/FSDP,
+    larger shards per process than predicted."""
+    if launch is None or not training:
+        return []
+    notes: list[str] = []
+    per_pod = {r.gpus_per_pod for r in training}
+    pods = sum(r.replicas for r in training)
+    if launch.per_node and len(per_pod) == 1:
+        requested = next(iter(per_pod))
+        if launch.per_node < requested:
+            notes.append(
+                f"{launch.source} starts {launch.per_node} process{'es' if launch.per_node != 1 else ''} per pod but "
+                f"each pod requests {requested} GPUs: {requested - launch.per_node} per pod stay idle, and the "
+                f"prediction for {gpus} GPUs under-estimates the memory per GPU of sharded (ZeRO/FSDP) training. "
+                "To fix: request as many GPUs per pod as processes")
+        elif launch.per_node > requested:
+            notes.append(
+                f"{launch.source} starts {launch.per_node} processes per pod but each pod requests {requested} "
+                f"GPU{'s' if requested != 1 else ''}: processes would share a GPU (the prediction is one process "
+                "per GPU)")
+    if launch.nodes and launch.nodes != pods:
+        notes.append(f"{launch.source} names {launch.nodes} node{'s' if launch.nodes != 1 else ''} but the job "
+                     f"has {pods} training pod{'s' if pods != 1 else ''}; the prediction uses the pods' {gpus} GPUs")
+    return notes
 
 
 _SHARING_ANNOTATIONS = ("gpu-memory", "gpu-fraction")  # KAI scheduler GPU sharing
@@ -280,7 +313,10 @@ def _inline_configs(env: Mapping[str, str], where: str, budget: TextBudget) -> R
         except YAML_ERRORS:
             continue
         if looks_like_trainer_config(data):
-            raw.update(read_mapping(data, f"{config_flavour(data)} in env {name}", f"{where}.env.{name}"))
+            label, at = f"{config_flavour(data)} in env {name}", f"{where}.env.{name}"
+            implied, implied_notes = trainer_config_defaults(data, label, at)
+            raw.update({**implied, **read_mapping(data, label, at)})
+            notes += implied_notes
     reading = resolve(raw)
     reading.notes = notes + reading.notes
     return reading

@@ -48,6 +48,18 @@ class Reading:
     settings: Settings = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     trainer: str = ""
+    launch: Launch | None = None  # processes the launcher starts, when its flags say
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The processes a launcher starts: per node (a pod) and the node count, as far as its flags say.
+    torchrun ``--nproc_per_node`` x ``--nnodes`` (``--nnodes 1:4`` elastic: the maximum); DeepSpeed's launcher
+    ``--num_gpus`` x ``--num_nodes``; accelerate ``--num_processes`` is the total over ``--num_machines``."""
+
+    per_node: int | None
+    nodes: int | None
+    source: str
 
 
 # --- value converters --------------------------------------------------------------------------
@@ -68,14 +80,31 @@ def to_bool(value: Any) -> Any:
     return value
 
 
+# Hugging Face ``--optim`` names (transformers ``training_args.OptimizerNames``) and the other trainers' names
+# whose optimizer states the TrainingSpec values do not spell out, by the number of state buffers they keep:
+# - one buffer per parameter, as SGD with momentum: torch.optim.RMSprop (``square_avg``), torch.optim.Adagrad
+#   (``sum``), schedule-free SGD (``z``; facebookresearch/schedule_free);
+# - none: LOMO fuses the update into the backward pass (Lv et al. 2023, arXiv:2306.09782);
+# - a factored second moment, as Adafactor: AdaLomo (Lv et al. 2023, arXiv:2310.10195).
+_ONE_STATE_OPTIMIZERS = ("rmsprop", "adagrad", "schedule_free_sgd")
+
+
 def optimizer_name(value: Any) -> Any:
     """A trainer's optimizer name (``adamw_torch``, ``paged_adamw_8bit``, ``torch.optim.AdamW``,
-    ``bitsandbytes.optim.PagedAdamW8bit``) as a TrainingSpec optimizer; unknown names unchanged."""
+    ``bitsandbytes.optim.PagedAdamW8bit``) as a TrainingSpec optimizer; unknown names unchanged, so that
+    validation names the flag (AdEMAMix and GrokAdamW keep three states, more than any TrainingSpec optimizer)."""
     text = str(value).strip().lower().replace("-", "_")
+    if "ademamix" in text or "grokadam" in text:
+        return value
+    last = text.rsplit(".", 1)[-1]  # ``torch.optim.RMSprop``
+    if last.startswith(_ONE_STATE_OPTIMIZERS):
+        return "sgd-momentum"
+    if last == "lomo":
+        return "sgd"
+    if "adalomo" in text or "adafactor" in text:
+        return "adafactor"
     if "lion" in text:
         return "lion"
-    if "adafactor" in text:
-        return "adafactor"
     if "adam" in text:
         if "8bit" in text:
             return "paged-adamw-8bit" if "paged" in text else "adamw-8bit"
@@ -83,6 +112,25 @@ def optimizer_name(value: Any) -> Any:
     if text.endswith("sgd"):
         return "sgd"
     return value
+
+
+def optimizer_note(value: Any, source: str) -> str | None:
+    """What reading the optimizer name ``value`` as a TrainingSpec optimizer leaves out, or None."""
+    text = str(value).strip().lower().replace("-", "_")
+    mapped = optimizer_name(value)
+    if mapped == value:
+        return None
+    if text.startswith(("galore", "apollo")):
+        return (f"optimizer {value} ({source}) keeps low-rank projected states; read as {mapped} with full-size "
+                "states (an over-estimate)")
+    if "lion" in text and "8bit" in text:
+        return f"optimizer {value} ({source}) keeps 8-bit states; read as lion with 32-bit states (an over-estimate)"
+    if "lomo" in text:
+        return (f"optimizer {value} ({source}) fuses the update into the backward pass; read as {mapped}, which "
+                "keeps whole gradients (an over-estimate)")
+    if mapped == "sgd-momentum":
+        return f"optimizer {value} ({source}) keeps one state per parameter; read as sgd-momentum"
+    return None
 
 
 def attention_name(value: Any) -> Any:
@@ -167,7 +215,7 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "load_in_4bit": ("_4bit", to_bool),
     "load_in_8bit": ("_8bit", to_bool),
     "quantization_bit": ("_quant_bits", _same),
-    "bnb_4bit_quant_type": ("_quant_type", _same),
+    **dict.fromkeys(("bnb_4bit_quant_type", "quantization_type"), ("_quant_type", _same)),
     **dict.fromkeys(
         ("use_bnb_nested_quant", "bnb_4bit_use_double_quant", "double_quantization"), ("_double", to_bool)
     ),
@@ -187,6 +235,10 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "use_fsdp": ("_use_fsdp", to_bool),
     **dict.fromkeys(("fsdp_sharding_strategy", "sharding_strategy"), ("_fsdp_strategy", _same)),
     **dict.fromkeys(("fsdp_offload_params", "offload_params"), ("_fsdp_offload", to_bool)),
+    # FSDP2 (accelerate ``fsdp_version: 2``, HF ``fsdp_config.reshard_after_forward``): true is FULL_SHARD, false
+    # SHARD_GRAD_OP (torch.distributed.fsdp.fully_shard ``reshard_after_forward``); accelerate also takes an FSDP1
+    # strategy name here
+    **dict.fromkeys(("fsdp_reshard_after_forward", "reshard_after_forward"), ("_fsdp_reshard", _same)),
     "fsdp_config": ("_fsdp_config", _same),
     **dict.fromkeys(
         ("tensor_parallel_size", "tensor_model_parallel_size", "tp_size"), ("tensor_parallel", _same)
@@ -223,6 +275,8 @@ def read_pairs(pairs: Iterable[tuple[str, Any, str]], where: str) -> dict[str, S
         if converted is None or converted == "":
             continue
         raw[canon] = Setting(converted, source, where)
+        if canon == "optimizer":  # the name as written, for :func:`optimizer_note`
+            raw["_optimizer_name"] = Setting(value, source, where)
     return raw
 
 
@@ -247,6 +301,48 @@ def looks_like_trainer_config(data: Any) -> bool:
             "micro_batch_size",
         }
     )
+
+
+def looks_like_accelerate_config(data: Any) -> bool:
+    """A config file of ``accelerate launch --config_file`` (what ``accelerate config`` writes)."""
+    return isinstance(data, dict) and bool({norm_key(str(k)) for k in data} & {"distributed_type",
+                                                                               "compute_environment"})
+
+
+def read_accelerate_config(data: Mapping[str, Any], label: str, where: str) -> dict[str, Setting]:
+    """An accelerate config file as raw settings: ``distributed_type`` FSDP / DEEPSPEED, ``mixed_precision``, and
+    the ``fsdp_config`` / ``deepspeed_config`` section of that type (accelerate reads only the section of the
+    distributed type chosen; huggingface.co/docs/accelerate, usage_guides/fsdp and usage_guides/deepspeed)."""
+    kind = str(data.get("distributed_type", "")).strip().upper()
+    pairs: list[tuple[str, Any, str]] = []
+    if kind == "FSDP":
+        pairs.append(("use_fsdp", True, f"{label} key distributed_type"))
+    elif kind == "DEEPSPEED":
+        pairs.append(("use_deepspeed", True, f"{label} key distributed_type"))
+    if data.get("mixed_precision") is not None:
+        pairs.append(("mixed_precision", data["mixed_precision"], f"{label} key mixed_precision"))
+    section = {"FSDP": "fsdp_config", "DEEPSPEED": "deepspeed_config"}.get(kind)
+    nested = data.get(section) if section else None
+    if isinstance(nested, dict):
+        pairs += [(str(k), v, f"{label} key {section}.{k}") for k, v in nested.items() if v is not None]
+    return read_pairs(pairs, where)
+
+
+def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> tuple[dict[str, Setting], list[str]]:
+    """The method a trainer config implies by leaving a key out, as raw settings (read before the config's own).
+    axolotl attaches an adapter only when ``adapter`` is set (axolotl loaders: no adapter, no PEFT model), so its
+    ``lora_*`` keys alone leave the model fully trained; LLaMA-Factory's ``finetuning_type`` defaults to ``lora``
+    (llamafactory hparams/finetuning_args.py)."""
+    keys = {norm_key(str(k)): v for k, v in data.items()}
+    flavour = config_flavour(data)
+    if flavour == "axolotl config" and keys.get("adapter") in (None, ""):
+        lora = sorted(k for k, v in keys.items() if k.startswith("lora_") and v not in (None, ""))
+        notes = [f"{label} sets no adapter: full fine-tuning" + (f" ({', '.join(lora)} unused)" if lora else "")]
+        return {"_adapter": Setting("full", f"{label} (no adapter key)", where)}, notes
+    if flavour == "LLaMA-Factory config" and "finetuning_type" not in keys:
+        return ({"_finetuning_type": Setting("lora", f"{label} (finetuning_type default lora)", where)},
+                [f"{label} sets no finetuning_type: LLaMA-Factory's default lora"])
+    return {}, []
 
 
 def config_flavour(data: Mapping[str, Any]) -> str:
@@ -285,6 +381,17 @@ _DTYPES = {
 }
 
 
+def _enabled(setting: Setting | None) -> bool | str | None:
+    """``--bf16`` / DeepSpeed ``"bf16": {"enabled": ...}`` as True/False, ``"auto"`` for DeepSpeed's auto, None
+    when absent."""
+    if setting is None:
+        return None
+    value = setting.value.get("enabled") if isinstance(setting.value, dict) else setting.value
+    if isinstance(setting.value, dict) and str(value).strip().lower() == "auto":
+        return "auto"
+    return to_bool(value) is True
+
+
 def _resolve_precision(raw: Mapping[str, Setting], out: Settings) -> None:
     dtype, pure = raw.get("_dtype"), raw.get("_pure_bf16")
     bf16, fp16, mixed = raw.get("_bf16"), raw.get("_fp16"), raw.get("_mixed")
@@ -293,15 +400,9 @@ def _resolve_precision(raw: Mapping[str, Setting], out: Settings) -> None:
         _put(out, "precision", "bf16-true", pure)
     elif weights in ("bf16", "16"):
         _put(out, "precision", f"{weights}-true", dtype)
-    elif bf16 and (
-        (isinstance(bf16.value, dict) and to_bool(bf16.value.get("enabled")) is True)
-        or to_bool(bf16.value) is True
-    ):
+    elif _enabled(bf16) is True:
         _put(out, "precision", "bf16-mixed", bf16)
-    elif fp16 and (
-        (isinstance(fp16.value, dict) and to_bool(fp16.value.get("enabled")) is True)
-        or to_bool(fp16.value) is True
-    ):
+    elif _enabled(fp16) is True:
         _put(out, "precision", "16-mixed", fp16)
     elif mixed:
         text = str(mixed.value).lower()
@@ -310,6 +411,19 @@ def _resolve_precision(raw: Mapping[str, Setting], out: Settings) -> None:
             _put(out, "precision", value, mixed)
     elif weights == "32":
         _put(out, "precision", "32-true", dtype)
+
+
+def _deepspeed_precision(sub: Mapping[str, Setting], out: Settings, notes: list[str]) -> None:
+    """Precision from a DeepSpeed config when the trainer's own flags did not set it. ``"enabled": "auto"`` is
+    filled from the trainer's arguments (transformers integrations/deepspeed.py, HfTrainerDeepSpeedConfig:
+    ``fill_match("bf16.enabled", args.bf16)``; accelerate: from ``mixed_precision``), so with no --bf16/--fp16 the
+    engine runs fp32: read as 32-true (a later source, e.g. ACCELERATE_MIXED_PRECISION, still wins)."""
+    _resolve_precision(sub, out)
+    autos = [s for s in (sub.get("_bf16"), sub.get("_fp16")) if _enabled(s) == "auto"]
+    if "precision" not in out and autos:
+        _put(out, "precision", "32-true", *autos)
+        notes.append(f"{' and '.join(s.source for s in autos)}: enabled \"auto\" takes the trainer's --bf16 / "
+                     "--fp16, and the job gives neither: fp32 (32-true) assumed")
 
 
 def _resolve_method(raw: Mapping[str, Setting], out: Settings, notes: list[str]) -> None:
@@ -328,6 +442,14 @@ def _resolve_method(raw: Mapping[str, Setting], out: Settings, notes: list[str])
                 "finetuning_type freeze trains some layers only; read as full fine-tuning "
                 "(an over-estimate of gradients and optimizer states)"
             )
+        return
+    peft_off = peft is not None and peft.value is False and not kind
+    if peft_off and quantized is None:
+        # TRL: ``--use_peft false`` builds no adapter whatever the --lora_* values (trl get_peft_config returns
+        # None), so the model is trained in full
+        _put(out, "method", "full", peft)
+        if lora_keys:
+            notes.append(f"{', '.join(dict.fromkeys(s.source for s in lora_keys))} ignored: {peft.source} is false")
         return
     wants_lora = kind in ("lora", "qlora") or (peft is not None and peft.value is True) or bool(lora_keys)
     if quantized is not None or kind == "qlora":
@@ -417,7 +539,7 @@ def _resolve_deepspeed(
                 if key in sub and key not in raw and str(sub[key].value) != "auto":
                     out.setdefault(key, sub[key])
             if "precision" not in out:
-                _resolve_precision(sub, out)
+                _deepspeed_precision(sub, out, notes)
         else:
             stage, offload = deepspeed_stage_from_name(text)
             if stage is not None:
@@ -457,6 +579,8 @@ def _resolve_deepspeed(
         _put(out, "offload", off, par if off == "params+optimizer" else opt)
 
 
+# FSDP1 sharding strategies by name and by torch's ShardingStrategy number (accelerate's fsdp_sharding_strategy
+# takes both: 1 FULL_SHARD, 2 SHARD_GRAD_OP, 3 NO_SHARD, 4 HYBRID_SHARD, 5 _HYBRID_SHARD_ZERO2).
 _FSDP_STRATEGIES = {
     "full_shard": "fsdp",
     "1": "fsdp",
@@ -470,14 +594,23 @@ _FSDP_STRATEGIES = {
     "no_shard": "ddp",
     "3": "ddp",
 }
+_HYBRID = {"hybrid_shard", "4", "_hybrid_shard_zero2", "hybrid_shard_zero2", "5"}
+# HF ``--fsdp`` words that are options, not strategies (transformers trainer_utils.FSDPOption)
+_FSDP_OPTIONS = {"offload", "auto_wrap"}
 
 
-def _resolve_fsdp(raw: Mapping[str, Setting], out: Settings) -> None:
+def _fsdp_strategy(text: str) -> str:
+    return text.strip().lower().removeprefix("shardingstrategy.")
+
+
+def _resolve_fsdp(raw: Mapping[str, Setting], out: Settings, notes: list[str]) -> None:
     fsdp, use, strategy = raw.get("_fsdp"), raw.get("_use_fsdp"), raw.get("_fsdp_strategy")
+    reshard = raw.get("_fsdp_reshard")
     nested = raw.get("_fsdp_config")
     if nested is not None and isinstance(nested.value, dict):
         sub = read_mapping(nested.value, nested.source, nested.where)
         strategy = sub.get("_fsdp_strategy", strategy)
+        reshard = sub.get("_fsdp_reshard", reshard)
         if "_fsdp_offload" in sub and "_fsdp_offload" not in raw:
             raw = {**raw, "_fsdp_offload": sub["_fsdp_offload"]}
         if "gradient_checkpointing" in sub and "gradient_checkpointing" not in out:
@@ -488,16 +621,56 @@ def _resolve_fsdp(raw: Mapping[str, Setting], out: Settings) -> None:
         words = [str(w).lower() for w in value] if isinstance(value, list) else str(value).lower().split()
         if to_bool(value) is False:
             words, fsdp = [], None
-    if fsdp is not None or (use is not None and use.value is True) or strategy is not None:
-        chosen = next((_FSDP_STRATEGIES[w] for w in words if w in _FSDP_STRATEGIES), None)
-        if strategy is not None:
-            chosen = _FSDP_STRATEGIES.get(str(strategy.value).lower(), chosen)
-        _put(out, "sharding", chosen or "fsdp", strategy or fsdp or use)
-        if "offload" in words:
-            _put(out, "offload", "params+optimizer", fsdp)
+        elif to_bool(value) is True:
+            words = []  # ``--fsdp true``: FULL_SHARD, transformers' default strategy
+    if not (fsdp is not None or (use is not None and use.value is True) or strategy is not None
+            or reshard is not None):
+        off = raw.get("_fsdp_offload")
+        if off is not None and off.value is True:
+            _put(out, "offload", "params+optimizer", off)
+        return
+    named = [w for w in words if w in _FSDP_STRATEGIES]
+    unknown = [w for w in words if w not in _FSDP_STRATEGIES and w not in _FSDP_OPTIONS]
+    chosen_word, why = (named[-1], fsdp) if named else ("", None)
+    if strategy is not None:
+        text = _fsdp_strategy(str(strategy.value))
+        if text in _FSDP_STRATEGIES:
+            chosen_word, why = text, strategy
+        else:
+            unknown.append(text)
+    if reshard is not None:  # FSDP2: a bool, or (accelerate) an FSDP1 strategy name
+        flag = to_bool(reshard.value)
+        text = _fsdp_strategy(str(reshard.value))
+        if isinstance(flag, bool):
+            chosen_word, why = ("full_shard" if flag else "shard_grad_op"), reshard
+        elif text in _FSDP_STRATEGIES:
+            chosen_word, why = text, reshard
+        else:
+            unknown.append(text)
+    for word in dict.fromkeys(unknown):
+        notes.append(f"FSDP sharding strategy {word!r} is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, "
+                     "HYBRID_SHARD, HYBRID_SHARD_ZERO2 (or 1-5): ignored (FULL_SHARD unless another setting names one)")
+    chosen = _FSDP_STRATEGIES.get(chosen_word, "fsdp")
+    source = why or strategy or fsdp or use or reshard
     off = raw.get("_fsdp_offload")
-    if off is not None and off.value is True:
-        _put(out, "offload", "params+optimizer", off)
+    offload = "offload" in words or (off is not None and off.value is True)
+    offload_source = off if off is not None and off.value is True else fsdp
+    if chosen == "ddp" and offload:
+        # NO_SHARD with CPUOffload(offload_params=True) runs in FSDP1: each unit's whole flat parameter is copied to
+        # the GPU before its forward/backward and dropped after (FlatParamHandle.pre_unshard -> flat_param_to;
+        # reshard -> _use_sharded_flat_param), and the all-reduced gradient is copied to CPU (_runtime_utils
+        # _reduce_grad_no_shard -> _offload_grad), where the optimizer steps. Nothing stays resident on the GPU,
+        # as with FULL_SHARD + offload, whose per-GPU memory does not depend on the shard count: read as that.
+        chosen = "fsdp"
+        notes.append(f"FSDP NO_SHARD with parameter offload ({_joined(source, offload_source)[0]}) keeps only the "
+                     "unit being computed on the GPU, as FULL_SHARD with offload does: read as sharding fsdp")
+    _put(out, "sharding", chosen, source)
+    if chosen_word in _HYBRID:
+        notes.append(f"FSDP {chosen_word.upper().lstrip('_')} ({source.source}) shards within a node and replicates "
+                     "across nodes; read as sharding over every GPU of the job, which under-estimates the memory per "
+                     "GPU of a job on several nodes (the TrainingSpec has no field for the size of the shard group)")
+    if offload:
+        _put(out, "offload", "params+optimizer", offload_source)
 
 
 def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) -> Reading:
@@ -507,7 +680,10 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     _resolve_precision(raw, out)
     _resolve_method(raw, out, notes)
     _resolve_deepspeed(raw, out, notes, files or {})
-    _resolve_fsdp(raw, out)
+    _resolve_fsdp(raw, out, notes)
+    name = raw.get("_optimizer_name")
+    if name is not None and (note := optimizer_note(name.value, name.source)) is not None:
+        notes.append(note)
     return Reading(out, notes)
 
 
@@ -665,6 +841,11 @@ def _exports(text: str, env: dict[str, str], budget: TextBudget) -> str:
 # --- command lines -----------------------------------------------------------------------------
 
 
+# Flags that take several values: TRL's ModelConfig ``lora_target_modules`` and ``lora_modules_to_save`` are
+# ``list[str]`` fields, which HfArgumentParser turns into ``nargs="+"`` (``--lora_target_modules q_proj v_proj``).
+_LIST_FLAGS = {"lora_target_modules", "lora_modules_to_save", "modules_to_save"}
+
+
 def read_flags(tokens: Sequence[str], where: str) -> tuple[dict[str, Setting], list[str]]:
     """``--key value`` / ``--key=value`` / bare boolean flags, and positional arguments."""
     pairs: list[tuple[str, Any, str]] = []
@@ -680,6 +861,13 @@ def read_flags(tokens: Sequence[str], where: str) -> tuple[dict[str, Setting], l
         key = norm_key(name)
         if not eq:
             nxt = tokens[i] if i < len(tokens) else None
+            if key in _LIST_FLAGS and nxt is not None and not nxt.startswith("-"):
+                items = []
+                while i < len(tokens) and not tokens[i].startswith("-"):
+                    items.append(tokens[i])
+                    i += 1
+                pairs.append((key, items if len(items) > 1 else items[0], f"flag --{key}"))
+                continue
             if key in _BOOL_FLAGS:
                 if nxt is not None and str(to_bool(nxt)) in ("True", "False") and not nxt.startswith("-"):
                     value, i = nxt, i + 1
@@ -721,8 +909,9 @@ def read_command(
             part = _read_launcher(tokens, where, known)
         if part.settings:
             reading.settings.update(part.settings)
-            reading.notes += part.notes
+            reading.notes += [note for note in part.notes if note not in reading.notes]  # `cat > f.yml` names f too
             reading.trainer = reading.trainer or part.trainer
+        reading.launch = reading.launch or part.launch
     return reading, script
 
 
@@ -750,13 +939,22 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str]) 
     notes: list[str] = []
     trainer = _trainer_label(tokens)
     deepspeed_value = str(flags["_deepspeed"].value) if "_deepspeed" in flags else ""
-    for path in _config_paths(positionals + [str(s.value) for s in flags.values()]):
+    # every token: a launcher's own ``--config_file FILE`` is not a trainer flag, so read_flags drops it
+    accelerate: dict[str, Any] = {}
+    for path in dict.fromkeys(_config_paths(tokens)):
         if path == deepspeed_value:
             continue
         content = files.get(PurePosixPath(path).name)
         data = _load_mapping(content) if content is not None else None
         if isinstance(data, dict) and looks_like_trainer_config(data):
-            raw.update(read_mapping(data, f"{config_flavour(data)} {path}", where))
+            label = f"{config_flavour(data)} {path}"
+            implied, implied_notes = trainer_config_defaults(data, label, where)
+            raw.update({**implied, **read_mapping(data, label, where)})
+            notes += implied_notes
+        elif isinstance(data, dict) and looks_like_accelerate_config(data):
+            # accelerate launch flags override the config file (accelerate commands/launch.py): flags come after
+            raw.update(read_accelerate_config(data, f"accelerate config {path}", where))
+            accelerate = {**data, "_label": f"accelerate config {path}"}
         elif trainer in ("axolotl", "LLaMA-Factory") and content is None:
             notes.append(
                 f"{trainer} config {path} is not in the manifest; its settings are unknown "
@@ -765,10 +963,63 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str]) 
     if trainer == "LLaMA-Factory":  # llamafactory-cli train CONFIG key=value ...
         raw.update(read_pairs(((k, v, f"override {k}={v}") for k, v in _key_values(positionals)), where))
     raw.update(flags)
+    if trainer == "LLaMA-Factory" and not notes and "_finetuning_type" not in raw and "model" in raw:
+        # every setting is in view (flags, overrides, configs read) and none names the method: LLaMA-Factory's
+        # default finetuning_type is lora (llamafactory hparams/finetuning_args.py)
+        raw["_finetuning_type"] = Setting("lora", "LLaMA-Factory (finetuning_type default lora)", where)
+        notes.append("llamafactory-cli sets no finetuning_type: LLaMA-Factory's default lora")
     reading = resolve(raw, files)
     reading.notes = notes + reading.notes
     reading.trainer = trainer if reading.settings else ""
+    reading.launch = launch_layout(tokens, accelerate)
     return reading
+
+
+def _count(text: Any) -> int | None:
+    """``8`` -> 8; an elastic range ``1:4`` -> 4 (its maximum); ``gpu``/``auto`` and the like -> None."""
+    last = str(text).strip().rsplit(":", 1)[-1]
+    return int(last) if last.isdigit() and int(last) > 0 else None
+
+
+def _launcher_flags(tokens: Sequence[str]) -> dict[str, str]:
+    """The ``--flag value`` / ``--flag=value`` pairs of a launcher's own flags (before the script it runs)."""
+    out: dict[str, str] = {}
+    for i, token in enumerate(tokens):
+        if token.endswith(".py") or token in ("-m", "--"):
+            break
+        if token.startswith("--"):
+            name, eq, value = token.partition("=")
+            if not eq and i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
+                value = tokens[i + 1]
+            out.setdefault(norm_key(name), value)
+    return out
+
+
+def launch_layout(tokens: Sequence[str], accelerate_config: Mapping[str, Any] | None = None) -> Launch | None:
+    """Processes per node and nodes of a torchrun / ``python -m torch.distributed.run`` / accelerate / DeepSpeed
+    launcher command (torch.distributed.run, accelerate commands/launch.py and deepspeed/launcher/runner.py
+    argument lists); None for another command or when the flags do not say."""
+    names = [PurePosixPath(t).name for t in tokens[:3]]
+    module = "torch.distributed.run" in tokens[:4]  # python -m torch.distributed.run
+    if module or names[:1] == ["torchrun"] or names[:2] == ["tune", "run"]:
+        flags = _launcher_flags(tokens[list(tokens).index("torch.distributed.run") + 1 if module else 1:])
+        per_node, nodes = _count(flags.get("nproc_per_node", "")), _count(flags.get("nnodes", ""))
+        source = "torchrun --nproc_per_node x --nnodes"
+    elif names and names[0] == "deepspeed":
+        flags = _launcher_flags(tokens[1:])
+        per_node, nodes = _count(flags.get("num_gpus", "")), _count(flags.get("num_nodes", ""))
+        source = "deepspeed --num_gpus x --num_nodes"
+    elif names[:2] == ["accelerate", "launch"]:
+        flags = _launcher_flags(tokens[2:])
+        config = accelerate_config or {}
+        total = _count(flags.get("num_processes", config.get("num_processes", "")))
+        nodes = _count(flags.get("num_machines", config.get("num_machines", "")))
+        per_node = total // (nodes or 1) if total else None
+        source = "accelerate --num_processes / --num_machines" + (
+            f" ({config['_label']})" if config and "num_processes" not in flags else "")
+    else:
+        return None
+    return Launch(per_node, nodes, source) if per_node or nodes else None
 
 
 # --- torchtune ---------------------------------------------------------------------------------
@@ -866,6 +1117,7 @@ def read_torchtune(tokens: Sequence[str], where: str) -> Reading:
             overrides.append((name, token.split("=", 1)[1]))
     out: Settings = {}
     notes: list[str] = []
+    launch = launch_layout(["tune", "run", *tokens])
     label = f"torchtune {recipe} --config {config}".strip()
     recipe = PurePosixPath(recipe).stem if recipe.endswith(".py") else recipe  # a copied recipe (`tune cp`)
     if recipe.startswith("full_finetune"):
@@ -895,4 +1147,4 @@ def read_torchtune(tokens: Sequence[str], where: str) -> Reading:
         rule = _TUNE_KEYS.get(key)
         if rule is not None and (converted := rule[1](value)) is not None:
             out[rule[0]] = Setting(converted, f"torchtune override {key}={value}", where)
-    return Reading(out, notes, "torchtune" if recipe else "")
+    return Reading(out, notes, "torchtune" if recipe else "", launch)

@@ -1,0 +1,261 @@
+"""Trainer command lines and configs read with each tool's own semantics (found by the trainer-args audit).
+
+Each case is a Pod running a real-world command line; the test checks the TrainingSpec field the trainer would
+actually run with, and the note that says what was inferred.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler.spec.trainer_args import optimizer_name
+from tests.scheduler.spec.helpers import one_job, pod
+
+M = "meta-llama/Llama-3.1-8B"
+HF = ["python", "train.py", "--model_name_or_path", M]
+DS_AUTO = '{"zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}}'
+
+
+def _notes(job: Any) -> str:
+    return "\n".join(job.assumptions)
+
+
+# --- DeepSpeed "auto" ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "precision", "source"),
+    [
+        ([], "32-true", "DeepSpeed config (inline) key bf16 + DeepSpeed config (inline) key fp16"),
+        (["--bf16"], "bf16-mixed", "flag --bf16"),
+        (["--fp16"], "16-mixed", "flag --fp16"),
+    ],
+    ids=["no-flag-fp32", "bf16-flag", "fp16-flag"],
+)
+def test_deepspeed_auto_precision_is_the_trainers_flag(flags: list[str], precision: str, source: str) -> None:
+    job = one_job(pod([*HF, *flags, "--deepspeed", DS_AUTO]))
+    assert job.spec.precision == precision
+    assert job.provenance["precision"] == source
+    assert ('enabled "auto"' in _notes(job)) is (not flags)
+
+
+def test_deepspeed_auto_precision_yields_to_accelerate_env() -> None:
+    job = one_job(pod([*HF, "--deepspeed", DS_AUTO], {"ACCELERATE_MIXED_PRECISION": "bf16"}))
+    assert job.spec.precision == "bf16-mixed"
+
+
+# --- PEFT / TRL ------------------------------------------------------------------------------------
+
+
+def test_use_peft_false_trains_in_full_whatever_the_lora_flags() -> None:
+    job = one_job(pod(["trl", "sft", "--model_name_or_path", M, "--use_peft", "false", "--lora_r", "16"]))
+    assert job.spec.method == "full"
+    assert job.provenance["method"] == "flag --use_peft"
+    assert "flag --lora_r ignored: flag --use_peft is false" in _notes(job)
+
+
+def test_list_valued_lora_flags_take_every_value() -> None:
+    job = one_job(pod(["trl", "sft", "--model_name_or_path", M, "--use_peft", "--lora_target_modules", "q_proj",
+                       "k_proj", "v_proj", "--lora_modules_to_save", "embed_tokens", "lm_head", "--bf16"]))
+    lora = job.spec.resolved_lora
+    assert lora is not None
+    assert lora.target_modules == ["q_proj", "k_proj", "v_proj"]
+    assert lora.modules_to_save == ["embed_tokens", "lm_head"]
+    assert job.spec.precision == "bf16-mixed"  # the flag after the list is still read
+
+
+# --- optimizers ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("rmsprop", "sgd-momentum"),  # torch RMSprop: square_avg
+        ("rmsprop_bnb_32bit", "sgd-momentum"),
+        ("adagrad", "sgd-momentum"),  # torch Adagrad: sum
+        ("torch.optim.RMSprop", "sgd-momentum"),
+        ("schedule_free_sgd", "sgd-momentum"),  # keeps z: was read as stateless sgd
+        ("schedule_free_adamw", "adamw"),
+        ("lomo", "sgd"),
+        ("adalomo", "adafactor"),
+        ("grokadamw", "grokadamw"),  # three states: left for validation to name, was read as adamw
+        ("ademamix", "ademamix"),
+        ("paged_adamw_32bit", "adamw"),
+        ("lion_32bit", "lion"),
+        ("galore_adamw_8bit", "adamw-8bit"),
+    ],
+)
+def test_optimizer_names_by_state_count(name: str, expected: str) -> None:
+    assert optimizer_name(name) == expected
+
+
+@pytest.mark.parametrize(
+    ("optim", "fragment"),
+    [
+        ("galore_adamw", "low-rank projected states"),
+        ("lion_8bit", "8-bit states"),
+        ("rmsprop", "one state per parameter"),
+    ],
+)
+def test_optimizer_read_as_another_is_noted(optim: str, fragment: str) -> None:
+    job = one_job(pod([*HF, "--optim", optim]))
+    assert fragment in _notes(job)
+
+
+def test_a_three_state_optimizer_is_an_error_naming_the_flag() -> None:
+    from tests.scheduler.spec.helpers import scan
+
+    outcome = scan(pod([*HF, "--optim", "grokadamw"]))[0]
+    assert "flag --optim" in str(outcome) and "grokadamw" in str(outcome)
+
+
+# --- FSDP ------------------------------------------------------------------------------------------
+
+
+def test_no_shard_with_offload_reads_as_fsdp_offload() -> None:
+    job = one_job(pod([*HF, "--fsdp", "no_shard offload"], gpus=2))
+    assert (job.spec.sharding, job.spec.offload) == ("fsdp", "params+optimizer")
+    assert "NO_SHARD with parameter offload" in _notes(job)
+
+
+def test_no_shard_without_offload_is_ddp() -> None:
+    job = one_job(pod([*HF, "--fsdp", "no_shard"], gpus=2))
+    assert (job.spec.sharding, job.spec.offload) == ("ddp", "none")
+
+
+def test_unknown_fsdp_strategy_is_noted_not_silently_defaulted() -> None:
+    job = one_job(pod(["accelerate", "launch", "--use_fsdp", "--fsdp_sharding_strategy", "FULLSHARD", "train.py",
+                       "--model_name_or_path", M], gpus=2))
+    assert job.spec.sharding == "fsdp"
+    assert "'fullshard' is not one of" in _notes(job)
+
+
+def test_hybrid_shard_says_it_under_estimates_across_nodes() -> None:
+    job = one_job(pod([*HF, "--fsdp", "hybrid_shard auto_wrap"], gpus=8))
+    assert job.spec.sharding == "fsdp"
+    assert "HYBRID_SHARD" in _notes(job)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "sharding"),
+    [
+        (["accelerate", "launch", "--use_fsdp", "--fsdp_version", "2", "--fsdp_reshard_after_forward", "false",
+          "train.py", "--model_name_or_path", M], {}, "fsdp-grad-op"),
+        (["accelerate", "launch", "train.py", "--model_name_or_path", M],
+         {"ACCELERATE_USE_FSDP": "true", "FSDP_RESHARD_AFTER_FORWARD": "false"}, "fsdp-grad-op"),
+        (["accelerate", "launch", "train.py", "--model_name_or_path", M],
+         {"ACCELERATE_USE_FSDP": "true", "FSDP_RESHARD_AFTER_FORWARD": "true"}, "fsdp"),
+    ],
+    ids=["flag", "env-false", "env-true"],
+)
+def test_fsdp2_reshard_after_forward(argv: list[str], env: dict[str, str], sharding: str) -> None:
+    assert one_job(pod(argv, env, gpus=4)).spec.sharding == sharding
+
+
+# --- accelerate config files -----------------------------------------------------------------------
+
+ACCEL_FSDP = """compute_environment: LOCAL_MACHINE
+distributed_type: FSDP
+fsdp_config:
+  fsdp_offload_params: true
+  fsdp_sharding_strategy: SHARD_GRAD_OP
+  fsdp_activation_checkpointing: true
+mixed_precision: fp16
+num_machines: 1
+num_processes: 4
+"""
+ACCEL_DS = """distributed_type: DEEPSPEED
+deepspeed_config:
+  zero_stage: 3
+  offload_optimizer_device: cpu
+  offload_param_device: none
+mixed_precision: bf16
+fsdp_config:
+  fsdp_sharding_strategy: FULL_SHARD
+"""
+
+
+def _heredoc(config: str, launch: str) -> list[str]:
+    return ["bash", "-c", f"cat > /etc/accel.yaml <<EOF\n{config}EOF\n{launch}"]
+
+
+def test_accelerate_config_file_fsdp() -> None:
+    job = one_job(pod(_heredoc(ACCEL_FSDP, f"accelerate launch --config_file /etc/accel.yaml train.py "
+                                           f"--model_name_or_path {M}"), gpus=4))
+    spec = job.spec
+    assert (spec.sharding, spec.offload, spec.precision, spec.gradient_checkpointing) == (
+        "fsdp-grad-op", "params+optimizer", "16-mixed", "full")
+    assert job.provenance["sharding"] == "accelerate config /etc/accel.yaml key fsdp_config.fsdp_sharding_strategy"
+    assert "processes" not in _notes(job)  # 4 processes on 4 GPUs
+
+
+def test_accelerate_config_file_deepspeed_reads_only_its_own_section() -> None:
+    job = one_job(pod(_heredoc(ACCEL_DS, f"accelerate launch --config_file=/etc/accel.yaml train.py "
+                                         f"--model_name_or_path {M}"), gpus=4))
+    assert (job.spec.sharding, job.spec.offload, job.spec.precision) == ("zero3", "optimizer", "bf16-mixed")
+
+
+def test_accelerate_flags_override_the_config_file() -> None:
+    job = one_job(pod(_heredoc(ACCEL_FSDP, f"accelerate launch --config_file /etc/accel.yaml --mixed_precision bf16 "
+                                           f"--fsdp_sharding_strategy FULL_SHARD train.py --model_name_or_path {M}"),
+                      gpus=4))
+    assert (job.spec.sharding, job.spec.precision) == ("fsdp", "bf16-mixed")
+
+
+# --- processes per pod vs GPUs per pod ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("launcher", "gpus", "fragment"),
+    [
+        (["torchrun", "--nproc_per_node", "4"], 8, "starts 4 processes per pod but each pod requests 8 GPUs"),
+        (["torchrun", "--nproc-per-node=2", "--nnodes=1:4"], 8, "starts 2 processes per pod"),
+        (["python", "-m", "torch.distributed.run", "--nproc_per_node", "4"], 8, "4 per pod stay idle"),
+        (["deepspeed", "--num_gpus", "2"], 4, "starts 2 processes per pod"),
+        (["accelerate", "launch", "--num_processes", "16", "--num_machines", "2"], 4,
+         "starts 8 processes per pod but each pod requests 4 GPUs: processes would share"),
+        (["torchrun", "--nnodes", "2", "--nproc_per_node", "8"], 8, "names 2 nodes but the job has 1 training pod"),
+    ],
+)
+def test_launcher_processes_that_differ_from_the_pods_gpus_are_noted(
+    launcher: list[str], gpus: int, fragment: str
+) -> None:
+    job = one_job(pod([*launcher, "train.py", "--model_name_or_path", M], gpus=gpus))
+    assert job.spec.gpus == gpus  # what the pods request stays the count
+    assert fragment in _notes(job)
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [["torchrun", "--nproc_per_node", "8"], ["torchrun", "--nproc_per_node", "gpu"], ["accelerate", "launch"]],
+)
+def test_launcher_matching_or_silent_gives_no_note(launcher: list[str]) -> None:
+    job = one_job(pod([*launcher, "train.py", "--model_name_or_path", M], gpus=8))
+    assert "per pod" not in _notes(job) and "node" not in _notes(job)
+
+
+# --- axolotl and LLaMA-Factory defaults -----------------------------------------------------------
+
+
+def test_axolotl_lora_keys_without_adapter_train_in_full() -> None:
+    config = f"base_model: {M}\nadapter:\nlora_r: 32\nlora_alpha: 16\nsequence_len: 4096\n"
+    job = one_job(pod(["accelerate", "launch", "-m", "axolotl.cli.train", "/c.yml"], {"CFG": config}))
+    assert job.spec.method == "full"
+    assert "sets no adapter: full fine-tuning (lora_alpha, lora_r unused)" in _notes(job)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["llamafactory-cli", "train", "--model_name_or_path", M, "--stage", "sft", "--cutoff_len", "1024"],
+        ["bash", "-c", f"cat > /tmp/x.yaml <<EOF\nmodel_name_or_path: {M}\nstage: sft\ncutoff_len: 1024\nEOF\n"
+                       "llamafactory-cli train /tmp/x.yaml"],
+    ],
+    ids=["flags", "config"],
+)
+def test_llamafactory_without_finetuning_type_is_lora(argv: list[str]) -> None:
+    job = one_job(pod(argv))
+    assert job.spec.method == "lora"
+    assert "LLaMA-Factory's default lora" in _notes(job)
