@@ -212,6 +212,7 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "use_peft": ("_peft", to_bool),
     "adapter": ("_adapter", _same),
     "finetuning_type": ("_finetuning_type", _same),
+    "use_dora": ("_dora", to_bool),  # PEFT LoraConfig(use_dora=True), TRL --use_dora, LLaMA-Factory use_dora
     "load_in_4bit": ("_4bit", to_bool),
     "load_in_8bit": ("_8bit", to_bool),
     "quantization_bit": ("_quant_bits", _same),
@@ -681,6 +682,14 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     _resolve_method(raw, out, notes)
     _resolve_deepspeed(raw, out, notes, files or {})
     _resolve_fsdp(raw, out, notes)
+    dora = raw.get("_dora")
+    if dora is not None and dora.value is True and out.get("method") is not None and \
+            out["method"].value in ("lora", "qlora"):
+        # DoRA (Liu et al. 2024, arXiv:2402.09353; PEFT tuners/lora/dora.py) recomposes each adapted weight,
+        # W + scale * B @ A, to take its column norm in every forward: one weight-sized temporary per adapted layer
+        # and a magnitude vector per output feature, which LoRA does not have
+        notes.append(f"DoRA ({dora.source}) is read as LoRA: its per-layer weight recomposition (a weight-sized "
+                     "temporary) and magnitude vectors are not counted, an under-estimate")
     name = raw.get("_optimizer_name")
     if name is not None and (note := optimizer_note(name.value, name.source)) is not None:
         notes.append(note)

@@ -66,6 +66,14 @@ def test_list_valued_lora_flags_take_every_value() -> None:
     assert job.spec.precision == "bf16-mixed"  # the flag after the list is still read
 
 
+@pytest.mark.parametrize("dora", [True, False])
+def test_dora_is_read_as_lora_with_a_note(dora: bool) -> None:
+    flags = ["--use_dora"] if dora else []
+    job = one_job(pod(["trl", "sft", "--model_name_or_path", M, "--use_peft", "--lora_r", "16", *flags]))
+    assert job.spec.method == "lora"
+    assert ("DoRA (flag --use_dora) is read as LoRA" in _notes(job)) is dora
+
+
 # --- optimizers ------------------------------------------------------------------------------------
 
 
