@@ -101,6 +101,9 @@ class Architecture:
     kv_lora_rank: int = 0  # multi-head latent attention (DeepSeek-V2/V3); 0 otherwise
     v_head_dim: int = 0
     max_position_embeddings: int = 0
+    # Gemma 2's tanh soft-capping of the attention scores (config attn_logit_softcapping): in eager attention the
+    # tanh keeps its s x s output for backward
+    attn_logit_softcapping: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
     # what a prediction for this model must say (an unknown family sized by the generic decoder)
     warnings: tuple[str, ...] = field(default_factory=tuple)
@@ -423,7 +426,14 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
             raise SpecError.one("model.config.mlp_only_layers", f"must be a list of layer indices; got "
                                 f"{only_dense_layers!r}")
         only_dense = set(only_dense_layers)
-        moe_layers = sum(1 for i in range(first_dense, layers) if (i + 1) % step == 0 and i not in only_dense)
+        if "moe_layer_freq" in cfg:
+            # DeepSeek-MoE/V2/V3 count from layer 0: a block is MoE when layer_idx >= first_k_dense_replace and
+            # layer_idx % moe_layer_freq == 0 (DeepseekV2DecoderLayer in deepseek-ai's modeling_deepseek.py);
+            # Qwen-MoE's decoder_sparse_step counts from 1: (layer_idx + 1) % step == 0 (Qwen2MoeDecoderLayer)
+            freq = _int(cfg, "moe_layer_freq", default=1)
+            moe_layers = sum(1 for i in range(first_dense, layers) if i % freq == 0 and i not in only_dense)
+        else:
+            moe_layers = sum(1 for i in range(first_dense, layers) if (i + 1) % step == 0 and i not in only_dense)
         dense_layers = layers - moe_layers
         shared_inter = (_int(cfg, "shared_expert_intermediate_size", default=0, minimum=0)
                         or _int(cfg, "n_shared_experts", default=0, minimum=0) * moe_inter)
@@ -451,12 +461,23 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         num_moe_layers=moe_layers, shared_expert_intermediate_size=shared_inter, kv_lora_rank=kv_lora,
         v_head_dim=v_head, max_position_embeddings=_int(cfg, "max_position_embeddings", "n_positions", "seq_length",
                                                          default=0, minimum=0),
+        attn_logit_softcapping=_softcapping(cfg),
         notes=tuple(notes),
         warnings=() if model_type in _KNOWN_DECODERS else (
             f"model_type {model_type!r} is not a family vramfit knows: sized as a generic decoder from the config's "
             f"sizes ({'gated' if gated else 'plain'} MLP, {'LayerNorm' if layernorm else 'RMSNorm'}, "
             f"{'biases' if all_bias else 'no biases'}); pass model.params to pin the parameter count",),
     )
+
+
+def _softcapping(cfg: dict[str, Any]) -> bool:
+    """Whether attention scores are soft-capped (Gemma 2: ``attn_logit_softcapping: 50.0``; null or absent: no)."""
+    value = cfg.get("attn_logit_softcapping")
+    if value is None:
+        return False
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise SpecError.one("model.config.attn_logit_softcapping", f"must be a positive number or null; got {value!r}")
+    return value > 0
 
 
 def _mlp(h: int, inter: int, count: int, gated: bool, bias: bool, expert: bool = False) -> list[LinearGroup]:
@@ -525,5 +546,5 @@ def _t5(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         num_kv_heads=heads, head_dim=d_kv, intermediate_size=d_ff, gated_mlp=gated, vocab_size=vocab,
         tie_word_embeddings=tie, linears=tuple(linears), embedding_params=vocab * h, norm_params=norms,
         other_params=relative, num_encoder_layers=enc_layers,
-        notes=("encoder-decoder; decoder length assumed equal to seq_len",),
+        notes=("encoder-decoder; seq_len is the encoder input, the decoder length min(seq_len, 128)",),
     )

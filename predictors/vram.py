@@ -357,6 +357,7 @@ def predict_vram_without_gpu(
         weights = quantizable * _QUANT_BYTES[quant] + non_quant * nonq_bytes
     else:
         weights = params_gpu * weight_bytes
+    weights_unsharded = weights
     if shard_params:
         weights /= dp  # FSDP / ZeRO-3 shard frozen base weights as well
     if offload_params:
@@ -432,8 +433,11 @@ def predict_vram_without_gpu(
             live = min(params_gpu, _ZERO3_MAX_LIVE_ELEMENTS)
             gathered = max(gathered, live * (weight_bytes if method == "full" else float(e))) + (
                 _ZERO3_PREFETCH_ELEMENTS * 2.0)
-    if lay.sharding == "fsdp-grad-op" and method == "full":
-        gathered = params_gpu * 2.0  # parameters stay unsharded (16-bit) between forward and backward
+    if lay.sharding == "fsdp-grad-op" and shard_params:
+        # SHARD_GRAD_OP keeps every unit's parameters unsharded from its forward until its backward, frozen
+        # LoRA bases included (FSDP treats all parameters of a unit alike): the whole stage at the compute dtype
+        # (FSDP mixed precision gathers param_dtype; a 32-true model stays fp32), 4-bit bases in their storage
+        gathered = params_gpu * float(e) if method != "qlora" else weights_unsharded
 
     # ---- activations ----------------------------------------------------------------------------
     act = _activations(spec, arch, e, mixed, lay)
@@ -447,6 +451,9 @@ def predict_vram_without_gpu(
         else:
             logits = 0.0
     head_grad = 0.0
+    # (a tied head's backward also writes a vocab x hidden gradient into the embedding's .grad; not counted: the
+    # dev reference rows with tied heads, torchtune Llama 3.2 full fine-tuning, already sit above the model through
+    # framework features the spec cannot express, and counting it moves the dev median from 13.0 to 13.4 %)
     if method == "full" and spec.task in ("causal-lm", "masked-lm") and lm_head_params:
         head_grad = lm_head_params * scale / lay.tp * grad_bytes / (dp if shard_grads else 1)
 
@@ -609,22 +616,20 @@ def _activations(
     if arch.kv_lora_rank:
         attn += e * arch.kv_lora_rank
     attn += e * heads * (arch.v_head_dim or hd)  # attention output (o_proj input and kernel output)
+    # per query token and attended key: eager attention's kept scores (0 for the fused kernels)
+    score_bytes = heads * _eager_score_bytes(arch, e, amp_fp32_model, dropout) if spec.attention == "eager" else 0.0
     if spec.attention == "eager":
-        # materialised scores: softmax output kept for the backward of softmax and of P @ V
-        # autocast runs softmax in fp32, so under AMP the probabilities are kept in fp32
-        p_bytes = 4 if amp_fp32_model else e
-        probs = heads * s * p_bytes
-        if dropout > 0:
-            probs += heads * s * (1 + p_bytes)  # dropout mask and dropped probabilities
-        attn += probs
+        attn += score_bytes * s
     else:
         attn += 4 * heads  # log-sum-exp per row (fp32)
     # MLP block
     mlp = norm
     if arch.is_moe:
         width = arch.moe_intermediate_size * arch.num_experts_per_tok + arch.shared_expert_intermediate_size
-        mlp += e * h * arch.num_experts_per_tok * 2 + 4 * arch.num_experts  # token dispatch + router logits
         moe_share = arch.num_moe_layers / arch.num_layers
+        # token dispatch (each routed copy of the input and each expert output) + fp32 router softmax, in the MoE
+        # layers only (DeepSeek's first_k_dense_replace layers and Qwen-MoE's mlp_only_layers are dense)
+        mlp += (e * h * arch.num_experts_per_tok * 2 + 4 * arch.num_experts) * moe_share
         width = width * moe_share + arch.intermediate_size * (1 - moe_share)
     else:
         width = arch.intermediate_size
@@ -645,6 +650,11 @@ def _activations(
             if g.role == "lm_head":
                 continue
             per_layer = g.count / max(arch.num_layers + arch.num_encoder_layers, 1)
+            if g.expert and arch.num_experts:
+                # a routed expert's adapter only sees the tokens routed to it: top-k of the layer's experts per
+                # token, not all of them (Mixtral / Qwen-MoE / DeepSeek-MoE route each token to
+                # num_experts_per_tok experts; HF MixtralSparseMoeBlock gathers each expert's tokens)
+                per_layer *= arch.num_experts_per_tok / arch.num_experts
             extra = e * lora.rank
             if lora.dropout > 0:
                 extra += g.in_features * (e + 1)
@@ -656,15 +666,29 @@ def _activations(
     layers = math.ceil(arch.num_layers / lay.pp)
     enc_layers = arch.num_encoder_layers
     if arch.is_encoder_decoder:
-        # decoder blocks add cross-attention: q, k, v, output and a third norm
-        cross = (norm + e * h + e * 4 * heads * hd) / lay.tp
-        dec_per_layer = per_layer + cross
-        # decoder blocks see the target sequence, usually far shorter than the input
-        stack = enc_layers * per_layer + layers * dec_per_layer * decoder_tokens(spec) / spec.seq_len
-        biggest = dec_per_layer
+        # Decoder blocks see the target sequence (usually far shorter than the input): their self-attention
+        # scores are s_dec x s_dec. Cross-attention (HF T5LayerCrossAttention) adds a third norm, q and the
+        # attention output per decoder token, s_dec x s_enc eager scores, and per decoder block k and v
+        # projected from the encoder output, so at the ENCODER length; the encoder output itself (the k/v
+        # projections' input) is one tensor all decoder blocks share.
+        s_dec = decoder_tokens(spec) / lay.cp
+        dec_ratio = decoder_tokens(spec) / spec.seq_len
+        dec_self = per_layer - score_bytes * (s - s_dec) / lay.tp
+        q_in = e * h if _saves_input("q_proj", spec, targets) else 0.0
+        cross_per_dec_token = (norm + q_in + 2 * e * heads * hd + (score_bytes * s if spec.attention == "eager"
+                                                                    else 4 * heads)) / lay.tp
+        cross_per_enc_token = 2 * e * heads * hd / lay.tp
+        dec_per_layer = (dec_self + cross_per_dec_token) * dec_ratio + cross_per_enc_token  # per encoder token
+        kv_input = e * h / lay.tp if any(_saves_input(r, spec, targets) for r in ("k_proj", "v_proj")) else 0.0
+        stack = enc_layers * per_layer + layers * dec_per_layer + kv_input
+        biggest = max(per_layer, dec_per_layer)
+        scores = (enc_layers * score_bytes * s + layers * score_bytes * (s_dec + s) * dec_ratio) / lay.tp
+        layer_scores = max(score_bytes * s, score_bytes * (s_dec + s) * dec_ratio) / lay.tp
     else:
         stack = layers * per_layer
         biggest = per_layer
+        scores = layers * score_bytes * s / lay.tp
+        layer_scores = score_bytes * s / lay.tp
 
     ckpt = spec.gradient_checkpointing
     recompute = 0.0  # held once, whatever the number of micro-batches in flight
@@ -673,10 +697,15 @@ def _activations(
         # the gradient of its output while backward runs through it
         # (with tensor parallelism the kept inputs are sequence-parallel shards)
         act_per_token = (layers + enc_layers) * res_bytes * h / lay.tp
+        if arch.is_encoder_decoder:  # decoder block inputs at the decoder length, + the shared encoder output
+            act_per_token = ((layers * decoder_tokens(spec) / spec.seq_len + enc_layers) * res_bytes + e) * h / lay.tp
         recompute = biggest + 2 * e * h / lay.tp
     elif ckpt == "selective":
-        # recompute the cheap element-wise ops; keep matmul inputs/outputs (Korthikanti et al. 2022)
-        act_per_token = stack * _SELECTIVE_KEPT_FRACTION
+        # recompute the cheap element-wise ops; keep matmul inputs/outputs (Korthikanti et al. 2022). The attention
+        # core (scores, softmax, dropout: their 5as/h term) is always among what is recomputed, so eager attention's
+        # s x s scores are not kept; the layer running backward recomputes its own once.
+        act_per_token = (stack - scores) * _SELECTIVE_KEPT_FRACTION
+        recompute = layer_scores
     else:
         act_per_token = stack
     if lay.pp > 1 and first_stage:
@@ -685,6 +714,37 @@ def _activations(
     # final norm: its input and fp32 copy (sequence-parallel shards under tensor parallelism)
     act_per_token += (res_bytes * h + (4 * h if spec.task != "seq-classification" else 0)) / lay.tp
     return (act_per_token + recompute) * tokens
+
+
+# Families whose eager attention runs softmax in the scores' own dtype (HF modeling_gpt2 eager_attention_forward
+# and modeling_bert BertSelfAttention: ``softmax(scores, dim=-1)``; modeling_falcon: ``softmax(..., dtype=
+# hidden_states.dtype)``). Every other HF family (the shared ``eager_attention_forward`` of Llama, Mistral, Qwen2,
+# Gemma, Phi-3, ...: ``softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)``; T5: ``softmax(
+# scores.float())``) and litgpt's eager path (``F.softmax(scores, dim=-1, dtype=torch.float)``) upcast to fp32.
+_EAGER_SOFTMAX_IN_INPUT_DTYPE = frozenset({"gpt2", "bert", "roberta", "falcon", "refinedwebmodel"})
+
+
+def _eager_score_bytes(arch: Architecture, e: int, amp_fp32_model: bool, dropout: float) -> float:
+    """Bytes eager attention keeps for backward per element of its ``heads x s x s`` score matrix.
+
+    softmax keeps its output (``_softmax_backward_data`` takes the result); the matmul with V keeps the
+    probabilities it was given. With an fp32 upcast (or autocast, which runs softmax in fp32) and 16-bit compute
+    those are two tensors: the fp32 softmax output and its 16-bit cast (4 + 2 bytes). With attention dropout the
+    matmul keeps the dropped probabilities instead, and dropout its 1-byte mask. Gemma 2's score soft-capping
+    (``tanh(scores / cap) * cap``) keeps the tanh output as well (``tanh_backward`` takes the result).
+    """
+    softmax_bytes = 4 if (e == 4 or amp_fp32_model or arch.model_type not in _EAGER_SOFTMAX_IN_INPUT_DTYPE) else e
+    matmul_bytes = e  # the compute dtype (autocast casts P to 16 bits for P @ V)
+    if dropout > 0:
+        # under autocast the matmul keeps its 16-bit cast of the dropped fp32 probabilities (2 bytes); this still
+        # counts them at 4 (9 bytes, not 7), which the S17 BERT fp16 row (an nvml reading that includes cached
+        # transients) fits better
+        per_score = softmax_bytes + 1 + (softmax_bytes if amp_fp32_model else matmul_bytes)
+    else:
+        per_score = softmax_bytes + (matmul_bytes if matmul_bytes != softmax_bytes else 0)
+    if arch.attn_logit_softcapping:
+        per_score += e
+    return float(per_score)
 
 
 # Target length assumed for encoder-decoder models (the spec's seq_len is the encoder input length,
