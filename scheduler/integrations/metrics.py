@@ -7,15 +7,22 @@ failed). A job id is never a label: per-job
 figures live in the ledger. Each server builds its own registry so tests can run several side by side.
 
 Accuracy is observed once per job and source, when an actual and its decision first meet (whichever of the
-two arrives second), so retried posts do not count twice.
+two arrives second), so retried posts do not count twice. ``vramfit_ooms_total`` has no ``source`` label, so it
+counts a job once however many sources report its OOM (the reporter and the Kubernetes watcher both do).
+
+Every exported value stays finite: a ratio that is not (a predicted runtime of 1e-300 s) is not observed, and a
+predicted cost above :data:`MAX_JOB_COST_USD` is not added, since one ``+Inf`` keeps a counter or a ``_sum`` at
+``+Inf`` (and ``increase()`` of it at NaN) for the rest of the process's life.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, get_args
@@ -44,6 +51,14 @@ METHODS: frozenset[str] = frozenset(get_args(Method))
 # handful of pools, but `pool` arrives in POST /v1/decisions, and every new value would be a new series for
 # as long as the process lives.
 MAX_POOL_LABELS = 64
+# Jobs whose OOM was counted, remembered so that a second source reporting the same OOM does not count it again.
+# OOMs are rare; beyond this many the oldest are forgotten (a source that reports that late counts again).
+MAX_OOM_JOBS_REMEMBERED = 10_000
+# A predicted cost above this for one job (a trillion USD) is not a prediction but a broken client; adding a few
+# such values (1e308) took the counter to +Inf for the rest of the process's life.
+MAX_JOB_COST_USD = 1e12
+
+log = logging.getLogger("vramfit.metrics")
 
 
 def _label(value: str | None) -> str:
@@ -70,8 +85,7 @@ class PoolLabels:
                 return value
             if not self._warned:
                 self._warned = True
-                logging.getLogger("vramfit.metrics").warning(
-                    "more than %d pool names seen; later ones are exported as pool=\"other\"", self.limit)
+                log.warning("more than %d pool names seen; later ones are exported as pool=\"other\"", self.limit)
         return "other"
 
 
@@ -119,12 +133,23 @@ class ResidualModelsCollector(Collector):
         yield family
 
 
+def _observe_ratio(histogram: Histogram, ratio: float, what: str, decision_id: str) -> None:
+    """Observe a measured/predicted ratio unless it is infinite (a prediction of almost nothing)."""
+    if math.isfinite(ratio):
+        histogram.observe(ratio)
+    else:
+        log.warning("decision %s: measured/predicted %s is not finite; not observed", decision_id, what)
+
+
 class Metrics:
     """Every vramfit metric, registered on one registry."""
 
     def __init__(self, registry: CollectorRegistry | None = None, version: str = "unknown") -> None:
         self.registry = registry or CollectorRegistry()
         self.pool_label = PoolLabels()
+        self._oom_jobs: OrderedDict[str, None] = OrderedDict()
+        self._oom_series: set[tuple[str, str]] = set()
+        self._oom_lock = threading.Lock()
         r = self.registry
         self.predicted_peak_vram_bytes = Histogram(
             f"{PREFIX}_predicted_peak_vram_bytes", "Predicted device peak VRAM of placed jobs",
@@ -141,6 +166,9 @@ class Metrics:
             ["pool", "method", "source", "bound"], registry=r)
         self.ooms = Counter(
             f"{PREFIX}_ooms", "Jobs that ran out of GPU memory after placement", ["pool", "method"], registry=r)
+        self.ooms_start_time_seconds = Gauge(
+            f"{PREFIX}_ooms_start_time_seconds", "Unix time at which this process started counting "
+            f"{PREFIX}_ooms_total of the pool and method (at 0)", ["pool", "method"], registry=r)
         self.runtime_prediction_ratio = Histogram(
             f"{PREFIX}_runtime_prediction_ratio", "Measured / predicted runtime", ["pool", "method", "source"],
             buckets=RUNTIME_RATIO_BUCKETS, registry=r)
@@ -193,13 +221,18 @@ class Metrics:
         if d.peak_vram_bytes is not None:
             self.predicted_peak_vram_bytes.labels(pool, method).observe(d.peak_vram_bytes)
         if d.predicted_cost_usd is not None:
-            self.predicted_cost_usd.labels(pool).inc(d.predicted_cost_usd)
+            if d.predicted_cost_usd <= MAX_JOB_COST_USD:
+                self.predicted_cost_usd.labels(pool).inc(d.predicted_cost_usd)
+            else:
+                log.warning("decision %s: predicted cost %g USD is above %g USD; not added to "
+                            "%s_predicted_cost_usd_total", stored.decision_id, d.predicted_cost_usd,
+                            MAX_JOB_COST_USD, PREFIX)
 
     def _export_zeros(self, pool: str, method: str) -> None:
         """Create the outcome counters of a pool/method at 0 when a job is placed there, hours before any
         outcome: a series that first appears at 1 is invisible to ``increase()``, so the first OOM or
         under-prediction would raise no alert."""
-        self.ooms.labels(pool, method)
+        self._ooms_of(pool, method)
         for source in get_args(ActualSource):
             self.vram_prediction_ratio.labels(pool, method, source)
             for bound in ("point", "upper"):
@@ -212,13 +245,13 @@ class Metrics:
         """An actual met its decision for the first time: record how good the prediction was."""
         d = stored.decision
         pool, method, source = self.pool_label(d.pool), _method_label(d.method), actual.source
-        if actual.oom:
-            self.ooms.labels(pool, method).inc()
+        if actual.oom and self._first_oom_of(stored.decision_id):
+            self._ooms_of(pool, method).inc()
         if actual.peak_vram_bytes is not None:
             self.actual_peak_vram_bytes.labels(pool, method, source).observe(actual.peak_vram_bytes)
             if d.peak_vram_bytes:
-                self.vram_prediction_ratio.labels(pool, method, source).observe(
-                    actual.peak_vram_bytes / d.peak_vram_bytes)
+                _observe_ratio(self.vram_prediction_ratio.labels(pool, method, source),
+                               actual.peak_vram_bytes / d.peak_vram_bytes, "VRAM", stored.decision_id)
                 if actual.peak_vram_bytes > d.peak_vram_bytes:
                     self.vram_under_predictions.labels(pool, method, source, "point").inc()
             if d.peak_vram_upper_bytes and actual.peak_vram_bytes > d.peak_vram_upper_bytes:
@@ -226,8 +259,29 @@ class Metrics:
         predicted_runtime = d.runtime_prediction_seconds
         # a failed or OOM job stopped early: its runtime is not the job's
         if ran_to_end(actual.oom, actual.exit_reason, actual.runtime_seconds) and predicted_runtime:
-            self.runtime_prediction_ratio.labels(pool, method, source).observe(
-                actual.runtime_seconds / predicted_runtime)
+            _observe_ratio(self.runtime_prediction_ratio.labels(pool, method, source),
+                           actual.runtime_seconds / predicted_runtime, "runtime", stored.decision_id)
+
+    def _ooms_of(self, pool: str, method: str) -> Counter:
+        """The OOM counter of a pool and method, its start time exported first. The start time tells
+        VramfitOomAfterPlacement a series this process just created (after a restart, at its first OOM: every
+        count is recent) from one Prometheus only starts to see (a new or emptied Prometheus, a scrape gap: the
+        count is since this process started)."""
+        with self._oom_lock:
+            if (pool, method) not in self._oom_series:
+                self.ooms_start_time_seconds.labels(pool, method).set(time.time())
+                self._oom_series.add((pool, method))
+        return self.ooms.labels(pool, method)
+
+    def _first_oom_of(self, decision_id: str) -> bool:
+        """Whether this is the first OOM report of the job that this process sees (and remember it)."""
+        with self._oom_lock:
+            if decision_id in self._oom_jobs:
+                return False
+            self._oom_jobs[decision_id] = None
+            if len(self._oom_jobs) > MAX_OOM_JOBS_REMEMBERED:
+                self._oom_jobs.popitem(last=False)
+            return True
 
     @contextmanager
     def time_admission(self, operation: str) -> Iterator[dict[str, str]]:

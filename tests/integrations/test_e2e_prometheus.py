@@ -51,12 +51,19 @@ def test_prometheus_records_the_prediction_ratios(stack):
             actual = {"decision_id": f"r{i}", "peak_vram_bytes": int(PREDICTED * ratio), "runtime_seconds": 1800.0,
                       "oom": ratio > 1.2, "source": "reporter"}
             assert client.post("/v1/actuals", json=actual).status_code == 202
+        # The Kubernetes watcher reports the same OOM: still one job that ran out of memory.
+        oom_job = {"decision_id": f"r{len(RATIOS) - 1}", "peak_vram_bytes": None, "runtime_seconds": 1700.0,
+                   "oom": True, "exit_reason": "CudaOOM", "source": "kubernetes"}
+        assert client.post("/v1/actuals", json=oom_job).status_code == 202
 
     prom.wait_for('sum(vramfit_vram_prediction_ratio_count{source="reporter"})', len(RATIOS))
+    prom.wait_for('sum(vramfit_actuals_received_total{source="kubernetes"})', 1)
     assert prom.scalar('sum(vramfit_vram_prediction_ratio_sum{source="reporter"})') == pytest.approx(sum(RATIOS))
     assert prom.scalar('sum(vramfit_vram_under_predictions_total{bound="point"})') == 2
     assert prom.scalar('sum(vramfit_vram_under_predictions_total{bound="upper"})') == 1
     assert prom.scalar("sum(vramfit_ooms_total)") == 1
+    # VramfitOomAfterPlacement tells a restarted collector from a newly scraped one by the counter's start time.
+    assert prom.scalar('count(time() - vramfit_ooms_start_time_seconds{pool="a100", method="lora"} < 1800)') == 1
     # Rank 2 of 4 falls on the 0.95 bucket boundary.
     median = prom.scalar('histogram_quantile(0.5, sum by (le) (vramfit_vram_prediction_ratio_bucket'
                          '{source="reporter"}))')
