@@ -201,6 +201,7 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "mixed_precision": ("_mixed", _same),
     **dict.fromkeys(("torch_dtype", "dtype"), ("_dtype", _same)),
     **dict.fromkeys(("optim", "optimizer"), ("optimizer", optimizer_name)),
+    "optim_args": ("_optim_args", _same),  # HF TrainingArguments.optim_args, e.g. "momentum=0.9"
     **dict.fromkeys(("lora_r", "lora_rank"), ("lora.rank", _same)),
     "lora_alpha": ("lora.alpha", _same),
     "lora_dropout": ("lora.dropout", _same),
@@ -278,7 +279,27 @@ def read_pairs(pairs: Iterable[tuple[str, Any, str]], where: str) -> dict[str, S
         raw[canon] = Setting(converted, source, where)
         if canon == "optimizer":  # the name as written, for :func:`optimizer_note`
             raw["_optimizer_name"] = Setting(value, source, where)
+    args, name = raw.get("_optim_args"), raw.get("_optimizer_name")
+    if args is not None and name is not None and str(name.value).strip().lower() == "sgd" and \
+            _sgd_momentum(args.value):
+        # transformers trainer_optimizer._get_sgd passes --optim_args momentum to torch.optim.SGD, which then keeps a
+        # momentum_buffer per parameter: one state, as sgd-momentum
+        raw["optimizer"] = Setting("sgd-momentum", _joined(name, args)[0], where)
     return raw
+
+
+def _sgd_momentum(optim_args: Any) -> bool:
+    """Whether an ``--optim_args`` string (``"momentum=0.9,nesterov=True"``, parsed as transformers
+    ``_parse_optim_args`` does: comma-separated ``key=value``) gives SGD a non-zero momentum."""
+    for item in str(optim_args).replace(" ", "").split(","):
+        key, _, value = item.partition("=")
+        if key.lower() == "momentum":
+            try:
+                return float(value) != 0.0
+            except ValueError:
+                return False
+    return False
+
 
 
 def read_mapping(data: Mapping[str, Any], label: str, where: str) -> dict[str, Setting]:
@@ -336,14 +357,24 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
     (llamafactory hparams/finetuning_args.py)."""
     keys = {norm_key(str(k)): v for k, v in data.items()}
     flavour = config_flavour(data)
+    implied: dict[str, Setting] = {}
+    notes: list[str] = []
+    if flavour == "axolotl config" and to_bool(keys.get("bf16")) is True and \
+            not any(keys.get(k) not in (None, "", False) for k in ("deepspeed", "fsdp", "fsdp_config")):
+        # axolotl loads the model in bf16 when bf16 is on (utils/config normalize_config: cfg.bf16 ->
+        # cfg.torch_dtype = torch.bfloat16, passed to from_pretrained by its model loader): weights, gradients and
+        # AdamW states are bf16, no fp32 master copy (bf16-true). Not under DeepSpeed (its bf16 optimizer keeps fp32
+        # masters) or FSDP (accelerate upcasts trainable parameters to fp32 under mixed precision).
+        implied["_dtype"] = Setting("bfloat16", f"{label} key bf16 (axolotl loads the model in bf16)", where)
+        notes.append(f"{label} sets bf16: axolotl loads the model in bf16 (bf16-true, no fp32 master weights)")
     if flavour == "axolotl config" and keys.get("adapter") in (None, ""):
         lora = sorted(k for k, v in keys.items() if k.startswith("lora_") and v not in (None, ""))
-        notes = [f"{label} sets no adapter: full fine-tuning" + (f" ({', '.join(lora)} unused)" if lora else "")]
-        return {"_adapter": Setting("full", f"{label} (no adapter key)", where)}, notes
+        notes.append(f"{label} sets no adapter: full fine-tuning" + (f" ({', '.join(lora)} unused)" if lora else ""))
+        return {**implied, "_adapter": Setting("full", f"{label} (no adapter key)", where)}, notes
     if flavour == "LLaMA-Factory config" and "finetuning_type" not in keys:
         return ({"_finetuning_type": Setting("lora", f"{label} (finetuning_type default lora)", where)},
                 [f"{label} sets no finetuning_type: LLaMA-Factory's default lora"])
-    return {}, []
+    return implied, notes
 
 
 def config_flavour(data: Mapping[str, Any]) -> str:
@@ -604,12 +635,39 @@ def _fsdp_strategy(text: str) -> str:
     return text.strip().lower().removeprefix("shardingstrategy.")
 
 
-def _resolve_fsdp(raw: Mapping[str, Setting], out: Settings, notes: list[str]) -> None:
+def _fsdp_config(nested: Setting, files: Mapping[str, str], notes: list[str]) -> dict[str, Any] | None:
+    """HF ``--fsdp_config``: a mapping, a JSON string (TrainingArguments parses a ``{``-string of its dict fields
+    with json.loads) or a path to a JSON file (json.load in TrainingArguments' FSDP setup; transformers
+    training_args.py ``_VALID_DICT_FIELDS``), read from the files the manifest carries; its ``fsdp_`` key prefixes
+    are optional, as TrainingArguments strips them."""
+    if isinstance(nested.value, dict):
+        return nested.value
+    text = str(nested.value).strip()
+    if text.startswith("{"):
+        data = _load_mapping(text)
+        if data is None:
+            notes.append(f"{nested.source}: not a JSON object, FSDP settings in it not read")
+        return data
+    if PurePosixPath(text).name in files:
+        data = _load_mapping(files[PurePosixPath(text).name])
+        if data is None:
+            notes.append(f"FSDP config {text} ({nested.source}) is not a JSON object, FSDP settings in it not read")
+        return data
+    notes.append(f"FSDP config {text} ({nested.source}) is not in the manifest: its sharding strategy, offload and "
+                 "activation checkpointing are unknown")
+    return None
+
+
+def _resolve_fsdp(raw: Mapping[str, Setting], out: Settings, notes: list[str],
+                  files: Mapping[str, str] | None = None) -> None:
     fsdp, use, strategy = raw.get("_fsdp"), raw.get("_use_fsdp"), raw.get("_fsdp_strategy")
     reshard = raw.get("_fsdp_reshard")
     nested = raw.get("_fsdp_config")
-    if nested is not None and isinstance(nested.value, dict):
-        sub = read_mapping(nested.value, nested.source, nested.where)
+    data = _fsdp_config(nested, files or {}, notes) if nested is not None else None
+    if nested is not None and data is not None:
+        label = nested.source if isinstance(nested.value, dict) or str(nested.value).lstrip().startswith("{") \
+            else f"FSDP config {nested.value}"
+        sub = read_mapping(data, label, nested.where)
         strategy = sub.get("_fsdp_strategy", strategy)
         reshard = sub.get("_fsdp_reshard", reshard)
         if "_fsdp_offload" in sub and "_fsdp_offload" not in raw:
@@ -681,7 +739,7 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     _resolve_precision(raw, out)
     _resolve_method(raw, out, notes)
     _resolve_deepspeed(raw, out, notes, files or {})
-    _resolve_fsdp(raw, out, notes)
+    _resolve_fsdp(raw, out, notes, files or {})
     dora = raw.get("_dora")
     if dora is not None and dora.value is True and out.get("method") is not None and \
             out["method"].value in ("lora", "qlora"):
@@ -902,6 +960,9 @@ def _config_paths(tokens: Sequence[str]) -> list[str]:
     return [t.split("=", 1)[-1] for t in tokens if t.lower().endswith((".yaml", ".yml", ".json"))]
 
 
+_FILE_WRITERS = {"cat", "tee", "echo", "printf"}  # commands that write a file, never a trainer
+
+
 def read_command(
     argv: Sequence[str], env: Mapping[str, str], where: str, files: Mapping[str, str] | None = None,
     budget: TextBudget | None = None,
@@ -912,10 +973,12 @@ def read_command(
     known = {**(files or {}), **script.files}
     reading = Reading(notes=list(script.notes))
     for tokens in script.commands:
+        if tokens and PurePosixPath(tokens[0]).name in _FILE_WRITERS:
+            continue  # ``cat > f.yml <<EOF``: writes the config a later command reads (the heredoc is in files)
         if len(tokens) >= 2 and PurePosixPath(tokens[0]).name == "tune" and tokens[1] == "run":
-            part = read_torchtune(tokens[2:], where)
+            part = read_torchtune(tokens[2:], where, script.env)
         else:
-            part = _read_launcher(tokens, where, known)
+            part = _read_launcher(tokens, where, known, script.env)
         if part.settings:
             reading.settings.update(part.settings)
             reading.notes += [note for note in part.notes if note not in reading.notes]  # `cat > f.yml` names f too
@@ -941,7 +1004,8 @@ def _trainer_label(tokens: Sequence[str]) -> str:
     return names[0] if names else ""
 
 
-def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str]) -> Reading:
+def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
+                   env: Mapping[str, str] | None = None) -> Reading:
     """HF Trainer / TRL / accelerate / torchrun / deepspeed / axolotl / LLaMA-Factory command lines."""
     flags, positionals = read_flags(tokens, where)
     raw: dict[str, Setting] = {}
@@ -950,10 +1014,13 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str]) 
     deepspeed_value = str(flags["_deepspeed"].value) if "_deepspeed" in flags else ""
     # every token: a launcher's own ``--config_file FILE`` is not a trainer flag, so read_flags drops it
     accelerate: dict[str, Any] = {}
+    unread: list[str] = []
     for path in dict.fromkeys(_config_paths(tokens)):
         if path == deepspeed_value:
             continue
         content = files.get(PurePosixPath(path).name)
+        if content is None:
+            unread.append(path)
         data = _load_mapping(content) if content is not None else None
         if isinstance(data, dict) and looks_like_trainer_config(data):
             label = f"{config_flavour(data)} {path}"
@@ -972,6 +1039,11 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str]) 
     if trainer == "LLaMA-Factory":  # llamafactory-cli train CONFIG key=value ...
         raw.update(read_pairs(((k, v, f"override {k}={v}") for k, v in _key_values(positionals)), where))
     raw.update(flags)
+    if "_dtype" in raw and "(axolotl loads the model in bf16)" in raw["_dtype"].source and \
+            any(k in flags for k in ("_deepspeed", "_fsdp", "_use_fsdp", "_use_deepspeed", "_fsdp_config")):
+        del raw["_dtype"]  # DeepSpeed / FSDP keep fp32 masters: the config's bf16 is mixed precision again
+        notes = [n for n in notes if "axolotl loads the model in bf16" not in n]
+    _trl_defaults(tokens, trainer, raw, flags, notes, where, all_read=not unread)
     if trainer == "LLaMA-Factory" and not notes and "_finetuning_type" not in raw and "model" in raw:
         # every setting is in view (flags, overrides, configs read) and none names the method: LLaMA-Factory's
         # default finetuning_type is lora (llamafactory hparams/finetuning_args.py)
@@ -980,8 +1052,27 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str]) 
     reading = resolve(raw, files)
     reading.notes = notes + reading.notes
     reading.trainer = trainer if reading.settings else ""
-    reading.launch = launch_layout(tokens, accelerate)
+    reading.launch = launch_layout(tokens, accelerate, env)
     return reading
+
+
+def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], flags: Mapping[str, Setting],
+                  notes: list[str], where: str, all_read: bool) -> None:
+    """TRL's own defaults where they differ from the TrainingSpec's, when every config the command names was read.
+    ``trl sft``: SFTConfig ``max_length`` 1024 (trl/trainer/sft_config.py; docs: "min(tokenizer.model_max_length,
+    1024)" in older releases). TRL's 4-bit loading (``--load_in_4bit``, ModelConfig -> trl get_quantization_config)
+    passes ``bnb_4bit_use_double_quant=use_bnb_nested_quant``, default false, and ``bnb_4bit_quant_type`` nf4
+    (trl/trainer/model_config.py): nf4 without double quantization, not the spec's nf4-dq default."""
+    trl = trainer == "TRL" or "_peft" in flags or "_double" in flags
+    if not trl or not all_read:
+        return
+    names = [PurePosixPath(t).name for t in tokens[:3]]
+    if "trl" in names and "sft" in tokens[:4] and "seq_len" not in raw and "model" in raw:
+        raw["seq_len"] = Setting(1024, "TRL SFTConfig max_length default 1024", where)
+        notes.append("trl sft sets no --max_length: TRL's SFTConfig default 1024 tokens")
+    four = raw.get("_4bit")
+    if four is not None and four.value is True and "_double" not in raw and "_quant_bits" not in raw:
+        raw["_double"] = Setting(False, "TRL ModelConfig use_bnb_nested_quant default false", where)
 
 
 def _count(text: Any) -> int | None:
@@ -1004,16 +1095,23 @@ def _launcher_flags(tokens: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def launch_layout(tokens: Sequence[str], accelerate_config: Mapping[str, Any] | None = None) -> Launch | None:
+def launch_layout(tokens: Sequence[str], accelerate_config: Mapping[str, Any] | None = None,
+                  env: Mapping[str, str] | None = None) -> Launch | None:
     """Processes per node and nodes of a torchrun / ``python -m torch.distributed.run`` / accelerate / DeepSpeed
     launcher command (torch.distributed.run, accelerate commands/launch.py and deepspeed/launcher/runner.py
-    argument lists); None for another command or when the flags do not say."""
+    argument lists); None for another command or when the flags do not say. torchrun takes a flag it is not given
+    from the env var ``PET_<FLAG>`` (torch/distributed/argparse_util.py ``env``), e.g. ``PET_NPROC_PER_NODE``, which
+    the Kubeflow training operator sets from a PyTorchJob's ``nprocPerNode``, or a user sets."""
     names = [PurePosixPath(t).name for t in tokens[:3]]
     module = "torch.distributed.run" in tokens[:4]  # python -m torch.distributed.run
     if module or names[:1] == ["torchrun"] or names[:2] == ["tune", "run"]:
         flags = _launcher_flags(tokens[list(tokens).index("torch.distributed.run") + 1 if module else 1:])
+        from_env = {key: (env or {})[f"PET_{key.upper()}"] for key in ("nproc_per_node", "nnodes")
+                    if key not in flags and f"PET_{key.upper()}" in (env or {})}
+        flags = {**from_env, **flags}
         per_node, nodes = _count(flags.get("nproc_per_node", "")), _count(flags.get("nnodes", ""))
-        source = "torchrun --nproc_per_node x --nnodes"
+        source = "torchrun --nproc_per_node x --nnodes" + (
+            f" ({', '.join(f'env PET_{k.upper()}' for k in from_env)})" if from_env else "")
     elif names and names[0] == "deepspeed":
         flags = _launcher_flags(tokens[1:])
         per_node, nodes = _count(flags.get("num_gpus", "")), _count(flags.get("num_nodes", ""))
@@ -1104,7 +1202,7 @@ _TUNE_KEYS: dict[str, tuple[str, Convert]] = {
 }
 
 
-def read_torchtune(tokens: Sequence[str], where: str) -> Reading:
+def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | None = None) -> Reading:
     """``tune run [launcher flags] RECIPE --config CONFIG key=value ...`` (tokens after ``tune run``)."""
     recipe, config = "", ""
     overrides: list[tuple[str, str]] = []
@@ -1126,7 +1224,7 @@ def read_torchtune(tokens: Sequence[str], where: str) -> Reading:
             overrides.append((name, token.split("=", 1)[1]))
     out: Settings = {}
     notes: list[str] = []
-    launch = launch_layout(["tune", "run", *tokens])
+    launch = launch_layout(["tune", "run", *tokens], None, env)
     label = f"torchtune {recipe} --config {config}".strip()
     recipe = PurePosixPath(recipe).stem if recipe.endswith(".py") else recipe  # a copied recipe (`tune cp`)
     if recipe.startswith("full_finetune"):

@@ -267,3 +267,122 @@ def test_llamafactory_without_finetuning_type_is_lora(argv: list[str]) -> None:
     job = one_job(pod(argv))
     assert job.spec.method == "lora"
     assert "LLaMA-Factory's default lora" in _notes(job)
+
+
+# --- TRL defaults (second pass) ---------------------------------------------------------------------
+
+TRL_SFT = ["trl", "sft", "--model_name_or_path", M]
+
+
+@pytest.mark.parametrize(
+    ("argv", "seq_len", "source"),
+    [
+        (TRL_SFT, 1024, "TRL SFTConfig max_length default 1024"),
+        ([*TRL_SFT, "--max_length", "4096"], 4096, "flag --max_length"),
+    ],
+    ids=["default", "given"],
+)
+def test_trl_sft_length_defaults_to_sftconfigs(argv: list[str], seq_len: int, source: str) -> None:
+    job = one_job(pod(argv))
+    assert (job.spec.seq_len, job.provenance["seq_len"]) == (seq_len, source)
+
+
+def test_a_script_that_is_not_trl_sft_keeps_the_spec_default_length() -> None:
+    job = one_job(pod(HF))
+    assert job.spec.seq_len == 2048 and "seq_len" not in job.provenance
+
+
+@pytest.mark.parametrize(
+    ("extra", "quantization"),
+    [([], "nf4"), (["--use_bnb_nested_quant"], "nf4-dq"), (["--bnb_4bit_quant_type", "fp4"], "fp4")],
+    ids=["trl-default", "nested", "fp4"],
+)
+def test_trl_4bit_loading_is_nf4_without_double_quant_by_default(extra: list[str], quantization: str) -> None:
+    job = one_job(pod([*TRL_SFT, "--use_peft", "--load_in_4bit", *extra]))
+    assert (job.spec.method, job.spec.quantization) == ("qlora", quantization)
+
+
+# --- axolotl bf16 loads the model in bf16 ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra_config", "extra_flags", "precision"),
+    [
+        ("", [], "bf16-true"),
+        ("deepspeed: deepspeed_configs/zero2.json\n", [], "bf16-mixed"),
+        ("", ["--deepspeed", "deepspeed_configs/zero2.json"], "bf16-mixed"),
+    ],
+    ids=["plain", "deepspeed-key", "deepspeed-flag"],
+)
+def test_axolotl_bf16_is_bf16_true_unless_deepspeed_or_fsdp(
+    extra_config: str, extra_flags: list[str], precision: str
+) -> None:
+    config = f"base_model: {M}\nadapter: lora\nbf16: true\n{extra_config}"
+    script = f"cat > /c.yml <<EOF\n{config}EOF\naxolotl train /c.yml {' '.join(extra_flags)}"
+    job = one_job(pod(["bash", "-c", script]))
+    assert job.spec.precision == precision
+    assert ("axolotl loads the model in bf16" in _notes(job)) == (precision == "bf16-true")
+
+
+# --- --fsdp_config as a JSON string or a file ---------------------------------------------------------
+
+FSDP_JSON = '{"fsdp_activation_checkpointing": true, "reshard_after_forward": false}'
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*HF, "--fsdp", "full_shard", "--fsdp_config", FSDP_JSON],
+        ["bash", "-c", f"cat > /etc/fsdp.json <<EOF\n{FSDP_JSON}\nEOF\n"
+                       f"python train.py --model_name_or_path {M} --fsdp full_shard --fsdp_config /etc/fsdp.json"],
+    ],
+    ids=["json-string", "file"],
+)
+def test_fsdp_config_string_or_file_is_read(argv: list[str]) -> None:
+    job = one_job(pod(argv, gpus=4))
+    assert (job.spec.sharding, job.spec.gradient_checkpointing) == ("fsdp-grad-op", "full")
+
+
+def test_fsdp_config_file_not_in_the_manifest_is_noted() -> None:
+    job = one_job(pod([*HF, "--fsdp", "full_shard", "--fsdp_config", "/cfg/fsdp.json"], gpus=4))
+    assert job.spec.sharding == "fsdp"
+    assert "FSDP config /cfg/fsdp.json (flag --fsdp_config) is not in the manifest" in _notes(job)
+
+
+# --- --optim_args momentum --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "optimizer"),
+    [
+        (["--optim_args", "momentum=0.9"], "sgd-momentum"),
+        (["--optim_args", "nesterov=True, momentum=0.95"], "sgd-momentum"),
+        (["--optim_args", "momentum=0"], "sgd"),
+        ([], "sgd"),
+    ],
+    ids=["momentum", "spaces", "zero", "none"],
+)
+def test_sgd_with_momentum_in_optim_args_keeps_a_state(extra: list[str], optimizer: str) -> None:
+    job = one_job(pod([*HF, "--optim", "sgd", *extra]))
+    assert job.spec.optimizer == optimizer
+
+
+# --- PET_NPROC_PER_NODE ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("launcher", "env", "noted"),
+    [
+        (["torchrun"], {"PET_NPROC_PER_NODE": "4"}, True),
+        (["python", "-m", "torch.distributed.run"], {"PET_NPROC_PER_NODE": "2", "PET_NNODES": "1"}, True),
+        (["torchrun", "--nproc_per_node", "8"], {"PET_NPROC_PER_NODE": "4"}, False),  # the flag wins
+        (["torchrun"], {"PET_NPROC_PER_NODE": "8"}, False),
+        (["python"], {"PET_NPROC_PER_NODE": "4"}, False),  # not torchrun: the variable is not read
+    ],
+    ids=["torchrun", "module", "flag-wins", "matching", "not-torchrun"],
+)
+def test_pet_nproc_per_node_feeds_the_process_count_note(
+    launcher: list[str], env: dict[str, str], noted: bool
+) -> None:
+    job = one_job(pod([*launcher, "train.py", "--model_name_or_path", M], env, gpus=8))
+    assert ("env PET_NPROC_PER_NODE" in _notes(job) and "per pod stay idle" in _notes(job)) == noted
