@@ -166,9 +166,20 @@ def resolve_model_cached(spec: TrainingSpec, base_dir: Path | None = None) -> Re
     return model
 
 
-def _hours(seconds: float) -> str:
-    hours = seconds / 3600
-    return f"{hours:.1f} h" if hours >= 0.1 else f"{seconds / 60:.1f} min"
+def format_duration(seconds: float | None) -> str:
+    """A runtime for people: hours from one hour, minutes below that, seconds below a minute (so a short run
+    never reads as ``0.0 h``); ``-`` when unknown. The one duration format of placement's reasons and the CLI
+    tables."""
+    if seconds is None:
+        return "-"
+    if seconds < 0.05:
+        return "< 0.1 s"
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 3600:
+        minutes = seconds / 60
+        return f"{minutes:.1f} min" if minutes < 10 else f"{minutes:.0f} min"
+    return f"{seconds / 3600:,.1f} h"
 
 
 @lru_cache(maxsize=1024)
@@ -181,6 +192,11 @@ def auto_gpu_counts(gpus_per_node: int, nodes: int, max_job_gpus: int, model_par
     (``nodes`` in a decision is the fewest nodes that hold the count). When ``m`` is larger
     than a node: whole nodes whose GPU count is a multiple of ``m``. Never above ``max_job_gpus`` (a job limit
     below a node adds its own largest multiple of ``m``).
+
+    Past :data:`LINEAR_MULTIPLES` multiples of the node's share the multiples grow by an eighth each step
+    (72, 81, 91, ... then the largest), so a pool of 200,000 nodes gives about a hundred counts, not 200,000:
+    a job that fits nowhere is refused in a fraction of a second. Pools of up to 64 nodes are walked node by
+    node, as before.
     """
     m = model_parallel
     if m <= gpus_per_node:
@@ -195,10 +211,27 @@ def auto_gpu_counts(gpus_per_node: int, nodes: int, max_job_gpus: int, model_par
             n *= 2
         counts.append(share)
         if share == gpus_per_node - gpus_per_node % m:  # a whole node's share: more nodes may follow
-            counts += [share * k for k in range(2, min(nodes, max_job_gpus // share) + 1)]
+            counts += [share * k for k in _multiples(2, min(nodes, max_job_gpus // share))]
         return tuple(counts)
-    largest = min(nodes, max_job_gpus // gpus_per_node)
-    return tuple(gpus_per_node * k for k in range(1, largest + 1) if gpus_per_node * k % m == 0)
+    # k whole nodes hold a multiple of m exactly when k is a multiple of m / gcd(m, gpus_per_node)
+    unit = gpus_per_node * (m // math.gcd(m, gpus_per_node))
+    return tuple(unit * k for k in _multiples(1, min(nodes, max_job_gpus // gpus_per_node) // (unit // gpus_per_node)))
+
+
+# Multiples of a node's share tried one by one; above this they grow geometrically (see auto_gpu_counts)
+LINEAR_MULTIPLES = 64
+
+
+def _multiples(first: int, last: int) -> list[int]:
+    """``first``, ``first + 1``, ... up to :data:`LINEAR_MULTIPLES`, then steps of an eighth, ending on ``last``."""
+    out: list[int] = []
+    k = first
+    while k < last:
+        out.append(k)
+        k += 1 if k < LINEAR_MULTIPLES else k // 8
+    if last >= first:
+        out.append(last)
+    return out
 
 
 @dataclass(frozen=True)
@@ -372,9 +405,9 @@ def _fit_option(pool: NodePool, n: int, pred: Prediction, usable: int, deadline_
 def _takes(option: PoolOption) -> str:
     assert option.runtime_seconds is not None
     if option.runtime_upper_seconds is not None:
-        return (f"may take {_hours(option.runtime_upper_seconds)} (upper bound; "
-                f"{_hours(option.runtime_seconds)} expected)")
-    return f"takes {_hours(option.runtime_seconds)}"
+        return (f"may take {format_duration(option.runtime_upper_seconds)} (upper bound; "
+                f"{format_duration(option.runtime_seconds)} expected)")
+    return f"takes {format_duration(option.runtime_seconds)}"
 
 
 def _no_fit_option(spec: TrainingSpec, pool: NodePool, counts: list[int], usable: int, headroom: float,
@@ -388,7 +421,7 @@ def _no_fit_option(spec: TrainingSpec, pool: NodePool, counts: list[int], usable
         assert deadline_seconds is not None
         first, last = slow
         reason = (f"fits on {first.gpus} GPU{'s' if first.gpus != 1 else ''} but {_takes(first)} > deadline "
-                  f"{_hours(deadline_seconds)}")
+                  f"{format_duration(deadline_seconds)}")
         if last is not first:
             reason += f"; on {last.gpus} GPUs (the most tried here) it still {_takes(last)}"
         return PoolOption(**{**last.__dict__, "reason": reason})
@@ -446,8 +479,8 @@ def place(
     preds = {opt.pool.name: pred for opt, pred in evaluated}
     no_runtime = spec.train_tokens is None and spec.steps is None
     if no_runtime and deadline is not None:
-        warnings.append(f"the deadline ({_hours(deadline)}) is not checked: without train_tokens or steps no "
-                        "runtime is predicted; ranked by hourly cost. To fix: add train_tokens or steps to the spec")
+        warnings.append(f"the deadline ({format_duration(deadline)}) is not checked: without train_tokens or steps "
+                        "no runtime is predicted; ranked by hourly cost. To fix: add train_tokens or steps to the spec")
     elif no_runtime:
         warnings.append("no train_tokens or steps: runtime and cost unknown; ranked by hourly cost"
                         if objective != "fastest" else "no train_tokens or steps: ranked by throughput")
@@ -498,7 +531,7 @@ def place(
 
 def _compare(objective: str, a: PoolOption, b: PoolOption) -> str:
     if objective == "fastest" and a.runtime_seconds and b.runtime_seconds:
-        return f"faster ({_hours(a.runtime_seconds)} vs {_hours(b.runtime_seconds)})"
+        return f"faster ({format_duration(a.runtime_seconds)} vs {format_duration(b.runtime_seconds)})"
     if a.cost_usd is not None and b.cost_usd is not None:
         return f"cheaper (${a.cost_usd:,.2f} vs ${b.cost_usd:,.2f})"
     return f"cheaper per hour (${a.hourly_cost_usd:,.2f} vs ${b.hourly_cost_usd:,.2f})"

@@ -20,6 +20,11 @@ from predictors.runtime import Interconnect
 from scheduler.spec.yamltext import YAML_ERRORS, safe_load, yaml_error_hint, yaml_error_text
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# The webhook writes the pool name as a label value (Kueue flavor / vramfit.io/pool), and the Kubernetes API
+# rejects label values over 63 characters (Kubernetes docs, "Labels and Selectors": "must be 63 characters or
+# less").
+MAX_NAME_LENGTH = 63
+MAX_GPUS_PER_NODE = 64
 
 
 class Toleration(BaseModel):
@@ -75,9 +80,9 @@ class NodePool(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    name: str = Field(..., description="Pool name (lowercase letters, digits, '-')")
+    name: str = Field(..., description="Pool name (lowercase letters, digits, '-'; at most 63 characters)")
     gpu: str = Field(..., description="GPU type: a catalog name or alias (`vramfit gpus`)")
-    gpus_per_node: int = Field(..., gt=0, le=64, description="GPUs in one node")
+    gpus_per_node: int = Field(..., gt=0, le=MAX_GPUS_PER_NODE, description="GPUs in one node")
     nodes: int = Field(..., gt=0, description="Nodes in the pool")
     price_usd_per_gpu_hour: float = Field(..., gt=0, description="On-demand price of one GPU for one hour, USD")
     price_source: str = Field("", description="Where the price comes from")
@@ -96,8 +101,13 @@ class NodePool(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
+        # no `got {value!r}` here: the loader's message adds the input itself
         if not _NAME.match(value):
-            raise ValueError(f"must be lowercase letters, digits and '-' (a Kubernetes label value); got {value!r}")
+            raise ValueError("must be lowercase letters, digits and '-', starting and ending with a letter or digit "
+                             "(a Kubernetes label value)")
+        if len(value) > MAX_NAME_LENGTH:
+            raise ValueError(f"must be at most {MAX_NAME_LENGTH} characters (a Kubernetes label value), not "
+                             f"{len(value)}")
         return value
 
     @field_validator("gpu")

@@ -8,7 +8,14 @@ import math
 
 from predictors.errors import SpecError
 from predictors.units import format_bytes
-from scheduler.placement import DEFAULT_HEADROOM_FRACTION, OBJECTIVES, PINNED_ELSEWHERE, Decision, place
+from scheduler.placement import (
+    DEFAULT_HEADROOM_FRACTION,
+    OBJECTIVES,
+    PINNED_ELSEWHERE,
+    Decision,
+    format_duration,
+    place,
+)
 from scheduler.pools import default_pools, load_pools
 from scheduler.spec import read_jobs
 from scheduler.spec.document import ParsedJob, answer_each
@@ -76,10 +83,6 @@ def _money(value: float | None) -> str:
     return f"${value:,.2f}" if value is not None else "-"
 
 
-def _hours(value: float | None) -> str:
-    return f"{value / 3600:,.1f} h" if value is not None else "-"
-
-
 def _no_fix_hint(d: Decision) -> str:
     pinned_out = [o for o in d.alternatives if o.reason.startswith(PINNED_ELSEWHERE)]
     if pinned_out and len(pinned_out) == len(d.alternatives):
@@ -95,10 +98,10 @@ def render_table(d: Decision) -> str:
     c = d.chosen
     if c is not None:
         nodes = f"{c.nodes} node{'s' if c.nodes != 1 else ''}"
-        runtime_upper = f" (upper {_hours(c.runtime_upper_seconds)})" if c.runtime_upper_seconds else ""
+        runtime_upper = f" (upper {format_duration(c.runtime_upper_seconds)})" if c.runtime_upper_seconds else ""
         lines.append(f"placed on {c.pool.name} ({c.gpus} x {c.pool.gpu}, {nodes}): "
                      f"peak {format_bytes(c.peak_vram_bytes or 0)} (upper {format_bytes(c.peak_vram_upper_bytes or 0)})"
-                     f" per GPU, {_hours(c.runtime_seconds)}{runtime_upper}, {_money(c.cost_usd)}  "
+                     f" per GPU, {format_duration(c.runtime_seconds)}{runtime_upper}, {_money(c.cost_usd)}  "
                      f"[objective: {d.objective}]")
         if d.waits_for_capacity:
             lines.append(f"waits for capacity: {c.pool.name} has {c.pool.free_gpus} free GPUs now, the job needs "
@@ -111,12 +114,12 @@ def render_table(d: Decision) -> str:
         upper = format_bytes(o.peak_vram_upper_bytes) if o.peak_vram_upper_bytes else "-"
         lines.append(f"{o.rank or '-':>4}  {o.pool.name:14s} {o.pool.gpu:10s} {'yes' if o.fits else 'no':4s} "
                      f"{o.gpus or '-':>4} {upper:>11s} {format_bytes(o.usable_bytes):>10s} "
-                     f"{_hours(o.runtime_seconds):>9s} {_money(o.cost_usd):>11s}  {o.reason}")
+                     f"{format_duration(o.runtime_seconds):>9s} {_money(o.cost_usd):>11s}  {o.reason}")
     if d.suggestions:
         lines.append("what would fit (each re-predicted and re-placed):")
         for s in d.suggestions:
             lines.append(f"  - {s.change}: peak {format_bytes(s.peak_vram_bytes)} per GPU -> {s.pool} "
-                         f"({s.gpus} x {s.gpu}), {_hours(s.predicted_runtime_seconds)}, "
+                         f"({s.gpus} x {s.gpu}), {format_duration(s.predicted_runtime_seconds)}, "
                          f"{_money(s.predicted_cost_usd)}")
     elif d.decision == "unschedulable":
         lines.append(_no_fix_hint(d))

@@ -11,6 +11,7 @@ from predictors.errors import SpecError
 from predictors.hardware import gpu_catalog
 from predictors.predict import Prediction, predict
 from predictors.units import format_bytes
+from scheduler.placement import format_duration
 from scheduler.spec import read_jobs
 from scheduler.spec.document import ParsedJob, answer_each
 
@@ -79,9 +80,9 @@ def render_table(pred: Prediction, title: str = "") -> str:
     if pred.throughput_tokens_per_second is not None and pred.gpu is not None:
         lines.append(f"  throughput on {pred.gpu.name}: {pred.throughput_tokens_per_second:,.0f} tokens/s")
     if pred.runtime_seconds is not None:
-        upper = (f" (upper bound {pred.runtime_upper_seconds / 3600:,.2f} h)"
+        upper = (f" (upper bound {format_duration(pred.runtime_upper_seconds)})"
                  if pred.runtime_upper_seconds is not None else "")
-        lines.append(f"  runtime: {pred.runtime_seconds / 3600:,.2f} h{upper}")
+        lines.append(f"  runtime: {format_duration(pred.runtime_seconds)}{upper}")
     fits = [g.name for g in gpu_catalog().values() if pred.peak_vram_upper_bytes <= g.memory_bytes]
     lines.append("  fits on: " + (", ".join(fits) if fits else "no single catalog GPU (shard it or change the method)"))
     for note in v.notes:

@@ -13,7 +13,13 @@ import pytest
 
 from scheduler.cli import main
 from scheduler.integrations.ray.connection import RayIntegrationError, bounded, gcs_address_for, split_host_port
-from scheduler.integrations.ray.discovery import RayNode, configured_pools, pools_from_nodes, ray_accelerator_type
+from scheduler.integrations.ray.discovery import (
+    RayNode,
+    configured_pools,
+    pools_from_nodes,
+    ray_accelerator_type,
+    shape_pool_name,
+)
 from scheduler.integrations.ray.submit import (
     DRIVER_PIN_AMOUNT,
     ENV_ACCELERATOR_TYPE,
@@ -315,3 +321,27 @@ def test_the_dry_run_text_shows_everything_submitted(tmp_path: Path, capsys: pyt
 def test_a_timeout_that_is_no_positive_time_is_refused(timeout: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ray", "pools", "--timeout", timeout]) == 2
     assert "--timeout must be a number of seconds, at least 0.1" in capsys.readouterr().err
+
+
+def test_a_shape_pool_name_never_exceeds_a_label_value() -> None:
+    """Two node shapes of one configured pool are named `{pool}-{type}-{n}gpu`; with a long (valid, 63-character)
+    configured name that was over 63 characters and discovery crashed validating it."""
+    config = parse_pools({"pools": [{"name": "l" * 63, "gpu": "L40S", "gpus_per_node": 8, "nodes": 4,
+                                     "price_usd_per_gpu_hour": 1.45}]})
+    nodes = [node("l40s0001", 4, 4, "L40S"), node("l40s0002", 8, 2, "L40S")]
+    found = pools_from_nodes(nodes, config)
+    names = [p.name for p in found.pools]
+    assert len(set(names)) == 2 and all(len(n) <= 63 for n in names)
+    assert names[0].endswith("-l40s-4gpu") and names[1].endswith("-l40s-8gpu")
+    assert names == [p.name for p in pools_from_nodes(nodes, config).pools]  # the same every time
+    assert set(found.accelerator_types) == set(names)
+    # short names are unchanged
+    assert shape_pool_name("l40s", "L40S", 4) == "l40s-l40s-4gpu"
+    assert len(shape_pool_name("a", "x" * 80, 8)) == 63
+
+
+def test_a_node_with_more_gpus_than_a_pool_node_may_have_is_left_out() -> None:
+    """A Ray node declaring 128 logical GPUs made discovery crash on the pool's gpus_per_node limit (64)."""
+    found = pools_from_nodes([node("big00001", 128, 128, "L40S"), node("l40s0001", 8, 8, "L40S")], POOLS)
+    assert [(p.name, p.gpus_per_node) for p in found.pools] == [("l40s", 8)]
+    assert any("declare 128 GPUs each" in w and "left out" in w for w in found.warnings)

@@ -104,3 +104,23 @@ def test_a_spec_piped_on_standard_input(monkeypatch: pytest.MonkeyPatch, capsys:
     monkeypatch.setattr("sys.stdin", io.StringIO("model: [unclosed\n"))
     assert main(["place", "-"]) == 2
     assert "invalid input in <stdin>" in capsys.readouterr().err
+
+
+def test_short_runtimes_are_shown_in_minutes_not_zero_hours(capsys: pytest.CaptureFixture[str]) -> None:
+    """BERT-large fine-tuning takes minutes: the table said `0.0 h (upper 0.1 h)` for it."""
+    assert main(["place", str(EXAMPLES / "bert-large-classification.yaml")]) == 0
+    table = capsys.readouterr().out
+    assert "0.0 h" not in table and " min" in table
+    assert main(["predict", str(EXAMPLES / "bert-large-classification.yaml"), "--gpu", "L40S"]) == 0
+    runtime = next(line for line in capsys.readouterr().out.splitlines() if "runtime:" in line)
+    assert "min" in runtime and "0.0" not in runtime
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (None, "-"), (0.01, "< 0.1 s"), (4.26, "4.3 s"), (42.4, "42 s"), (126, "2.1 min"), (900, "15 min"),
+    (3600, "1.0 h"), (55_800, "15.5 h"), (5_000_000, "1,388.9 h"),
+])
+def test_one_duration_format(seconds: float | None, text: str) -> None:
+    from scheduler.placement import format_duration
+
+    assert format_duration(seconds) == text

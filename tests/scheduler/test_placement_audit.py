@@ -6,6 +6,7 @@ bounds), so the tests pin placement's search and text, not the predictor's figur
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -138,3 +139,25 @@ def test_waiting_reason_names_the_chosen_pools_own_shortfall() -> None:
               headroom_fraction=_headroom_between(spec, "B200", 2, 1), suggest=False)
     assert d.waits_for_capacity and d.chosen is not None and d.chosen.gpus == 2
     assert "(a: 1 free of 2)" in d.reasons[0]
+
+
+def test_auto_counts_on_a_huge_pool_are_bounded_and_end_on_the_largest() -> None:
+    """200,000 nodes gave 200,003 counts, walked one by one: a job that fit nowhere took seconds to refuse. Past 64
+    whole nodes the counts now grow by an eighth a step; up to 64 nodes they are as before."""
+    counts = auto_gpu_counts(8, 200_000, 1_600_000)
+    assert len(counts) < 200
+    assert counts[:67] == (1, 2, 4, *(8 * k for k in range(1, 65)))  # one by one up to 64 nodes
+    assert counts[-1] == 1_600_000 and list(counts) == sorted(set(counts))
+    assert all(b / a <= 1.13 for a, b in pairwise(counts[66:]))  # steps of at most ~1/8
+    assert all(c % 8 == 0 for c in counts[3:])
+    wide = auto_gpu_counts(8, 200_000, 1_600_000, 24)  # model parallel wider than a node: 3 nodes a step
+    assert len(wide) < 200 and wide[:3] == (24, 48, 72) and wide[-1] == 1_599_984
+    assert all(c % 24 == 0 for c in wide)
+    assert auto_gpu_counts(8, 64, 512) == (1, 2, 4, *(8 * k for k in range(1, 65)))
+
+
+def test_a_job_that_fits_nowhere_on_a_huge_pool_names_its_largest_count() -> None:
+    spec = _spec(model="llama-3.1-70b", method="full", precision="bf16-mixed", gpus="auto", sharding="zero2")
+    decision = place(spec, [_pool("huge", gpu="L40S", nodes=200_000)])
+    assert decision.decision == "unschedulable"
+    assert "on 1600000 GPUs" in decision.alternatives[0].reason

@@ -91,3 +91,15 @@ def test_valid_tolerations_and_links_still_parse() -> None:
                                                     {"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
                                        interconnect={"inter_node_bytes_per_second": 1.25e9})]})
     assert len(cfg.pools[0].tolerations) == 3
+
+
+def test_a_pool_name_longer_than_a_kubernetes_label_value_is_refused() -> None:
+    """The webhook writes the pool name as a label value (Kueue flavor / vramfit.io/pool); the API server refuses
+    values over 63 characters, so a 64-character name gave patches that could never be applied."""
+    assert parse_pools({"pools": [_pool(name="a" * 63)]}).pools[0].name == "a" * 63
+    with pytest.raises(SpecError) as info:
+        parse_pools({"pools": [_pool(name="a" * 64)]}, "pools.yaml")
+    [problem] = info.value.problems
+    assert problem.path == "pools[0].name"
+    assert "at most 63 characters" in problem.message and "not 64" in problem.message
+    assert problem.message.count("got ") == 1  # the input is quoted once

@@ -13,6 +13,7 @@ only function that talks to the cluster.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -29,7 +30,7 @@ from scheduler.integrations.ray.connection import (
     check_reachable,
     import_ray,
 )
-from scheduler.pools import NodePool, PoolsConfig
+from scheduler.pools import MAX_GPUS_PER_NODE, MAX_NAME_LENGTH, NodePool, PoolsConfig
 
 ACCELERATOR_LABEL = "ray.io/accelerator-type"
 ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
@@ -141,6 +142,23 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+def shape_pool_name(base: str, ray_type: str, gpus_per_node: int) -> str:
+    """The name of the pool of one node shape (type and GPU count) of configured pool ``base``:
+    ``{base}-{type}-{n}gpu``. A pool name is a Kubernetes label value (at most 63 characters), so a longer one keeps
+    the shape suffix and cuts ``base`` short, marking the cut with 8 hex digits of the full name's SHA-256: the same
+    shape always gets the same name, and two shapes never share one."""
+    suffix = f"{_slug(ray_type)}-{gpus_per_node}gpu"
+    full = f"{base}-{suffix}"
+    if len(full) <= MAX_NAME_LENGTH:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:8]
+    tail = f"-{digest}-{suffix}"
+    room = MAX_NAME_LENGTH - len(tail)
+    if room < 1:  # a suffix too long to keep: cut the whole name instead
+        return f"{full[:MAX_NAME_LENGTH - len(digest) - 1].rstrip('-')}-{digest}"
+    return base[:room].rstrip("-") + tail
+
+
 def _norm(text: str) -> str:
     return "".join(ch for ch in text.lower() if ch.isalnum())
 
@@ -186,6 +204,10 @@ def pools_from_nodes(nodes: Iterable[RayNode], config: PoolsConfig) -> ClusterPo
     bases: dict[str, NodePool] = {}
     unpriced: dict[str, list[str]] = {}
     for (ray_type, per_node), members in sorted(groups.items()):
+        if per_node > MAX_GPUS_PER_NODE:  # logical GPUs a node declares; no pool holds such a node
+            warnings.append(f"{len(members)} node(s) of type {ray_type} declare {per_node} GPUs each, more than the "
+                            f"{MAX_GPUS_PER_NODE} a pool's node may have; left out")
+            continue
         try:
             gpu = lookup_gpu(ray_type).name
         except SpecError:
@@ -210,7 +232,7 @@ def pools_from_nodes(nodes: Iterable[RayNode], config: PoolsConfig) -> ClusterPo
     for base_name, shapes in per_base.items():
         base = bases[base_name]
         for ray_type, per_node, members in shapes:
-            name = base.name if len(shapes) == 1 else f"{base.name}-{_slug(ray_type)}-{per_node}gpu"
+            name = base.name if len(shapes) == 1 else shape_pool_name(base.name, ray_type, per_node)
             data = base.model_dump(exclude_none=True)
             data.update(name=name, gpus_per_node=per_node, nodes=len(members),
                         free_gpus=sum(n.gpus_free for n in members))
