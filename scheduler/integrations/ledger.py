@@ -32,6 +32,7 @@ from predictors.reference import ReferenceRun
 from predictors.runtime import flops_per_token, job_tokens
 from scheduler.integrations.periodic import PeriodicCheck
 from scheduler.integrations.records import (
+    STORED,
     ActualIn,
     DecisionIn,
     JoinedRow,
@@ -63,6 +64,9 @@ class ActualResult:
     stored: StoredActual
     created: bool  # first report of this source for this job
     decision: StoredDecision | None  # the decision it joins, if recorded yet
+    # This source's report of the job as stored before this one (None when ``created``): ``stored`` is it merged
+    # with this one, so the two tell what this report changed (a higher peak from another rank, an OOM).
+    previous: ActualIn | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,18 @@ class Ledger(abc.ABC):
         """The rows of :meth:`joined_rows` that hold an actual from ``after`` and none from ``source`` (the DCGM
         sweep: jobs Kubernetes saw finish that have no DCGM peak yet). This default reads the whole ledger."""
         return [r for r in self.joined_rows() if _awaits(r, source, after)]
+
+    def placed_pools_and_methods(self, since: datetime, limit: int) -> list[tuple[str | None, str | None]]:
+        """The distinct (pool, method) pairs of decisions placed at or after ``since``, the most recently placed
+        first, at most ``limit`` (what a restarted exporter creates its zero series for). This default reads
+        the whole ledger."""
+        latest: dict[tuple[str | None, str | None], datetime] = {}
+        for stored in self.decisions():
+            d = stored.decision
+            if d.outcome == "placed" and stored.decided_at >= since:
+                key = (d.pool, d.method)
+                latest[key] = max(latest.get(key, stored.decided_at), stored.decided_at)
+        return sorted(latest, key=lambda k: latest[k], reverse=True)[:limit]
 
     def pending_actuals(self) -> list[StoredActual]:
         """Actuals whose decision has not been recorded (yet)."""
@@ -407,7 +423,7 @@ class SqliteLedger(Ledger):
             refs.append(f"name:{decision.namespace}/{decision.kind}/{decision.name}")
         marks = ",".join("?" * len(refs))
         rows = self._db.execute(f"SELECT payload, received_at FROM actuals WHERE job_ref IN ({marks})", refs)
-        joined = tuple(StoredActual(ActualIn.model_validate_json(p), _dt(t)) for p, t in rows)
+        joined = tuple(StoredActual(ActualIn.model_validate_json(p, context=STORED), _dt(t)) for p, t in rows)
         return DecisionResult(stored, created=True, newly_joined=joined)
 
     def record_actual(self, actual: ActualIn) -> ActualResult:
@@ -418,14 +434,16 @@ class SqliteLedger(Ledger):
         ref = actual.job_ref
         old = self._db.execute("SELECT payload FROM actuals WHERE job_ref = ? AND source = ?",
                                (ref, actual.source)).fetchone()
-        merged = merge_same_source(ActualIn.model_validate_json(old[0]), actual) if old else actual
+        previous = ActualIn.model_validate_json(old[0], context=STORED) if old else None
+        merged = merge_same_source(previous, actual) if previous is not None else actual
         self._db.execute(
             "INSERT INTO actuals (job_ref, source, received_at, payload) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (job_ref, source) DO UPDATE SET received_at = excluded.received_at, "
             "payload = excluded.payload",
             (ref, actual.source, _ts(now), merged.model_dump_json()),
         )
-        return ActualResult(StoredActual(merged, now), created=old is None, decision=self._decision_for(actual))
+        return ActualResult(StoredActual(merged, now), created=old is None, decision=self._decision_for(actual),
+                            previous=previous)
 
     def _decision_for(self, actual: ActualIn) -> StoredDecision | None:
         if actual.decision_id is not None:
@@ -447,7 +465,8 @@ class SqliteLedger(Ledger):
     @staticmethod
     def _decision_row(row: tuple[Any, ...]) -> StoredDecision:
         _key, _uid, _ns, _kind, _name, hash_, _pool, decided_at, recorded_at, payload = row
-        return StoredDecision(DecisionIn.model_validate_json(payload), hash_, _dt(decided_at), _dt(recorded_at))
+        return StoredDecision(DecisionIn.model_validate_json(payload, context=STORED), hash_, _dt(decided_at),
+                              _dt(recorded_at))
 
     def get_decision(self, decision_id: str) -> StoredDecision | None:
         with self._lock:
@@ -481,7 +500,7 @@ class SqliteLedger(Ledger):
         for job_ref, source, payload in self._db.execute(
                 "SELECT job_ref, source, payload FROM actuals WHERE received_at < ? AND substr(job_ref, 1, 5) = "
                 "'name:'", (cutoff,)).fetchall():
-            if self._decision_for(ActualIn.model_validate_json(payload)) is None:
+            if self._decision_for(ActualIn.model_validate_json(payload, context=STORED)) is None:
                 self._db.execute("DELETE FROM actuals WHERE job_ref = ? AND source = ?", (job_ref, source))
                 actuals += 1
         return PruneResult(decisions=decisions, actuals=actuals)
@@ -494,7 +513,7 @@ class SqliteLedger(Ledger):
                 "SELECT payload FROM actuals AS a WHERE a.source = ? AND NOT EXISTS "
                 "(SELECT 1 FROM actuals AS b WHERE b.job_ref = a.job_ref AND b.source = ?)", (after, source)).fetchall()
             owners = {d.decision_id for (p,) in payloads
-                      if (d := self._decision_for(ActualIn.model_validate_json(p))) is not None}
+                      if (d := self._decision_for(ActualIn.model_validate_json(p, context=STORED))) is not None}
         rows = [self.joined_row(decision_id) for decision_id in sorted(owners)]
         return sorted((r for r in rows if r is not None and _awaits(r, source, after)),
                       key=lambda r: r.decision.decided_at)
@@ -516,7 +535,8 @@ class SqliteLedger(Ledger):
             marks = ",".join("?" * len(refs))
             rows = self._db.execute(f"SELECT payload, received_at FROM actuals WHERE job_ref IN ({marks}) "
                                     "ORDER BY received_at, rowid", refs).fetchall()
-        return JoinedRow(stored, tuple(StoredActual(ActualIn.model_validate_json(p), _dt(t)) for p, t in rows))
+        return JoinedRow(stored, tuple(StoredActual(ActualIn.model_validate_json(p, context=STORED), _dt(t))
+                                       for p, t in rows))
 
     def _latest_is(self, where: str, args: tuple[Any, ...], decision_id: str) -> bool:
         latest = self._select_decision(where, args)
@@ -525,7 +545,21 @@ class SqliteLedger(Ledger):
     def actuals(self) -> list[StoredActual]:
         with self._lock:
             rows = self._db.execute("SELECT payload, received_at FROM actuals ORDER BY received_at, rowid").fetchall()
-        return [StoredActual(ActualIn.model_validate_json(p), _dt(t)) for p, t in rows]
+        return [StoredActual(ActualIn.model_validate_json(p, context=STORED), _dt(t)) for p, t in rows]
+
+    def placed_pools_and_methods(self, since: datetime, limit: int) -> list[tuple[str | None, str | None]]:
+        """One grouped query: no payload is parsed beyond the method and outcome."""
+        try:
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT pool, json_extract(payload, '$.method') AS method, MAX(decided_at) AS latest "
+                    "FROM decisions WHERE decided_at >= ? "
+                    "AND COALESCE(json_extract(payload, '$.outcome'), 'placed') = 'placed' "
+                    "GROUP BY pool, method ORDER BY latest DESC, pool, method LIMIT ?",
+                    (_ts(since), limit)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from exc
+        return [(pool, method) for pool, method, _latest in rows]
 
     def counts(self) -> dict[str, int]:
         with self._lock:

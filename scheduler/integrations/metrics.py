@@ -7,8 +7,15 @@ failed). A job id is never a label: per-job
 figures live in the ledger. Each server builds its own registry so tests can run several side by side.
 
 Accuracy is observed once per job and source, when an actual and its decision first meet (whichever of the
-two arrives second), so retried posts do not count twice. ``vramfit_ooms_total`` has no ``source`` label, so it
-counts a job once however many sources report its OOM (the reporter and the Kubernetes watcher both do).
+two arrives second), so retried posts do not count twice. A source may report one job several times (each rank or
+node of a job its own GPU; the ledger keeps the largest peak and an OOM once seen); a later report is scored by
+what it changed: the ratio and peak histograms take the first reading of each quantity only (an observation cannot
+be taken back), the under-prediction counters count when the job's peak first exceeds the bound, and an OOM counts
+when it is first reported. ``vramfit_ooms_total`` has no ``source`` label, so it counts a job once however many
+sources report its OOM (the reporter and the Kubernetes watcher both do).
+
+A restarted exporter creates the zero series of the pools and methods the ledger placed jobs in lately
+(:meth:`Metrics.watch_ledger`), so that the first outcome after a restart is visible to ``increase()``.
 
 Every exported value stays finite: a ratio that is not (a predicted runtime of 1e-300 s) is not observed, and a
 predicted cost above :data:`MAX_JOB_COST_USD` is not added, since one ``+Inf`` keeps a counter or a ``_sum`` at
@@ -25,6 +32,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
 from typing import Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -32,8 +40,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from predictors.spec import Method
-from scheduler.integrations.ledger import Ledger
-from scheduler.integrations.records import ActualIn, ActualSource, StoredDecision, ran_to_end
+from scheduler.integrations.ledger import Ledger, LedgerError
+from scheduler.integrations.records import MAX_JOB_COST_USD, ActualIn, ActualSource, StoredDecision, ran_to_end
 
 PREFIX = "vramfit"
 GIB = 2**30
@@ -54,9 +62,11 @@ MAX_POOL_LABELS = 64
 # Jobs whose OOM was counted, remembered so that a second source reporting the same OOM does not count it again.
 # OOMs are rare; beyond this many the oldest are forgotten (a source that reports that late counts again).
 MAX_OOM_JOBS_REMEMBERED = 10_000
-# A predicted cost above this for one job (a trillion USD) is not a prediction but a broken client; adding a few
-# such values (1e308) took the counter to +Inf for the rest of the process's life.
-MAX_JOB_COST_USD = 1e12
+# MAX_JOB_COST_USD (records.py, where posts above it are refused): a decision stored before that bound existed may
+# still carry more; adding a few such values (1e308) took the counter to +Inf for the rest of the process's life.
+# At start, the zero series of the pools and methods jobs were placed in this recently (their actuals may still
+# arrive; DCGM sweeps look 15 days back by default, and a training job can run for weeks).
+ZERO_SERIES_LOOKBACK_DAYS = 30.0
 
 log = logging.getLogger("vramfit.metrics")
 
@@ -133,12 +143,24 @@ class ResidualModelsCollector(Collector):
         yield family
 
 
+# A measured/predicted ratio above this is not a prediction's error but a prediction of almost nothing (a spec of
+# `train_tokens: 1` is predicted at microseconds, a posted runtime of 1e-300 s): one such observation would dominate
+# the histogram's `_sum`, and so every mean-ratio panel, for the rest of the process's life.
+MAX_OBSERVED_RATIO = 1e6
+
+
 def _observe_ratio(histogram: Histogram, ratio: float, what: str, decision_id: str) -> None:
-    """Observe a measured/predicted ratio unless it is infinite (a prediction of almost nothing)."""
-    if math.isfinite(ratio):
+    """Observe a measured/predicted ratio unless it is not finite or beyond :data:`MAX_OBSERVED_RATIO`."""
+    if math.isfinite(ratio) and ratio <= MAX_OBSERVED_RATIO:
         histogram.observe(ratio)
     else:
-        log.warning("decision %s: measured/predicted %s is not finite; not observed", decision_id, what)
+        log.warning("decision %s: measured/predicted %s is %g, beyond what a prediction's error can be; not "
+                    "observed", decision_id, what, ratio)
+
+
+def _crossed(before: int | None, now: int, bound: int) -> bool:
+    """Whether a peak of ``now`` exceeds ``bound`` and the peak known before (if any) did not."""
+    return now > bound and (before is None or before <= bound)
 
 
 class Metrics:
@@ -190,8 +212,24 @@ class Metrics:
             f"{PREFIX}_build_info", "vramfit build; the value is 1", ["version", "python_version"], registry=r)
         self.build_info.labels(version, ".".join(map(str, sys.version_info[:3]))).set(1)
 
-    def watch_ledger(self, ledger: Ledger) -> None:
+    def watch_ledger(self, ledger: Ledger, now: datetime | None = None) -> None:
+        """Export the ledger's size, and create the zero series of the pools and methods it placed jobs in during
+        the last :data:`ZERO_SERIES_LOOKBACK_DAYS` (as a placement does): after a restart, the first ratio,
+        under-prediction or OOM of a job placed before it would otherwise make its series appear at 1, which
+        ``increase()`` does not see."""
         self.registry.register(LedgerSizeCollector(ledger))
+        since = (now or datetime.now(timezone.utc)) - timedelta(days=ZERO_SERIES_LOOKBACK_DAYS)
+        try:
+            pairs = ledger.placed_pools_and_methods(since, limit=MAX_POOL_LABELS * (len(METHODS) + 2))
+        except LedgerError as exc:  # the server still starts; /readyz reports the ledger
+            log.warning("zero series of earlier placements not created: %s", exc)
+            return
+        pools: set[str | None] = set()
+        for pool, method in pairs:  # the most recent first; never more pools than get their own label
+            if pool not in pools and len(pools) >= MAX_POOL_LABELS:
+                continue
+            pools.add(pool)
+            self._export_zeros(self.pool_label(pool), _method_label(method))
 
     def watch_residual_models(self) -> None:
         """Export the residual models in use, and count their re-loads (``on_model_reload``)."""
@@ -241,24 +279,32 @@ class Metrics:
     def observe_actual_received(self, actual: ActualIn) -> None:
         self.actuals_received.labels(actual.source).inc()
 
-    def observe_outcome(self, stored: StoredDecision, actual: ActualIn) -> None:
-        """An actual met its decision for the first time: record how good the prediction was."""
+    def observe_outcome(self, stored: StoredDecision, actual: ActualIn, previous: ActualIn | None = None) -> None:
+        """Record how good the prediction was. ``actual`` is one source's report of the job as the ledger holds it
+        now; ``previous`` is what it held before this report (None: the source's report meets the decision for
+        the first time). Only what changed is counted, so every report of a job can be passed here."""
         d = stored.decision
         pool, method, source = self.pool_label(d.pool), _method_label(d.method), actual.source
-        if actual.oom and self._first_oom_of(stored.decision_id):
+        if actual.oom and not (previous is not None and previous.oom) and self._first_oom_of(stored.decision_id):
             self._ooms_of(pool, method).inc()
-        if actual.peak_vram_bytes is not None:
-            self.actual_peak_vram_bytes.labels(pool, method, source).observe(actual.peak_vram_bytes)
-            if d.peak_vram_bytes:
-                _observe_ratio(self.vram_prediction_ratio.labels(pool, method, source),
-                               actual.peak_vram_bytes / d.peak_vram_bytes, "VRAM", stored.decision_id)
-                if actual.peak_vram_bytes > d.peak_vram_bytes:
-                    self.vram_under_predictions.labels(pool, method, source, "point").inc()
-            if d.peak_vram_upper_bytes and actual.peak_vram_bytes > d.peak_vram_upper_bytes:
+        peak = actual.peak_vram_bytes
+        peak_before = previous.peak_vram_bytes if previous is not None else None
+        if peak is not None:
+            if peak_before is None:  # the first reading of this source: histograms observe each job once
+                self.actual_peak_vram_bytes.labels(pool, method, source).observe(peak)
+                if d.peak_vram_bytes:
+                    _observe_ratio(self.vram_prediction_ratio.labels(pool, method, source),
+                                   peak / d.peak_vram_bytes, "VRAM", stored.decision_id)
+            if d.peak_vram_bytes and _crossed(peak_before, peak, d.peak_vram_bytes):
+                self.vram_under_predictions.labels(pool, method, source, "point").inc()
+            if d.peak_vram_upper_bytes and _crossed(peak_before, peak, d.peak_vram_upper_bytes):
                 self.vram_under_predictions.labels(pool, method, source, "upper").inc()
         predicted_runtime = d.runtime_prediction_seconds
         # a failed or OOM job stopped early: its runtime is not the job's
-        if ran_to_end(actual.oom, actual.exit_reason, actual.runtime_seconds) and predicted_runtime:
+        finished = ran_to_end(actual.oom, actual.exit_reason, actual.runtime_seconds)
+        finished_before = previous is not None and ran_to_end(previous.oom, previous.exit_reason,
+                                                              previous.runtime_seconds)
+        if finished and not finished_before and predicted_runtime and actual.runtime_seconds is not None:
             _observe_ratio(self.runtime_prediction_ratio.labels(pool, method, source),
                            actual.runtime_seconds / predicted_runtime, "runtime", stored.decision_id)
 

@@ -17,13 +17,22 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 ActualSource = Literal["reporter", "dcgm", "kubernetes", "manual"]
 # Bounds on what a client may post, so that every stored record can be read, scored and exported again: a
 # 400-digit integer was stored and then broke the metrics (float overflow) and `vramfit report`.
 MAX_INT = 2**62  # bytes, parameter counts: 4 EiB, beyond any GPU or model
 MAX_GPUS = 1_000_000
+# A predicted cost above a trillion USD for one job is a broken client, not a prediction (1e308 was accepted and
+# took the cost counter to +Inf).
+MAX_JOB_COST_USD = 1e12
+# Far above any real job, yet not so low that an odd but valid spec is refused: Llama-3.1-8B full fine-tuning on
+# 15e12 tokens (Llama 3's pre-training corpus) on 8 H100s is predicted at 6 years, its upper bound at 11.
+MAX_RUNTIME_SECONDS = 1000 * 365.25 * 86400.0
+# Validation context of records read back from the ledger: the bounds above only apply to what is posted now, so
+# that a row stored before a bound existed can still be read.
+STORED: dict[str, Any] = {"stored": True}
 
 
 def _plausible_time(value: datetime) -> datetime:
@@ -39,6 +48,26 @@ def _plausible_time(value: datetime) -> datetime:
 
 
 When = Annotated[datetime, AfterValidator(_plausible_time)]
+
+
+def _bounded(high: float, unit: str, high_note: str = "") -> AfterValidator:
+    """Bounds on a posted value (not on one read back with the :data:`STORED` context)."""
+
+    def check(value: float, info: ValidationInfo) -> float:
+        if (info.context or {}).get("stored"):
+            return value
+        if value > high:
+            raise ValueError(f"must be at most {high:g} {unit}{high_note}; got {value:g}")
+        return value
+
+    return AfterValidator(check)
+
+
+# No lower bound: a spec of `train_tokens: 1` is validly predicted at a few microseconds (the metrics leave out a
+# measured/predicted ratio too large to be a prediction's error, see scheduler/integrations/metrics.py).
+PredictedRuntime = Annotated[float, Field(ge=0), _bounded(MAX_RUNTIME_SECONDS, "seconds", high_note=" (1000 years)")]
+MeasuredRuntime = Annotated[float, Field(ge=0), _bounded(MAX_RUNTIME_SECONDS, "seconds", high_note=" (1000 years)")]
+CostUsd = Annotated[float, Field(ge=0), _bounded(MAX_JOB_COST_USD, "USD")]
 Outcome = Literal["placed", "no_fit", "fail_open", "error"]
 
 # When several sources report the same job, scalar facts come from the first source in this order that has
@@ -81,17 +110,18 @@ class DecisionIn(BaseModel):
     residual_correction_ratio: float | None = Field(None, gt=0, description="Residual model's correction factor")
     gpu: str | None = Field(None, max_length=64, description="GPU type of the chosen pool")
     throughput_tokens_per_second: float | None = Field(None, gt=0, description="Predicted throughput")
-    runtime_seconds: float | None = Field(None, ge=0, description="Predicted runtime (Prediction.to_dict name)")
+    runtime_seconds: PredictedRuntime | None = Field(None, description="Predicted runtime (Prediction.to_dict name)")
     throughput_lower_tokens_per_second: float | None = Field(
         None, gt=0, description="Throughput the job reaches with the runtime bound's coverage")
-    runtime_upper_seconds: float | None = Field(None, ge=0, description="Calibrated upper bound of runtime_seconds")
+    runtime_upper_seconds: PredictedRuntime | None = Field(None,
+                                                           description="Calibrated upper bound of runtime_seconds")
     runtime_correction_ratio: float | None = Field(None, gt=0, description="Runtime residual's throughput factor")
     runtime_model_version: str | None = Field(None, max_length=128, description="Runtime predictor version")
     notes: list[str] | None = Field(None, description="Predictor notes")
 
     # Placement fields.
-    predicted_runtime_seconds: float | None = Field(None, ge=0, description="Predicted runtime on the pool")
-    predicted_cost_usd: float | None = Field(None, ge=0, description="Predicted cost of the job on the pool")
+    predicted_runtime_seconds: PredictedRuntime | None = Field(None, description="Predicted runtime on the pool")
+    predicted_cost_usd: CostUsd | None = Field(None, description="Predicted cost of the job on the pool")
 
     @model_validator(mode="after")
     def _identified(self) -> DecisionIn:
@@ -123,7 +153,8 @@ class ActualIn(BaseModel):
                                         description="Device peak of the most loaded GPU (NVML/DCGM)")
     peak_reserved_bytes: int | None = Field(None, ge=0, le=MAX_INT, description="torch.cuda.max_memory_reserved")
     peak_allocated_bytes: int | None = Field(None, ge=0, le=MAX_INT, description="torch.cuda.max_memory_allocated")
-    runtime_seconds: float | None = Field(..., ge=0, description="Wall time of the training")
+    # 0 is valid: the Kubernetes watcher's times are whole seconds, and a container can start and end in one.
+    runtime_seconds: MeasuredRuntime | None = Field(..., description="Wall time of the training")
     oom: bool = Field(..., description="The job ran out of GPU memory")
     exit_reason: str | None = Field(None, max_length=128, description="Completed, Error, OOMKilled, CudaOOM, ...")
     exit_code: int | None = Field(None, ge=-(2**31), le=2**32,
@@ -265,7 +296,8 @@ def merge_same_source(old: ActualIn, new: ActualIn) -> ActualIn:
         readings = [v for v in (getattr(old, peak), getattr(new, peak)) if v is not None]
         merged[peak] = max(readings) if readings else None
     merged["oom"] = old.oom or new.oom
-    return ActualIn.model_validate(merged)
+    # `old` was read back from the ledger, maybe from before a bound existed; `new` has been checked already
+    return ActualIn.model_validate(merged, context=STORED)
 
 
 def spec_hash(features: dict[str, Any]) -> str:

@@ -109,11 +109,13 @@ def store_decision(ledger: Ledger, metrics: Metrics, decision: DecisionIn) -> De
 
 
 def store_actual(ledger: Ledger, metrics: Metrics, actual: ActualIn) -> ActualResult:
-    """Record an actual durably, then score it against its decision if that is known."""
+    """Record an actual durably, then score it against its decision if that is known. A repeated report of the
+    same source (another rank or node of the job) is scored by what it changed in the stored one: a higher peak
+    that now exceeds the prediction, an OOM (see :meth:`Metrics.observe_outcome`)."""
     result = ledger.record_actual(actual)
     metrics.observe_actual_received(actual)
-    if result.created and result.decision is not None:
-        metrics.observe_outcome(result.decision, actual)
+    if result.decision is not None:
+        metrics.observe_outcome(result.decision, result.stored.actual, previous=result.previous)
     return result
 
 

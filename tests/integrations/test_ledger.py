@@ -352,3 +352,39 @@ def test_dcgm_pod_patterns_take_a_jobs_pods_and_not_a_longer_named_jobs(kind, na
 
     pattern = re.compile(pod_regex(kind, name))  # Prometheus anchors =~ at both ends
     assert all(pattern.fullmatch(p) for p in pods) and not any(pattern.fullmatch(p) for p in others)
+
+
+def test_a_row_stored_before_the_value_bounds_still_reads_back(ledger_path):
+    """Rows an older vramfit accepted (a 1e308 cost, a 1e-300 s runtime) must not make the ledger unreadable."""
+    ledger = SqliteLedger(ledger_path)
+    ledger.record_decision(DecisionIn.model_validate(decision_payload("ok")))
+    ledger.record_actual(actual(decision_id="ok"))
+    with sqlite3.connect(ledger_path) as db:  # what the older vramfit wrote
+        payload = json.loads(db.execute("SELECT payload FROM decisions").fetchone()[0])
+        db.execute("UPDATE decisions SET payload = ?", (json.dumps(payload | {"predicted_cost_usd": 1e308,
+                                                                               "runtime_seconds": 1e-300}),))
+        db.execute("UPDATE actuals SET payload = json_set(payload, '$.runtime_seconds', 1e308)")
+    (row,) = ledger.joined_rows()
+    assert row.decision.decision.predicted_cost_usd == 1e308 and row.merged.runtime_seconds == 1e308
+    result = ledger.record_actual(actual(decision_id="ok", runtime_seconds=None, peak_vram_bytes=12 * GIB))
+    assert result.previous.runtime_seconds == 1e308 and result.stored.actual.peak_vram_bytes == 12 * GIB
+
+
+def test_placed_pools_and_methods_is_the_default_answer_from_one_query(ledger_path):
+    ledger = SqliteLedger(ledger_path)
+    now = datetime.now(timezone.utc)
+    for i, (pool, method, days, outcome) in enumerate([
+            ("a100", "lora", 1, "placed"), ("a100", "lora", 3, "placed"), ("h100", "full", 2, "placed"),
+            ("h100", "qlora", 40, "placed"), (None, "lora", 1, "no_fit"), ("l4", None, 5, "placed")]):
+        decided_at = (now - timedelta(days=days)).isoformat()
+        body = decision_payload(f"d{i}", pool=pool, outcome=outcome, decided_at=decided_at)
+        if method is None:
+            body.pop("method")
+        else:
+            body["method"] = method
+        ledger.record_decision(DecisionIn.model_validate(body))
+    since = now - timedelta(days=30)
+    expected = [("a100", "lora"), ("h100", "full"), ("l4", None)]
+    assert ledger.placed_pools_and_methods(since, limit=10) == expected
+    assert Ledger.placed_pools_and_methods(ledger, since, limit=10) == expected
+    assert ledger.placed_pools_and_methods(since, limit=2) == expected[:2]

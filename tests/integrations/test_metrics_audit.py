@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler.integrations.ledger import SqliteLedger
 from scheduler.integrations.metrics import MAX_OOM_JOBS_REMEMBERED, Metrics
-from scheduler.integrations.records import ActualIn, DecisionIn
+from scheduler.integrations.records import STORED, ActualIn, DecisionIn
 from scheduler.integrations.server import store_actual, store_decision
 
 GIB = 2**30
@@ -39,13 +39,13 @@ def ledger(tmp_path: Path) -> SqliteLedger:
 def decision(decision_id: str, **fields: Any) -> DecisionIn:
     base: dict[str, Any] = {"decision_id": decision_id, "pool": "a100", "method": "lora",
                             "peak_vram_bytes": 10 * GIB, "peak_vram_upper_bytes": 11 * GIB, "runtime_seconds": 3600.0}
-    return DecisionIn.model_validate(base | fields)
+    return DecisionIn.model_validate(base | fields, context=STORED)  # as read back: rows from before the bounds
 
 
 def actual(decision_id: str, source: str, **fields: Any) -> ActualIn:
     base: dict[str, Any] = {"decision_id": decision_id, "peak_vram_bytes": None, "runtime_seconds": 1800.0,
                             "oom": False, "source": source}
-    return ActualIn.model_validate(base | fields)
+    return ActualIn.model_validate(base | fields, context=STORED)
 
 
 def value(metrics: Metrics, name: str, **labels: str) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from scheduler.integrations.records import ActualIn, DecisionIn, merge_same_source
+from scheduler.integrations.records import STORED, ActualIn, DecisionIn, merge_same_source
 
 
 @pytest.mark.parametrize("fields", [
@@ -39,3 +39,45 @@ def test_repeated_reports_of_one_source_keep_the_largest_peak() -> None:
                                                                             runtime_seconds=20.0))
     assert (merged.peak_vram_bytes, merged.peak_reserved_bytes, merged.runtime_seconds) == (500, 520, 20.0)
     assert merge_same_source(actual(None), actual(300)).peak_vram_bytes == 300
+
+
+@pytest.mark.parametrize(("fields", "needle"), [
+    ({"predicted_cost_usd": 1e308}, "at most 1e+12 USD"),  # took the cost counter to +Inf before
+    ({"predicted_cost_usd": 2e12}, "at most 1e+12 USD"),
+    ({"runtime_upper_seconds": 1e11}, "at most 3.15576e+10 seconds (1000 years)"),
+    ({"predicted_runtime_seconds": 1e308}, "at most 3.15576e+10 seconds"),
+])
+def test_implausible_predicted_costs_and_runtimes_are_refused_naming_the_field(
+        fields: dict[str, object], needle: str) -> None:
+    with pytest.raises(ValidationError) as raised:
+        DecisionIn.model_validate({"decision_id": "d1", **fields})
+    (error,) = raised.value.errors()
+    assert error["loc"] == (next(iter(fields)),) and needle in error["msg"]
+
+
+def test_a_tiny_predicted_runtime_is_a_valid_prediction() -> None:
+    # `train_tokens: 1` is predicted at a few microseconds; the metrics, not the record, leave its ratio out
+    assert DecisionIn.model_validate({"decision_id": "d1", "runtime_seconds": 2.3e-6}).runtime_seconds == 2.3e-6
+
+
+def test_real_predictions_are_within_the_bounds() -> None:
+    # Llama-3.1-8B full fine-tuning on 15e12 tokens (Llama 3's corpus) on 8 H100s: 6 years, upper bound 11
+    decision = DecisionIn.model_validate({"decision_id": "d1", "runtime_seconds": 1.99e8,
+                                          "runtime_upper_seconds": 3.44e8, "predicted_cost_usd": 5.6e7})
+    assert decision.runtime_upper_seconds == 3.44e8
+
+
+def test_a_measured_runtime_is_bounded_above_only() -> None:
+    assert actual(1, runtime_seconds=0.0).runtime_seconds == 0.0  # Kubernetes times are whole seconds
+    with pytest.raises(ValidationError, match="runtime_seconds"):
+        actual(1, runtime_seconds=1e308)
+
+
+def test_records_stored_before_the_bounds_still_read_back() -> None:
+    stored = DecisionIn.model_validate_json('{"decision_id": "d1", "predicted_cost_usd": 1e308, '
+                                            '"runtime_seconds": 1e-300}', context=STORED)
+    assert (stored.predicted_cost_usd, stored.runtime_seconds) == (1e308, 1e-300)
+    old = ActualIn.model_validate({"decision_id": "d1", "peak_vram_bytes": 1, "runtime_seconds": 1e308,
+                                   "oom": False, "source": "reporter"}, context=STORED)
+    merged = merge_same_source(old, actual(2, runtime_seconds=None))  # a new report of that job is still stored
+    assert (merged.peak_vram_bytes, merged.runtime_seconds) == (2, 1e308)

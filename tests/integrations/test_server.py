@@ -233,3 +233,24 @@ def test_a_job_that_stopped_early_scores_no_runtime(client):
         assert client.post("/v1/actuals", json=actual_body(name, 5, **extra)).status_code == 202
     assert value(client, "vramfit_vram_prediction_ratio_count") == 3
     assert value(client, "vramfit_runtime_prediction_ratio_count") == 1
+
+
+def test_a_job_predicted_at_microseconds_is_recorded_but_its_ratio_not_observed(client):
+    """`train_tokens: 1` is a valid spec predicted at a few microseconds: its decision is stored; the
+    measured/predicted runtime ratio (about 1e9) would swamp the histogram's `_sum` and is left out."""
+    assert client.post("/v1/decisions", json=decision_payload("tiny", runtime_seconds=2.3e-6,
+                                                      predicted_runtime_seconds=2.3e-6)).status_code == 201
+    assert client.post("/v1/actuals", json=actual_body("tiny", 5, exit_reason="Completed")).status_code == 202
+    assert client.get("/v1/decisions/tiny").status_code == 200
+    assert value(client, "vramfit_runtime_prediction_ratio_count") == 0
+    assert value(client, "vramfit_vram_prediction_ratio_count") == 1
+
+
+@pytest.mark.parametrize(("field", "bad"), [("predicted_cost_usd", 1e308), ("predicted_runtime_seconds", 1e308),
+                                            ("runtime_upper_seconds", 1e12)])
+def test_implausible_predictions_are_422_naming_the_field(client, field, bad):
+    r = client.post("/v1/decisions", json=decision_payload("absurd") | {field: bad})
+    assert r.status_code == 422, r.text
+    assert [p["field"] for p in r.json()["problems"]] == [field]
+    assert f"`{field}` must be at" in r.json()["error"]
+    assert value(client, "vramfit_placements_total") == 0 and client.get("/v1/decisions/absurd").status_code == 404
