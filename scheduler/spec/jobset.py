@@ -1,10 +1,11 @@
 """jobset.x-k8s.io JobSet: every replicated Job counts ``replicas`` (default 1) x its ``parallelism``
-(default 1) pods. Pointer ``/spec/replicatedJobs/<i>/template/spec/template/spec``."""
+(default 1, at most its ``completions``) pods. Pointer ``/spec/replicatedJobs/<i>/template/spec/template/spec``."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from scheduler.spec.batch_job import running_pods
 from scheduler.spec.merge import Context, Workload
 from scheduler.spec.pods import Role, count, get, metadata, named_roles, read_pod_template
 
@@ -24,9 +25,7 @@ def parse(doc: dict[str, Any], ctx: Context) -> Workload:
         path = ("spec", "replicatedJobs", i)
         job = get(obj, item, "template", path, dict, required=True)
         job_spec = get(obj, job, "spec", (*path, "template"), dict, required=True)
-        pods = count(obj, item, "replicas", path, 1) * count(
-            obj, job_spec, "parallelism", (*path, "template", "spec"), 1
-        )
+        pods = count(obj, item, "replicas", path, 1) * running_pods(obj, job_spec, (*path, "template", "spec"))
         template = get(obj, job_spec, "template", (*path, "template", "spec"), dict, required=True)
         roles.append(
             read_pod_template(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from predictors.errors import SpecError
@@ -20,6 +21,23 @@ from scheduler.spec.yamltext import TextBudget, substitute_within
 Path = tuple[str | int, ...]
 
 GPU_RESOURCE = "nvidia.com/gpu"
+
+# Device resources that are not whole NVIDIA GPUs, which vramfit does not size (its catalog holds whole NVIDIA GPUs):
+# a MIG slice (`nvidia.com/mig-1g.10gb`: the memory of the slice, not of the GPU; NVIDIA GPU Operator docs, "GPU
+# Operator with MIG", mixed strategy), a time-sliced share renamed by the device plugin (`nvidia.com/gpu.shared`:
+# k8s-device-plugin README, "Shared Access to GPUs", renameByDefault), other vendors' accelerators.
+_OTHER_DEVICE = re.compile(
+    r"nvidia\.com/(mig-.+|gpu\.shared)|amd\.com/gpu|gpu\.intel\.com/.+|habana\.ai/gaudi|google\.com/tpu"
+    r"|aws\.amazon\.com/neuron(core|device)?"
+)
+# KAI scheduler (run:ai) GPU sharing: pod annotations asking for a fraction or an amount of one GPU's memory instead
+# of whole GPUs (KAI-Scheduler docs/gpu-sharing/README.md).
+SHARING_ANNOTATIONS = ("gpu-fraction", "gpu-memory")
+# `nvidia.com/gpu.product` values of GPU feature discovery for a MIG slice (single strategy: the slice is exposed
+# as nvidia.com/gpu, the product gets `-MIG-<profile>`) or a time-sliced GPU (`-SHARED`).
+_SLICED_PRODUCT = re.compile(r".*-(MIG-.+|SHARED)", re.IGNORECASE)
+# Kubernetes counts (replicas, parallelism, completions, numOfHosts) are int32 in every API read here.
+MAX_INT32 = 2**31 - 1
 
 # Node labels that name the GPU model of a node (GPU feature discovery, GKE, Karpenter, KubeRay).
 GPU_LABELS: tuple[str, ...] = (
@@ -125,6 +143,8 @@ def count(obj: ObjectRef, data: Mapping[str, Any], key: str, path: Path, default
         raise obj.error((*path, key), str(exc).replace(f"{key} ", "", 1)) from None
     if n < 0:
         raise obj.error((*path, key), f"must not be negative; got {value!r}")
+    if n > MAX_INT32:
+        raise obj.error((*path, key), f"must be at most {MAX_INT32:,} (an int32 in the Kubernetes API); got {n:,}")
     return n
 
 
@@ -148,6 +168,7 @@ class Container:
     env: dict[str, str]
     gpus: int
     n_command: int = 0  # how many of argv's items came from `command` (the rest from `args`)
+    unsized: tuple[str, ...] = ()  # device requests that are not whole NVIDIA GPUs, each with its field path
 
 
 @dataclass(frozen=True)
@@ -172,6 +193,9 @@ class Role:
     containers: list[Container] = field(default_factory=list)
     pin: GpuPin | None = None
     notes: list[str] = field(default_factory=list)
+    # what the pods ask for besides whole NVIDIA GPUs (MIG slices, shared GPUs, other vendors' devices, DRA
+    # claims), each with its field path: vramfit does not size these
+    unsized: list[str] = field(default_factory=list)
 
     @property
     def gpus(self) -> int:
@@ -210,14 +234,25 @@ def read_env(obj: ObjectRef, items: Any, path: Path) -> dict[str, str]:
 
 
 def gpu_quantity(obj: ObjectRef, resources: Any, path: Path) -> int:
-    """The ``nvidia.com/gpu`` count of a ``resources`` block: limits, else requests (extended
-    resources must have equal requests and limits), else 0."""
+    """The ``nvidia.com/gpu`` count of a ``resources`` block (0 when it asks for none)."""
+    return read_resources(obj, resources, path)[0]
+
+
+def read_resources(obj: ObjectRef, resources: Any, path: Path) -> tuple[int, tuple[str, ...]]:
+    """The ``nvidia.com/gpu`` count of a ``resources`` block, and the device requests in it that are not whole
+    NVIDIA GPUs (MIG slices, other vendors, DRA ``claims``), each named with its field path.
+
+    GPUs are an extended resource: Kubernetes copies limits into absent requests, and refuses requests that differ
+    from limits (kubernetes.io/docs/concepts/configuration/manage-resources-containers, "Extended resources":
+    "request and limit must be equal if both are present"). So the limit is the count, else the request.
+    """
     if resources is None:
-        return 0
+        return 0, ()
     if not isinstance(resources, dict):
         raise obj.error(path, f"must be a mapping (limits, requests); got {type(resources).__name__}")
-    for section in ("limits", "requests"):
-        block = get(obj, resources, section, path, dict, {})
+    blocks = {section: get(obj, resources, section, path, dict, {}) for section in ("limits", "requests")}
+    counts: dict[str, int] = {}
+    for section, block in blocks.items():
         if GPU_RESOURCE in block:
             value = block[GPU_RESOURCE]
             n = _whole_gpus(value)
@@ -232,17 +267,33 @@ def gpu_quantity(obj: ObjectRef, resources: Any, path: Path) -> int:
                 raise obj.error((*path, section, GPU_RESOURCE),
                                 f"asks for {n:,} GPUs in one pod; no node has more than {MAX_GPUS_PER_POD}",
                                 "spread the job over more pods (replicas) with fewer GPUs each")
-            return n
-    return 0
+            counts[section] = n
+    if len(counts) == 2 and counts["limits"] != counts["requests"]:
+        raise obj.error(
+            (*path, "requests", GPU_RESOURCE),
+            f"is {counts['requests']} but the limit is {counts['limits']}; Kubernetes refuses a GPU request that "
+            "differs from its limit (extended resources cannot be overcommitted)",
+            f"set only limits[\"{GPU_RESOURCE}\"] (the request follows it), or make both equal",
+        )
+    unsized: list[str] = []
+    for section, block in blocks.items():
+        for name in block:
+            if _OTHER_DEVICE.fullmatch(str(name)) and (section == "limits" or name not in blocks["limits"]):
+                unsized.append(f"{dotted((*path, section, str(name)))} = {block[name]}")
+    claims = resources.get("claims")
+    if isinstance(claims, list) and claims:
+        unsized.append(f"{dotted((*path, 'claims'))} (a DRA resource claim)")
+    return counts.get("limits", counts.get("requests", 0)), tuple(unsized)
 
 
 # The most GPUs one node (so one pod) has; pools allow no more per node either.
 MAX_GPUS_PER_POD = 64
-_WHOLE = re.compile(r"\+?[0-9]+")
+# A Kubernetes quantity without a suffix: 8, +8, 8.0, 8e0 (resource.Quantity's decimal forms).
+_DECIMAL_QUANTITY = re.compile(r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,2})?")
 
 
 def _whole_gpus(value: Any) -> int | None:
-    """A Kubernetes quantity that is a whole, non-negative number of devices (``8``, ``"8"``), else None.
+    """A Kubernetes quantity that is a whole, non-negative number of devices (``8``, ``"8"``, ``"8.0"``), else None.
     Suffixes are refused: in a quantity ``m`` is milli, so ``500m`` is half a device."""
     if isinstance(value, bool):
         return None
@@ -250,8 +301,10 @@ def _whole_gpus(value: Any) -> int | None:
         return value if value >= 0 else None
     if isinstance(value, float):
         return int(value) if value.is_integer() and value >= 0 else None
-    if isinstance(value, str) and _WHOLE.fullmatch(value.strip()) and len(value.strip()) <= 18:
-        return int(value.strip())
+    text = value.strip() if isinstance(value, str) else ""
+    if len(text) <= 24 and _DECIMAL_QUANTITY.fullmatch(text):
+        number = Decimal(text)
+        return int(number) if number == number.to_integral_value() else None
     return None
 
 
@@ -265,15 +318,28 @@ def read_container(obj: ObjectRef, data: Any, path: Path) -> Container:
         items = get(obj, data, key, path, list, [])
         argv += [expand_k8s_vars(str(x), env, obj.expansion) for x in items if x is not None]
         n_command = n_command or (len(argv) if key == "command" else 0)
-    gpus = gpu_quantity(obj, data.get("resources"), (*path, "resources"))
-    return Container(str(data.get("name") or ""), path, tuple(argv), env, gpus, n_command)
+    gpus, unsized = read_resources(obj, data.get("resources"), (*path, "resources"))
+    return Container(str(data.get("name") or ""), path, tuple(argv), env, gpus, n_command, unsized)
 
 
 def read_pod_spec(
-    obj: ObjectRef, spec: Any, path: Path, role: str, replicas: int, what: str = "pod template"
+    obj: ObjectRef,
+    spec: Any,
+    path: Path,
+    role: str,
+    replicas: int,
+    what: str = "pod template",
+    annotations: Mapping[str, Any] | None = None,
+    annotations_path: Path = (),
 ) -> Role:
-    """A role from a pod spec: containers, GPUs per pod (max of the init containers and the sum of
-    the app containers, as the scheduler counts it) and any GPU pin in its node selection."""
+    """A role from a pod spec: containers, GPUs per pod (as the scheduler counts them, below) and any GPU pin in
+    its node selection; ``annotations`` are the pod's own (KAI GPU sharing is asked there).
+
+    GPUs per pod (kubernetes.io/docs/concepts/workloads/pods/sidecar-containers, "Resource sharing within
+    containers"): init containers run one at a time, each beside the native sidecars (init containers with
+    ``restartPolicy: Always``) started before it, and the sidecars keep running beside the app containers. So the
+    pod holds max(the largest init container + the sidecars before it, the app containers + every sidecar).
+    """
     if not isinstance(spec, dict):
         got = "nothing" if spec is None else type(spec).__name__
         raise obj.error(
@@ -290,10 +356,28 @@ def read_pod_spec(
         )
     containers = [read_container(obj, c, (*path, "containers", i)) for i, c in enumerate(items)]
     inits = get(obj, spec, "initContainers", path, list, [])
-    init_gpus = max(
-        (read_container(obj, c, (*path, "initContainers", i)).gpus for i, c in enumerate(inits)), default=0
-    )
-    gpus = max(sum(c.gpus for c in containers), init_gpus)
+    sidecar_gpus = init_gpus = 0
+    unsized = [u for c in containers for u in c.unsized]
+    for i, item in enumerate(inits):
+        init = read_container(obj, item, (*path, "initContainers", i))
+        unsized += init.unsized
+        init_gpus = max(init_gpus, sidecar_gpus + init.gpus)
+        if isinstance(item, dict) and item.get("restartPolicy") == "Always":
+            sidecar_gpus += init.gpus
+    gpus = max(sum(c.gpus for c in containers) + sidecar_gpus, init_gpus)
+    claims = spec.get("resourceClaims")
+    if isinstance(claims, list) and claims:
+        unsized.append(f"{dotted((*path, 'resourceClaims'))} (DRA resource claims: devices vramfit cannot count)")
+    for key in SHARING_ANNOTATIONS:
+        if annotations and annotations.get(key) not in (None, ""):
+            unsized.append(f"{key}={annotations[key]} in {dotted(annotations_path) or 'the annotations'} "
+                           "(KAI GPU sharing)")
+    pin = gpu_pin(obj, spec, path)
+    if pin is not None and pin.label == GPU_LABELS[0] and _SLICED_PRODUCT.fullmatch(pin.value.strip()):
+        # the device plugin hands out a MIG slice or a time-sliced share of a GPU as nvidia.com/gpu on such nodes
+        what_slice = "a MIG slice" if "-mig-" in pin.value.lower() else "a time-sliced share of a GPU"
+        unsized.append(f"{dotted(pin.path)} = {pin.value} ({GPU_RESOURCE} there is {what_slice})")
+        gpus = 0
     return Role(
         role,
         path,
@@ -301,7 +385,8 @@ def read_pod_spec(
         gpus,
         f"{GPU_RESOURCE} limits" if gpus else "",
         containers,
-        gpu_pin(obj, spec, path),
+        pin,
+        unsized=unsized,
     )
 
 
@@ -314,7 +399,10 @@ def read_pod_template(obj: ObjectRef, template: Any, path: Path, role: str, repl
             f"must be a pod template (metadata, spec); got {got}",
             "give the role a `template.spec.containers` list",
         )
-    return read_pod_spec(obj, template.get("spec"), (*path, "spec"), role, replicas)
+    meta = get(obj, template, "metadata", path, dict, {})
+    annotations = get(obj, meta, "annotations", (*path, "metadata"), dict, {})
+    return read_pod_spec(obj, template.get("spec"), (*path, "spec"), role, replicas,
+                         annotations=annotations, annotations_path=(*path, "metadata", "annotations"))
 
 
 def map_gpu_label(label: str, value: str) -> str | None:
@@ -335,12 +423,11 @@ def gpu_pin(obj: ObjectRef, spec: Mapping[str, Any], path: Path) -> GpuPin | Non
         if label in selector and selector[label] is not None:
             value = str(selector[label])
             return GpuPin(label, value, (*path, "nodeSelector", label), map_gpu_label(label, value))
-    terms = (
-        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        )
-        or {}
-    ).get("nodeSelectorTerms") or []
+    affinity = get(obj, spec, "affinity", path, dict, {})
+    node_affinity = get(obj, affinity, "nodeAffinity", (*path, "affinity"), dict, {})
+    required = get(obj, node_affinity, "requiredDuringSchedulingIgnoredDuringExecution",
+                   (*path, "affinity", "nodeAffinity"), dict, {})
+    terms = required.get("nodeSelectorTerms") or []
     for t, term in enumerate(terms if isinstance(terms, list) else []):
         exprs = term.get("matchExpressions") if isinstance(term, dict) else None
         for e, expr in enumerate(exprs if isinstance(exprs, list) else []):

@@ -1,7 +1,8 @@
 """ray.io/v1 RayCluster (KubeRay): the head group and every worker group.
 
 GPUs per pod, first found: the container's ``nvidia.com/gpu`` limit, ``rayStartParams.num-gpus``, the
-group's ``resources.GPU``. Worker pods = ``replicas`` (else ``minReplicas``, else 1) x ``numOfHosts``.
+group's ``resources.GPU``. Worker pods = ``replicas`` kept within ``minReplicas``..``maxReplicas`` (absent:
+``minReplicas``, default 0) x ``numOfHosts``; a ``suspend``ed group has none.
 Pointers ``/spec/headGroupSpec/template/spec`` and ``/spec/workerGroupSpecs/<i>/template/spec``.
 A GPU pin may also come from the group's Ray label ``ray.io/accelerator-type``.
 Also used by RayJob (``spec.rayClusterSpec``) and by Ray Jobs submissions (the accelerator pin).
@@ -47,7 +48,9 @@ def _group(obj: ObjectRef, group: dict[str, Any], path: Path, name: str, replica
     role = read_pod_template(obj, template, (*path, "template"), name, replicas)
     params = get(obj, group, "rayStartParams", path, dict, {})
     resources = get(obj, group, "resources", path, dict, {})
-    if role.gpus_per_pod == 0 and params.get("num-gpus") is not None:
+    if role.unsized:  # MIG slices, AMD GPUs...: Ray's logical GPUs are those, not whole NVIDIA GPUs
+        pass
+    elif role.gpus_per_pod == 0 and params.get("num-gpus") is not None:
         role.gpus_per_pod = math.ceil(
             logical_gpus(obj, params["num-gpus"], (*path, "rayStartParams", "num-gpus"))
         )
@@ -67,6 +70,19 @@ def _group(obj: ObjectRef, group: dict[str, Any], path: Path, name: str, replica
     return role
 
 
+def _worker_pods(obj: ObjectRef, group: dict[str, Any], path: Path) -> int:
+    """Pods of a worker group as KubeRay makes them (GetWorkerGroupDesiredReplicas, ray-operator/controllers/ray/
+    utils/util.go): none when suspended; else ``replicas`` raised to ``minReplicas`` and lowered to
+    ``maxReplicas`` (the CRD defaults: replicas 0, minReplicas 0, maxReplicas 2**31-1), times ``numOfHosts``."""
+    if get(obj, group, "suspend", path, bool, False):
+        return 0
+    low = count(obj, group, "minReplicas", path, 0)
+    high = count(obj, group, "maxReplicas", path, 2**31 - 1)
+    replicas = count(obj, group, "replicas", path, 0)
+    wanted = high if low > high else min(max(replicas, low), high)  # KubeRay uses maxReplicas when min > max
+    return wanted * count(obj, group, "numOfHosts", path, 1)
+
+
 def read_cluster_spec(obj: ObjectRef, spec: Any, path: Path) -> tuple[list[Role], str]:
     """Roles of a RayCluster spec, and a reason when GPU groups exist but have no pods now."""
     if not isinstance(spec, dict):
@@ -78,9 +94,9 @@ def read_cluster_spec(obj: ObjectRef, spec: Any, path: Path) -> tuple[list[Role]
         obj, spec.get("workerGroupSpecs"), (*path, "workerGroupSpecs"), "worker groups"
     ):
         gpath = (*path, "workerGroupSpecs", i)
-        replicas = count(obj, group, "replicas", gpath, count(obj, group, "minReplicas", gpath, 1))
+        replicas = _worker_pods(obj, group, gpath)
         name = str(group.get("groupName") or f"workerGroupSpecs[{i}]")
-        role = _group(obj, group, gpath, name, replicas * count(obj, group, "numOfHosts", gpath, 1))
+        role = _group(obj, group, gpath, name, replicas)
         if role.gpus_per_pod and not role.replicas:
             scaled_to_zero.append(f"{name} (0 replicas now, up to {group.get('maxReplicas', '?')})")
         roles.append(role)

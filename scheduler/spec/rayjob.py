@@ -35,6 +35,13 @@ def parse(doc: dict[str, Any], ctx: Context) -> Workload:
         ctx,
     )
     cluster = spec.get("rayClusterSpec")
+    selector = get(obj, spec, "clusterSelector", ("spec",), dict, {})
+    if selector and cluster is not None:
+        # KubeRay's RayJob controller looks at clusterSelector first and then runs on that existing cluster
+        # (its `ray.io/cluster` entry); the rayClusterSpec makes no pods (ray-operator/controllers/ray/
+        # rayjob_controller.go, initRayJobStatusIfNeed)
+        w.notes.append("spec.clusterSelector names an existing cluster, so spec.rayClusterSpec is not used")
+        return w
     if cluster is None:  # runs on an existing cluster (clusterSelector): only the entrypoint's GPUs are known
         return w
     w.gpus, w.gpus_source = None, ""

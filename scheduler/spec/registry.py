@@ -159,7 +159,48 @@ def parse_object(doc: Any, source: str, base_dir: Path | None, context: Sequence
     if kind == "AdmissionReview":
         return _admission_review(doc, source, base_dir)
     parser = find_parser(doc, source)
-    return build_job(parser(doc, _context(source, [doc, *context])), base_dir)
+    workload = parser(doc, _context(source, [doc, *context]))
+    _check_unsized_devices(workload)
+    _check_job_size(workload)
+    return build_job(workload, base_dir)
+
+
+# More GPUs than any Kubernetes cluster holds: GKE, the largest documented, allows 65,000 nodes (cloud.google.com
+# /kubernetes-engine/quotas) and no node has more than 16 GPUs (pods.MAX_GPUS_PER_POD is looser). Past this a
+# count is a typo (replicas x parallelism of two int32s reach 4.6e18 pods), not a job to predict or place.
+MAX_JOB_GPUS = 65_000 * 16
+
+
+def _check_job_size(w: Workload) -> None:
+    total = sum(r.gpus for r in w.roles if r.gpus_per_pod)
+    if total <= MAX_JOB_GPUS:
+        return
+    role = max((r for r in w.roles if r.gpus_per_pod), key=lambda r: r.gpus)
+    raise w.obj.error(
+        role.path,
+        f"makes {role.replicas:,} pods x {role.gpus_per_pod} GPUs ({total:,} GPUs in the job); no cluster has more "
+        f"than {MAX_JOB_GPUS:,} GPUs",
+        "check the replicas / parallelism / numOfHosts of the role",
+    )
+
+
+def _check_unsized_devices(w: Workload) -> None:
+    """A job whose pods get devices other than whole NVIDIA GPUs (a MIG slice, a KAI share of a GPU, AMD GPUs,
+    DRA claims) is not sized: vramfit's catalog and placement deal in whole NVIDIA GPUs, and sizing it as such
+    (``gpus: auto`` even writes ``nvidia.com/gpu`` into its pods) would place it wrongly. With whole GPUs in other
+    roles, those are sized and the rest is noted."""
+    unsized = [item for r in w.roles for item in r.unsized]
+    if not unsized:
+        return
+    if any(r.gpus_per_pod for r in w.roles):
+        w.notes.append(f"not counted (not whole NVIDIA GPUs): {'; '.join(unsized)}")
+        return
+    raise NoTrainingJob(
+        w.obj.ref,
+        f"asks for GPU devices vramfit does not size: {'; '.join(unsized)}; vramfit sizes and places jobs on whole "
+        "NVIDIA GPUs (nvidia.com/gpu)",
+        w.obj.source,
+    )
 
 
 def _admission_review(doc: dict[str, Any], source: str, base_dir: Path | None) -> ParsedJob:
