@@ -1,9 +1,11 @@
 """The Ray adapter against a real local multi-node Ray cluster on 127.0.0.1.
 
 The cluster: a head without GPUs (it runs the dashboard and job server), a node with 4 logical GPUs
-declared as ``accelerator_type:L40S`` (resource only, no label) and a node with 8 declared as
-``accelerator_type:H100`` plus the ``ray.io/accelerator-type`` label. Jobs are placed, submitted through
-the Ray Jobs API, and report where they ran.
+declared as ``accelerator_type:L40S`` (resource only, no label), a node with 8 declared as
+``accelerator_type:H100`` plus the ``ray.io/accelerator-type`` label, and a node with 1 typed only by the
+label ``ray.io/accelerator-type=A100`` (no ``accelerator_type:A100`` resource; ``POOLS`` does not price A100,
+so the other tests do not see it as a pool). Jobs are placed, submitted through the Ray Jobs API, and report
+where they ran.
 """
 
 from __future__ import annotations
@@ -69,6 +71,34 @@ report = {
 print("VRAMFIT_PROBE " + json.dumps(report))
 """
 
+# The same for a pool typed only by the ray.io/accelerator-type label: the node the driver runs on, that node's
+# labels, and where GPU tasks steered by the label land (accelerator_type=<TYPE> would ask for an
+# accelerator_type:<TYPE> resource such a node does not have). The driver's node is the one whose raylet started
+# it (raylet -> job supervisor actor -> entrypoint): on this one-host cluster the driver's ray.init() attaches to
+# the head's raylet whatever node started it (Ray prefers the head when several nodes share a host:
+# ray._private.services.get_node_to_connect_for_driver), so get_node_id() in the driver would name the head.
+LABEL_PROBE = """
+import json, os, psutil, ray
+raylet = next(p for p in psutil.Process().parents() if any(a.startswith("--node_id=") for a in p.cmdline()))
+node_id = next(a for a in raylet.cmdline() if a.startswith("--node_id=")).removeprefix("--node_id=")
+ray.init()
+kind = os.environ["VRAMFIT_ACCELERATOR_TYPE"]
+gpus = int(os.environ["VRAMFIT_NUM_GPUS"])
+
+@ray.remote(num_gpus=1, label_selector={"ray.io/accelerator-type": kind})
+def where():
+    return ray.get_runtime_context().get_node_id()
+
+report = {
+    "env": {k: v for k, v in os.environ.items() if k.startswith("VRAMFIT_")},
+    "driver_node": node_id,
+    "driver_labels": next(n["Labels"] for n in ray.nodes() if n["NodeID"] == node_id),
+    "tasks": ray.get([where.remote() for _ in range(gpus)], timeout=60),
+}
+print("VRAMFIT_PROBE " + json.dumps(report))
+"""
+A100_POOL = {"name": "a100", "gpu": "A100-80GB", "gpus_per_node": 8, "nodes": 1, "price_usd_per_gpu_hour": 1.2}
+
 
 @dataclass
 class LocalCluster:
@@ -77,10 +107,12 @@ class LocalCluster:
     dashboard: str
     l40s_node: str
     h100_node: str
+    a100_node: str  # typed only by the ray.io/accelerator-type label
     probe: Path
+    label_probe: Path
 
-    def entrypoint(self) -> str:
-        return f"{shlex.quote(sys.executable)} {shlex.quote(str(self.probe))}"
+    def entrypoint(self, probe: Path | None = None) -> str:
+        return f"{shlex.quote(sys.executable)} {shlex.quote(str(probe or self.probe))}"
 
 
 def _free_port() -> int:
@@ -104,6 +136,7 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         l40s = cluster.add_node(**common, num_cpus=1, num_gpus=4, resources={"accelerator_type:L40S": 4})
         h100 = cluster.add_node(**common, num_cpus=2, num_gpus=8, resources={"accelerator_type:H100": 8},
                                 labels={"ray.io/accelerator-type": "H100"})
+        a100 = cluster.add_node(**common, num_cpus=1, num_gpus=1, labels={"ray.io/accelerator-type": "A100"})
         cluster.wait_for_nodes(timeout=60)
         dashboard = f"http://{LOOPBACK}:{port}"
         deadline = time.monotonic() + 60
@@ -115,9 +148,12 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
-        probe = tmp_path_factory.mktemp("ray-job") / "probe.py"
+        probes = tmp_path_factory.mktemp("ray-job")
+        probe, label_probe = probes / "probe.py", probes / "label_probe.py"
         probe.write_text(PROBE, encoding="utf-8")
-        yield LocalCluster(cluster, cluster.address, dashboard, l40s.node_id, h100.node_id, probe)
+        label_probe.write_text(LABEL_PROBE, encoding="utf-8")
+        yield LocalCluster(cluster, cluster.address, dashboard, l40s.node_id, h100.node_id, a100.node_id, probe,
+                           label_probe)
     finally:
         if ray.is_initialized():
             ray.shutdown()
@@ -215,7 +251,7 @@ def test_submit_job_runs_on_the_h100_node(local_cluster: LocalCluster) -> None:
     assert report["env"]["VRAMFIT_ACCELERATOR_TYPE"] == "H100"
     assert report["env"]["VRAMFIT_NUM_GPUS"] == "4" and report["env"]["VRAMFIT_POOL"] == "h100"
     assert {node for node, _ in report["tasks"]} == {local_cluster.h100_node}
-    assert report["cluster_resources"]["GPU"] == 12
+    assert report["cluster_resources"]["GPU"] == 4 + 8 + 1
 
 
 def test_cli_submit_with_label_selector(local_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
@@ -286,3 +322,37 @@ def test_too_large_job_is_refused_and_nothing_is_submitted(local_cluster: LocalC
     assert {r.split(":")[0] for r in reasons} == {"l40s", "h100"}
     assert all("needs" in r for r in reasons)
     assert {j.submission_id for j in client.list_jobs()} == before
+
+
+def test_a_pool_typed_only_by_label_gets_the_job_and_its_driver(local_cluster: LocalCluster, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A node typed only by its ray.io/accelerator-type label (as KubeRay's labels or `ray start --labels` give)
+    has no accelerator_type:<TYPE> resource: a driver asking for a sliver of one would wait forever. Discovery
+    marks its pool label-only and `vramfit ray submit` pins the driver there with entrypoint_label_selector,
+    without --label-selector."""
+    config = {"pools": [*(p.model_dump(exclude_none=True) for p in POOLS.pools), A100_POOL]}
+    found = discover_pools(local_cluster.gcs_address, parse_pools(config), timeout_seconds=20)
+    assert found.node_ids["a100"] == (local_cluster.a100_node,)
+    assert found.label_only == frozenset({"a100"})  # the H100 node has both the label and the resource
+    pools_file = tmp_path / "pools.json"
+    pools_file.write_text(json.dumps(config), encoding="utf-8")
+
+    code = main(["ray", "submit", str(EXAMPLES / "llama-3.1-8b-lora.yaml"), "--address", local_cluster.dashboard,
+                 "--gcs-address", local_cluster.gcs_address, "--pools", str(pools_file), "--timeout", "30",
+                 "--format", "json", "--",
+                 *shlex.split(local_cluster.entrypoint(local_cluster.label_probe))])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    out = json.loads(captured.out)
+    assert out["decision"]["pool"] == "a100" and out["ray_accelerator_type"] == "A100"
+    assert out["request"]["entrypoint_label_selector"] == {"ray.io/accelerator-type": "A100"}
+    assert not any(k.startswith("accelerator_type:") for k in out["request"].get("entrypoint_resources") or {})
+    client = job_client(local_cluster.dashboard)
+    info = _wait(client, out["submission_id"])
+    assert info.status == "SUCCEEDED", client.get_job_logs(out["submission_id"])[-2000:]
+    assert info.driver_node_id == local_cluster.a100_node  # not the head, where Ray puts an unpinned driver
+    report = _probe_report(client, out["submission_id"])
+    assert report["driver_node"] == local_cluster.a100_node
+    assert report["driver_labels"]["ray.io/accelerator-type"] == "A100"
+    assert report["env"]["VRAMFIT_POOL"] == "a100" and report["env"]["VRAMFIT_ACCELERATOR_TYPE"] == "A100"
+    assert report["tasks"] == [local_cluster.a100_node] * int(report["env"]["VRAMFIT_NUM_GPUS"])

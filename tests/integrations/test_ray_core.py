@@ -286,22 +286,17 @@ def test_submission_fields_ray_takes_are_typed_before_placing(tmp_path: Path, fi
     assert fragment in err and "Traceback" not in err
 
 
-def test_a_pool_typed_only_by_label_pins_the_driver_with_a_label_selector(monkeypatch: pytest.MonkeyPatch) -> None:
-    from scheduler.integrations.ray import submit
-
+def test_a_pool_typed_only_by_label_is_marked_label_only() -> None:
+    """Nodes typed only by the ray.io/accelerator-type label have no accelerator_type:<T> resource to pin a driver
+    with; their pool is marked so (the submission then pins by label: test_ray.py, on a live cluster)."""
     labelled = RayNode("abcdef0123", {"GPU": 8, "CPU": 32}, {"GPU": 8, "CPU": 32}, {"ray.io/accelerator-type": "H100"})
     cluster = pools_from_nodes([labelled], POOLS)
-    assert cluster.label_only == frozenset(p.name for p in cluster.pools)
+    assert cluster.label_only == frozenset(p.name for p in cluster.pools) == frozenset({"h100-spot"})
     resourced = RayNode("0123abcdef", {"GPU": 8, "CPU": 32, "accelerator_type:H100": 1},
                         {"GPU": 8, "CPU": 32, "accelerator_type:H100": 1}, {})
     assert pools_from_nodes([resourced], POOLS).label_only == frozenset()
-    # the driver of a job placed there is pinned by the label: those nodes have no accelerator_type:H100 resource
-    monkeypatch.setattr(submit, "discover_pools", lambda *args, **kwargs: cluster)
-    plan = submit.plan_submission(EXAMPLES / "llama-3.1-8b-full.yaml", POOLS, "python train.py")
-    assert plan.request is not None
-    kwargs = plan.request.submit_kwargs()
-    assert kwargs["entrypoint_label_selector"] == {"ray.io/accelerator-type": "H100"}
-    assert not any(k.startswith("accelerator_type:") for k in kwargs.get("entrypoint_resources", {}))
+    # one node of the pool without the resource is enough: a driver pinned by the resource could not go there
+    assert pools_from_nodes([labelled, resourced], POOLS).label_only == frozenset({"h100-spot"})
 
 
 def test_the_dry_run_text_shows_everything_submitted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
