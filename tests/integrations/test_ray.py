@@ -72,28 +72,31 @@ print("VRAMFIT_PROBE " + json.dumps(report))
 """
 
 # The same for a pool typed only by the ray.io/accelerator-type label: the node the driver runs on, that node's
-# labels, and where GPU tasks steered by the label land (accelerator_type=<TYPE> would ask for an
-# accelerator_type:<TYPE> resource such a node does not have). The driver's node is the one whose raylet started
-# it (raylet -> job supervisor actor -> entrypoint): on this one-host cluster the driver's ray.init() attaches to
-# the head's raylet whatever node started it (Ray prefers the head when several nodes share a host:
-# ray._private.services.get_node_to_connect_for_driver), so get_node_id() in the driver would name the head.
+# labels, and where GPU tasks land when steered as scaling_config_from_env steers Ray Train workers
+# (accelerator_type=<TYPE> would ask for an accelerator_type:<TYPE> resource such a node does not have).
+# The driver's node is the one whose raylet started it (raylet -> job supervisor actor -> entrypoint): on this
+# one-host cluster the driver's ray.init() attaches to the head's raylet whatever node started it (Ray prefers
+# the head when several nodes share a host: ray._private.services.get_node_to_connect_for_driver), so
+# get_node_id() in the driver would name the head.
 LABEL_PROBE = """
 import json, os, psutil, ray
 raylet = next(p for p in psutil.Process().parents() if any(a.startswith("--node_id=") for a in p.cmdline()))
 node_id = next(a for a in raylet.cmdline() if a.startswith("--node_id=")).removeprefix("--node_id=")
 ray.init()
-kind = os.environ["VRAMFIT_ACCELERATOR_TYPE"]
-gpus = int(os.environ["VRAMFIT_NUM_GPUS"])
+from scheduler.integrations.ray.train import scaling_config_kwargs_from_env
+scaling = scaling_config_kwargs_from_env()  # what a TorchTrainer's workers would be given
+steer = {k: scaling[k] for k in ("label_selector", "accelerator_type") if k in scaling}
 
-@ray.remote(num_gpus=1, label_selector={"ray.io/accelerator-type": kind})
+@ray.remote(num_gpus=1, **steer)
 def where():
     return ray.get_runtime_context().get_node_id()
 
 report = {
     "env": {k: v for k, v in os.environ.items() if k.startswith("VRAMFIT_")},
+    "scaling": scaling,
     "driver_node": node_id,
     "driver_labels": next(n["Labels"] for n in ray.nodes() if n["NodeID"] == node_id),
-    "tasks": ray.get([where.remote() for _ in range(gpus)], timeout=60),
+    "tasks": ray.get([where.remote() for _ in range(scaling["num_workers"])], timeout=60),
 }
 print("VRAMFIT_PROBE " + json.dumps(report))
 """
@@ -355,4 +358,9 @@ def test_a_pool_typed_only_by_label_gets_the_job_and_its_driver(local_cluster: L
     assert report["driver_node"] == local_cluster.a100_node
     assert report["driver_labels"]["ray.io/accelerator-type"] == "A100"
     assert report["env"]["VRAMFIT_POOL"] == "a100" and report["env"]["VRAMFIT_ACCELERATOR_TYPE"] == "A100"
+    # the workers are steered as the driver was pinned (VRAMFIT_PIN=label): accelerator_type=A100 would ask for a
+    # resource the node does not have, and they would wait forever
+    assert report["env"]["VRAMFIT_PIN"] == "label"
+    assert report["scaling"]["label_selector"] == {"ray.io/accelerator-type": "A100"}
+    assert "accelerator_type" not in report["scaling"]
     assert report["tasks"] == [local_cluster.a100_node] * int(report["env"]["VRAMFIT_NUM_GPUS"])

@@ -206,6 +206,12 @@ def test_scaling_config_kwargs() -> None:
         scaling_config_kwargs(decision, gpus_per_worker=3)
     env = {"VRAMFIT_NUM_GPUS": "8", "VRAMFIT_ACCELERATOR_TYPE": "L40S"}
     assert scaling_config_kwargs_from_env(env)["num_workers"] == 8
+    # workers are steered as the driver was pinned: by label on a label-only pool
+    assert scaling_config_kwargs_from_env(env | {"VRAMFIT_PIN": "label"})["label_selector"] == {
+        "ray.io/accelerator-type": "L40S"}
+    assert scaling_config_kwargs_from_env(env | {"VRAMFIT_PIN": "resource"})["accelerator_type"] == "L40S"
+    assert "accelerator_type" in scaling_config_kwargs_from_env(env | {"VRAMFIT_PIN": "label"},
+                                                                use_label_selector=False)
     with pytest.raises(RayIntegrationError, match="not submitted by vramfit"):
         scaling_config_kwargs_from_env({})
 

@@ -8,7 +8,8 @@ fits, send a submission whose driver lands on that pool's GPU type:
   ``entrypoint_label_selector = {"ray.io/accelerator-type": "<TYPE>"}``) pins the driver to such a node;
   with ``driver_gpus`` the driver also holds the decision's GPUs (``entrypoint_num_gpus``);
 - ``runtime_env.env_vars`` gets ``VRAMFIT_ACCELERATOR_TYPE``, ``VRAMFIT_GPU``, ``VRAMFIT_NUM_GPUS``,
-  ``VRAMFIT_NUM_NODES``, ``VRAMFIT_POOL`` and ``VRAMFIT_DECISION_ID`` (merged over the user's), which
+  ``VRAMFIT_NUM_NODES``, ``VRAMFIT_POOL``, ``VRAMFIT_DECISION_ID`` and ``VRAMFIT_PIN`` (``label`` or ``resource``:
+  how the driver was pinned) (merged over the user's), which
   :func:`.train.scaling_config_from_env` turns into the workers' ``ScalingConfig``; with ``report_url`` also
   ``VRAMFIT_URL``, where the job's reporter posts its actual;
 - ``metadata`` gets ``vramfit.*`` keys with the decision and the prediction (strings, as Ray requires).
@@ -56,6 +57,10 @@ ENV_NUM_NODES = "VRAMFIT_NUM_NODES"
 ENV_POOL = "VRAMFIT_POOL"
 ENV_DECISION_ID = "VRAMFIT_DECISION_ID"
 ENV_URL = "VRAMFIT_URL"
+# How the driver was pinned to the pool: "label" (entrypoint_label_selector: nodes typed only by the
+# ray.io/accelerator-type label have no accelerator_type:<TYPE> resource) or "resource"; the job's Ray Train
+# workers must be steered the same way (scaling_config_from_env reads it), or on a label-only pool they wait forever.
+ENV_PIN = "VRAMFIT_PIN"
 # The driver asks for a sliver of the accelerator-type resource: enough to pick the node, not to hold a GPU.
 DRIVER_PIN_AMOUNT = 0.001
 
@@ -217,6 +222,7 @@ def build_request(
     if report_url:  # where the job's VramReporter posts its actual (the collector that holds the decision)
         env_vars[ENV_URL] = report_url
     env_vars.update(decision_env(decision, accelerator_type, decision_id))
+    env_vars[ENV_PIN] = "label" if use_label_selector else "resource"
     env_base["env_vars"] = env_vars
 
     meta = {str(k): str(v) for k, v in dict(base.get("metadata") or {}).items()}

@@ -17,7 +17,7 @@ from typing import Any
 
 from scheduler.integrations.ray.connection import RayIntegrationError
 from scheduler.integrations.ray.discovery import ACCELERATOR_LABEL, ray_accelerator_type
-from scheduler.integrations.ray.submit import ENV_ACCELERATOR_TYPE, ENV_NUM_GPUS
+from scheduler.integrations.ray.submit import ENV_ACCELERATOR_TYPE, ENV_NUM_GPUS, ENV_PIN
 from scheduler.placement import Decision
 
 
@@ -63,9 +63,13 @@ def scaling_config_for(decision: Decision, accelerator_type: str | None = None, 
 
 
 def scaling_config_kwargs_from_env(env: Mapping[str, str] | None = None, gpus_per_worker: int = 1,
-                                   use_label_selector: bool = False) -> dict[str, Any]:
-    """``ScalingConfig`` arguments from the ``VRAMFIT_*`` variables a vramfit submission sets; pure."""
+                                   use_label_selector: bool | None = None) -> dict[str, Any]:
+    """``ScalingConfig`` arguments from the ``VRAMFIT_*`` variables a vramfit submission sets; pure. The workers
+    are steered as the driver was pinned (``VRAMFIT_PIN``): by the ``ray.io/accelerator-type`` label on a pool
+    whose nodes carry only the label, else by the ``accelerator_type`` resource; ``use_label_selector`` overrides."""
     env = os.environ if env is None else env
+    if use_label_selector is None:
+        use_label_selector = env.get(ENV_PIN) == "label"
     missing = [k for k in (ENV_NUM_GPUS, ENV_ACCELERATOR_TYPE) if not env.get(k)]
     if missing:
         raise RayIntegrationError(f"{' and '.join(missing)} not set: this job was not submitted by vramfit "
@@ -78,6 +82,6 @@ def scaling_config_kwargs_from_env(env: Mapping[str, str] | None = None, gpus_pe
 
 
 def scaling_config_from_env(env: Mapping[str, str] | None = None, gpus_per_worker: int = 1,
-                            use_label_selector: bool = False) -> Any:
+                            use_label_selector: bool | None = None) -> Any:
     """Inside a job submitted by vramfit: the ``ScalingConfig`` for the pool it was placed on."""
     return _build(scaling_config_kwargs_from_env(env, gpus_per_worker, use_label_selector))
