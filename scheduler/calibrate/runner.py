@@ -113,6 +113,12 @@ def run_worker(job: dict[str, Any], options: RunnerOptions, timeout_seconds: flo
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         stdout, stderr = proc.communicate()
+        finished = parse_worker_output(stdout)
+        if finished is not None:  # it measured and reported, then hung on its way out (CUDA teardown, threads)
+            notes = [*finished.get("notes", []), f"The worker did not exit after its result; killed at the budget "
+                     f"of {timeout_seconds:g} s."]
+            return WorkerOutcome({**finished, "notes": notes}, time.monotonic() - started,
+                                 stderr[-STDERR_TAIL_CHARS:])
         return WorkerOutcome({"outcome": "timeout", "reason": f"exceeded the budget of {timeout_seconds:g} s"},
                              time.monotonic() - started, stderr[-STDERR_TAIL_CHARS:])
     except BaseException:  # Ctrl-C: take the child down with us
@@ -173,6 +179,8 @@ def build_row(config: SweepConfig, outcome: WorkerOutcome, environment: dict[str
     spec = dict(config.spec_dict)
     if gpu != "unknown":
         spec["gpu"] = gpu
+    else:  # a GPU pinned by the sweep is not the device this row ran on
+        spec.pop("gpu", None)
     measured_ok = kind == "ok"
     tokens_per_second = result.get("tokens_per_second") if measured_ok else None
     measured = {
@@ -187,6 +195,7 @@ def build_row(config: SweepConfig, outcome: WorkerOutcome, environment: dict[str
         "peak_nvml_bytes": result.get("peak_nvml_bytes") if measured_ok and on_gpu else None,
         "nvml_baseline_bytes": result.get("nvml_baseline_bytes"),
         "peak_allocated_before_oom_bytes": result.get("peak_allocated_before_oom_bytes"),
+        "peak_reserved_before_oom_bytes": result.get("peak_reserved_before_oom_bytes"),
         "device": env.get("device"),
         "params_total": result.get("params_total"),
         "params_trainable": result.get("params_trainable"),
@@ -218,20 +227,94 @@ def build_row(config: SweepConfig, outcome: WorkerOutcome, environment: dict[str
     return row
 
 
-def existing_config_ids(path: Path) -> set[str]:
-    """Config ids of the rows already in an output file (for resume); unreadable lines are ignored."""
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise CalibrateError(f"cannot read --out {path}: {exc.strerror or exc}") from None
+
+
+def existing_rows(path: Path) -> list[dict[str, Any]]:
+    """The readable rows of an output file (a line cut off by a kill is not one: its config runs again)."""
     if not path.exists():
-        return set()
-    ids: set[str] = set()
-    for line in path.read_text(encoding="utf-8").splitlines():
+        return []
+    rows: list[dict[str, Any]] = []
+    for line in _read_text(path).splitlines():
         try:
             raw = json.loads(line)
         except (ValueError, RecursionError):
-            continue  # a line cut off by a kill: its config runs again
-        config_id = (raw.get("calibration") or {}).get("config_id") if isinstance(raw, dict) else None
+            continue
+        if isinstance(raw, dict):
+            rows.append(raw)
+    return rows
+
+
+def existing_config_ids(path: Path) -> set[str]:
+    """Config ids of the rows already in an output file (for resume); unreadable lines are ignored."""
+    ids: set[str] = set()
+    for raw in existing_rows(path):
+        config_id = (raw.get("calibration") or {}).get("config_id")
         if isinstance(config_id, str):
             ids.add(config_id)
     return ids
+
+
+def device_label(environment: dict[str, Any]) -> str:
+    """The device a row was measured on: the GPU's name, else the device type (``cpu``)."""
+    return str(environment.get("gpu_name") or environment.get("device") or "unknown")
+
+
+def other_devices(path: Path, environment: dict[str, Any]) -> dict[str, int]:
+    """Devices other than this one that rows of ``path`` were measured on, with their row counts."""
+    here = device_label(environment)
+    counts: dict[str, int] = {}
+    for raw in existing_rows(path):
+        env = raw.get("environment")
+        if isinstance(env, dict) and (label := device_label(env)) != here:
+            counts[label] = counts.get(label, 0) + 1
+    return counts
+
+
+def repair_cut_off_line(path: Path) -> str | None:
+    """Make the file end with a line end before rows are appended to it; returns what was done (None: nothing).
+
+    A last line without its line end was cut off while it was written (a kill, a full disk): appending to it
+    would glue the next row onto it and lose both. It is removed (its config runs again), or, if it is a
+    complete row that only lacks the line end, the line end is added.
+    """
+    try:
+        data = path.read_bytes() if path.exists() else b""
+    except OSError as exc:
+        raise CalibrateError(f"cannot read --out {path}: {exc.strerror or exc}") from None
+    if not data or data.endswith(b"\n"):
+        return None
+    keep = data.rfind(b"\n") + 1
+    try:
+        complete = isinstance(json.loads(data[keep:]), dict)
+    except (ValueError, RecursionError):
+        complete = False
+    try:
+        if complete:
+            with path.open("ab") as handle:
+                handle.write(b"\n")
+            return f"added the missing line end after the last row of {path}"
+        with path.open("r+b") as handle:
+            handle.truncate(keep)
+    except OSError as exc:
+        raise CalibrateError(f"cannot repair --out {path}: {exc.strerror or exc}") from None
+    return f"removed a cut-off last line of {len(data) - keep} bytes from {path} (its config runs again)"
+
+
+def check_output(path: Path) -> None:
+    """Fail before anything runs when rows could not be written to ``path`` (creates it, empty, if missing)."""
+    if path.exists() and not path.is_file():
+        raise CalibrateError(f"--out {path} is not a file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise CalibrateError(f"cannot write --out {path}: {exc.strerror or exc}") from None
 
 
 def append_row(path: Path, row: dict[str, Any]) -> None:
@@ -253,10 +336,10 @@ def drop_failed_rows(path: Path) -> int:
         return 0
     kept: list[str] = []
     dropped = 0
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in _read_text(path).splitlines():
         try:
             outcome = (json.loads(line).get("calibration") or {}).get("outcome")
-        except (json.JSONDecodeError, AttributeError):
+        except (ValueError, RecursionError, AttributeError):
             outcome = "unreadable"
         if outcome in ("crash", "timeout", "unreadable"):
             dropped += 1
@@ -293,6 +376,8 @@ def run_sweep(configs: list[SweepConfig], out_path: Path, sweep_name: str, optio
     first removes its crash/timeout rows so that those configs run again.
     """
     summary = SweepSummary()
+    if out_path.exists() and not out_path.is_file():
+        raise CalibrateError(f"--out {out_path} is not a file")
     if out_path.exists() and out_path.stat().st_size > 0 and not (resume or retry_failed):
         raise CalibrateError(f"{out_path} already has rows: pass --resume to continue it, or choose another --out")
     if retry_failed:
@@ -300,6 +385,10 @@ def run_sweep(configs: list[SweepConfig], out_path: Path, sweep_name: str, optio
         if dropped:
             log(f"retry: removed {dropped} crash/timeout rows from {out_path}")
         resume = True
+    if resume:
+        repaired = repair_cut_off_line(out_path)
+        if repaired:
+            log(f"resume: {repaired}")
     done = existing_config_ids(out_path) if resume else set()
     pending = [c for c in configs if c.config_id not in done]
     summary.skipped_existing = len(configs) - len(pending)
@@ -307,8 +396,15 @@ def run_sweep(configs: list[SweepConfig], out_path: Path, sweep_name: str, optio
         log(f"resume: {summary.skipped_existing} configs already in {out_path}")
     if not pending:
         return summary
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    check_output(out_path)
     environment = probe_environment(options)
+    if resume:
+        others = other_devices(out_path, environment)
+        if others:
+            found = ", ".join(f"{n} on {label}" for label, n in sorted(others.items()))
+            raise CalibrateError(f"{out_path} has rows measured on another device ({found}); this worker runs on "
+                                 f"{device_label(environment)}: resume a file of this device, or choose another "
+                                 "--out (one file per GPU type)")
     log(f"device: {environment.get('gpu_name') or environment.get('device')}; torch {environment.get('torch')}, "
         f"transformers {environment.get('transformers')}, peft {environment.get('peft')}")
     for number, config in enumerate(pending, start=1):
@@ -318,7 +414,11 @@ def run_sweep(configs: list[SweepConfig], out_path: Path, sweep_name: str, optio
                "time_budget_seconds": timeout_seconds, "scratch_dir": options.scratch_dir}
         outcome = run_worker(job, options, timeout_seconds)
         row = build_row(config, outcome, environment, sweep_name)
-        append_row(out_path, row)
+        try:
+            append_row(out_path, row)
+        except OSError as exc:
+            raise CalibrateError(f"cannot append the row of {config.config_id} to {out_path}: "
+                                 f"{exc.strerror or exc}; the rows before it are kept (--resume continues)") from None
         summary.rows.append(row)
         kind = row["calibration"]["outcome"]
         summary.outcomes[kind] = summary.outcomes.get(kind, 0) + 1

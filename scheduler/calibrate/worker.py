@@ -8,8 +8,9 @@ below) costs nothing and vramfit works without the ``calibrate`` extra.
 What a run does: build the model from its config with random weights (``AutoConfig.for_model`` +
 ``from_config``; nothing is downloaded), quantize it to 4/8 bit with bitsandbytes for qlora (CUDA only),
 apply LoRA with PEFT, set dtypes per precision (``*-true``: weights, adapters and optimizer states in that
-dtype; ``*-mixed``: fp32 weights and autocast), enable gradient checkpointing, and run warm-up then measured
-optimizer steps on random token ids of shape (micro_batch_size, seq_len). On CUDA it reports
+dtype; ``*-mixed``: fp32 weights and autocast), train full copies of ``lora.modules_to_save``, enable gradient
+checkpointing, and run warm-up then measured optimizer steps, each of ``grad_accum_steps`` forward/backward passes
+on random token ids of shape (micro_batch_size, seq_len). On CUDA it reports
 ``max_memory_allocated``/``max_memory_reserved`` since just before the first step (the weights are
 resident then, so they are in the peak) and the device peak from NVML; tokens/s comes from the measured
 steps only. A CUDA out-of-memory is an outcome (``oom``), not a failure.
@@ -304,6 +305,23 @@ def _build_model(torch: Any, transformers: Any, spec: TrainingSpec, config: dict
                                     device_map={"": device.index or 0}, **kwargs)
 
 
+def saved_module_names(model: Any, roles: Sequence[str]) -> list[str]:
+    """Qualified names of the modules ``lora.modules_to_save`` names by role (``embed_tokens``: the input
+    embedding, ``lm_head``: the output head), whatever the family calls them (GPT-2 ``wte``, ...).
+
+    PEFT trains a full copy of each. Raises ValueError when the model has no such module.
+    """
+    by_role = {"embed_tokens": model.get_input_embeddings(), "lm_head": model.get_output_embeddings()}
+    names: list[str] = []
+    for role in roles:
+        module = by_role.get(role)
+        name = next((n for n, m in model.named_modules() if n and m is module), None) if module is not None else None
+        if name is None:
+            raise ValueError(f"lora.modules_to_save names {role}, which this model does not have")
+        names.append(name)
+    return names
+
+
 def _apply_lora(torch: Any, model: Any, spec: TrainingSpec) -> tuple[Any, list[str]]:
     peft = _import("peft")
     lora = spec.resolved_lora
@@ -325,12 +343,13 @@ def _apply_lora(torch: Any, model: Any, spec: TrainingSpec) -> tuple[Any, list[s
         targets, notes = lora_target_names(names, lora.target_modules)
     task_type = {"causal-lm": "CAUSAL_LM", "seq-classification": "SEQ_CLS",
                  "token-classification": "TOKEN_CLS"}.get(spec.task)
+    saved = saved_module_names(model, lora.modules_to_save) if lora.modules_to_save else None
     config = peft.LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                             target_modules=targets, task_type=task_type)
-    # *-true keeps the adapters in the weights' dtype; otherwise PEFT's default upcasts them to fp32.
-    keep_fp32_adapters = not spec.precision.endswith("-true")
+                             target_modules=targets, task_type=task_type, modules_to_save=saved)
+    # PEFT's default (autocast_adapter_dtype=True) upcasts bf16/fp16 adapter weights to fp32 whatever the base
+    # dtype, and the predictor counts adapters that way (predictors/vram.py): measure what a PEFT user runs.
     try:
-        return peft.get_peft_model(model, config, autocast_adapter_dtype=keep_fp32_adapters), notes
+        return peft.get_peft_model(model, config, autocast_adapter_dtype=True), notes
     except TypeError:  # peft < 0.12 has no autocast_adapter_dtype and leaves adapters in the base dtype
         return peft.get_peft_model(model, config), notes
 
@@ -373,9 +392,15 @@ def _batch(torch: Any, spec: TrainingSpec, vocab_size: int, device: Any) -> dict
     return {"input_ids": input_ids, "labels": labels}
 
 
+# Messages of allocation failures that are not torch.OutOfMemoryError: the caching allocator's own error text,
+# and cuBLAS failing to allocate its handle or workspace once the allocator has taken the whole device.
+OOM_MESSAGES: tuple[str, ...] = ("out of memory", "cublas_status_alloc_failed")
+
+
 def _is_oom(torch: Any, exc: BaseException) -> bool:
     oom_type = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
-    return isinstance(exc, oom_type) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+    text = str(exc).lower()
+    return isinstance(exc, oom_type) or (isinstance(exc, RuntimeError) and any(m in text for m in OOM_MESSAGES))
 
 
 @contextlib.contextmanager
@@ -391,8 +416,12 @@ def _nvml_sampler(torch: Any, device: Any) -> Iterator[Any]:
 
 
 def _train(torch: Any, spec: TrainingSpec, model: Any, optimizer: Any, batch: dict[str, Any], device: Any,
-           warmup_steps: int, measured_steps: int, deadline: float) -> tuple[list[float], float | None]:
-    """Run the steps; returns the measured steps' durations and the last loss."""
+           warmup_steps: int, measured_steps: int, deadline: float) -> tuple[list[float], float | None, int]:
+    """Run the steps; returns the measured steps' durations, the last loss and the micro-batches run.
+
+    An optimizer step is ``spec.grad_accum_steps`` forward/backward passes (gradients accumulate across them,
+    as a trainer with gradient accumulation does), then one optimizer update.
+    """
     _, autocast_dtype = _dtypes(torch, spec.precision)
     scaler = None
     if autocast_dtype == torch.float16 and device.type == "cuda":  # 16-mixed: loss scaling as AMP does it
@@ -402,20 +431,27 @@ def _train(torch: Any, spec: TrainingSpec, model: Any, optimizer: Any, batch: di
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    accum_steps = spec.grad_accum_steps
+    micro_batches = 0
+
     def step() -> float:
-        context = (torch.autocast(device_type=device.type, dtype=autocast_dtype) if autocast_dtype is not None
-                   else contextlib.nullcontext())
-        with context:
-            loss = model(**batch).loss
+        nonlocal micro_batches
+        total: Any = 0.0  # a tensor after the first micro-batch: read once per step (one host sync, as before)
+        for _ in range(accum_steps):
+            context = (torch.autocast(device_type=device.type, dtype=autocast_dtype) if autocast_dtype is not None
+                       else contextlib.nullcontext())
+            with context:
+                loss = model(**batch).loss / accum_steps
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+            total = total + loss.detach()
+            micro_batches += 1
         if scaler is not None:
-            scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
         else:
-            loss.backward()
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())
+        return float(total)
 
     loss: float | None = None
     for _ in range(warmup_steps):
@@ -429,7 +465,7 @@ def _train(torch: Any, spec: TrainingSpec, model: Any, optimizer: Any, batch: di
         durations_seconds.append(time.perf_counter() - start)
         if time.monotonic() > deadline:  # keep what was measured rather than be killed by the parent
             break
-    return durations_seconds, loss
+    return durations_seconds, loss, micro_batches
 
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
@@ -471,11 +507,12 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
         with _nvml_sampler(torch, device) as sampler:
-            durations_seconds, loss = _train(torch, spec, model, optimizer, batch, device, warmup_steps,
-                                             measured_steps, deadline)
-        tokens = spec.micro_batch_size * spec.seq_len * len(durations_seconds)
+            durations_seconds, loss, micro_batches = _train(torch, spec, model, optimizer, batch, device,
+                                                            warmup_steps, measured_steps, deadline)
+        tokens = spec.micro_batch_size * spec.seq_len * spec.grad_accum_steps * len(durations_seconds)
         result.update(tokens_per_second=tokens / sum(durations_seconds), step_seconds=durations_seconds,
-                      warmup_steps=warmup_steps, measured_steps=len(durations_seconds), loss=loss)
+                      warmup_steps=warmup_steps, measured_steps=len(durations_seconds), loss=loss,
+                      micro_batches=micro_batches)
         if on_cuda:
             result.update(peak_allocated_bytes=int(torch.cuda.max_memory_allocated(device)),
                           peak_reserved_bytes=int(torch.cuda.max_memory_reserved(device)))
