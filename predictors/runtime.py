@@ -11,9 +11,13 @@ mosaicml/llm-foundry benchmarking README):
 * linear layers: forward ``2 * in * out`` per layer (routed MoE experts weighted by top-k / experts);
   backward ``2x`` forward when the weight is trained (input and weight gradients), ``1x`` when it is
   frozen (LoRA/QLoRA still propagate through it but skip its weight gradient); LoRA adapters add
-  ``6 * r * (in + out)``.
+  ``6 * r * (in + out)`` (on a routed expert also weighted by top-k / experts). An encoder-only model on a
+  language-model task adds its ``h x vocab`` prediction head.
 * attention scores and values: ``4 * seq_len * heads * head_dim`` per layer forward (grows with
   seq_len^2 per sequence), backward ``2x``.
+* encoder-decoder models: FLOPs per encoder token (``seq_len``); decoder blocks and the LM head run on the
+  decoder's tokens (:func:`predictors.vram.decoder_tokens`), cross-attention projects k and v from every
+  encoder token and attends from every decoder token over the encoder tokens.
 * recomputation: ``full`` adds one forward of everything; ``selective`` adds the attention forward
   (Korthikanti et al. 2022 recompute the attention core only).
 
@@ -32,9 +36,17 @@ from importlib import resources
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from predictors.architecture import Architecture, saved_module_params
+from predictors.architecture import (
+    ATTENTION_ROLES,
+    CLASSIFICATION_TASKS,
+    FUSED_MODULES,
+    Architecture,
+    LinearGroup,
+    saved_module_params,
+)
 from predictors.hardware import GpuSpec
 from predictors.spec import TrainingSpec
+from predictors.vram import decoder_tokens
 
 
 class FamilyEfficiency(BaseModel):
@@ -129,16 +141,12 @@ class RuntimePrediction:
 
 def _linear_forward_flops(arch: Architecture) -> float:
     """Forward FLOPs per token of every linear layer (MoE: the routed top-k experts only), memoised per
-    architecture object: placement predicts one spec on many GPUs."""
+    architecture object: placement predicts one spec on many GPUs. Encoder-decoder models: see
+    :func:`_encoder_decoder_linear_flops`."""
     hit = _LINEAR_FLOPS.get(id(arch))
     if hit is not None and hit[0] is arch:
         return hit[1]
-    total = 0.0
-    for g in arch.linears:
-        flops = 2.0 * g.in_features * g.out_features * g.count
-        if g.expert and arch.num_experts:
-            flops *= arch.num_experts_per_tok / arch.num_experts
-        total += flops
+    total = sum(2.0 * g.in_features * g.out_features * _rows_per_token(arch, g, 1.0) for g in arch.linears)
     if len(_LINEAR_FLOPS) > 1024:
         _LINEAR_FLOPS.clear()
     _LINEAR_FLOPS[id(arch)] = (arch, total)
@@ -147,26 +155,91 @@ def _linear_forward_flops(arch: Architecture) -> float:
 
 _LINEAR_FLOPS: dict[int, tuple[Architecture, float]] = {}
 
+# Projections of a cross-attention block that run on the decoder's tokens; its k and v project the encoder output
+# (HF T5LayerCrossAttention: q from the decoder hidden states, k/v from encoder_hidden_states).
+_DECODER_SIDE_ROLES = ("q_proj", "o_proj")
 
-def _attention_forward_flops(arch: Architecture, seq_len: int) -> float:
-    layers = arch.num_layers + arch.num_encoder_layers
+
+def _rows_per_token(arch: Architecture, group: LinearGroup, decoder_ratio: float) -> float:
+    """How many input rows the ``count`` layers of ``group`` multiply per token of the spec's ``seq_len``.
+
+    Routed MoE experts: each token goes through ``num_experts_per_tok`` of ``num_experts`` (Mixtral/Qwen-MoE
+    sparse blocks gather each expert's tokens), so an expert group sees ``top_k / experts`` of the tokens; the
+    router and shared experts see all of them. Encoder-decoder models (``decoder_ratio`` = decoder tokens per
+    encoder token): encoder blocks run on the encoder tokens, decoder blocks and the LM head on the decoder
+    tokens, and each decoder block's cross-attention projects k and v from every encoder token.
+    """
+    if group.expert and arch.num_experts:
+        return group.count * arch.num_experts_per_tok / arch.num_experts
+    if not arch.is_encoder_decoder or decoder_ratio == 1.0:
+        return float(group.count)
+    enc, dec = arch.num_encoder_layers, arch.num_layers
+    role = FUSED_MODULES.get(group.role, (group.role,))[0]
+    if role in ("lm_head", "classifier"):
+        return group.count * decoder_ratio
+    if role in ATTENTION_ROLES:  # one group per role over enc self + dec self + dec cross blocks
+        cross = decoder_ratio if role in _DECODER_SIDE_ROLES else 1.0
+        per_block = group.count / (enc + 2 * dec)
+        return per_block * (enc + dec * decoder_ratio + dec * cross)
+    per_block = group.count / (enc + dec)  # MLP: one per encoder and per decoder block
+    return per_block * (enc + dec * decoder_ratio)
+
+
+def _decoder_ratio(spec: TrainingSpec, arch: Architecture) -> float:
+    """Decoder tokens per encoder token of an encoder-decoder model (the spec's seq_len is the encoder input;
+    the decoder length is the one the VRAM model assumes, :func:`predictors.vram.decoder_tokens`); 1 otherwise."""
+    return decoder_tokens(spec) / spec.seq_len if arch.is_encoder_decoder else 1.0
+
+
+def _masked_lm_head_flops(spec: TrainingSpec, arch: Architecture) -> float:
+    """Forward FLOPs per token of the vocabulary head an encoder-only model trains with on a language-model task.
+
+    The architecture of an encoder-only model (BERT, RoBERTa) carries the base model's pooler but no vocabulary
+    head. ``BertForMaskedLM`` drops the pooler and adds ``cls.predictions``: an ``h x h`` transform and an
+    ``h x vocab`` decoder (tied to the word embeddings) applied to every position's hidden state (transformers
+    ``modeling_bert.BertLMPredictionHead``; RoBERTa's ``RobertaLMHead`` is the same shape). The transform costs
+    what the pooler did, so the head adds the decoder: ``2 x h x vocab``. Classification tasks keep the pooler
+    and a ``h x labels`` classifier (negligible)."""
+    if not arch.is_encoder_only or arch.lm_head is not None or spec.task in CLASSIFICATION_TASKS:
+        return 0.0
+    return 2.0 * arch.hidden_size * arch.vocab_size
+
+
+def _attention_forward_flops(arch: Architecture, seq_len: int, decoder_ratio: float = 1.0) -> float:
+    """Forward FLOPs per token of attention scores and values: ``2 x keys x (qk + v widths)`` per query token
+    and layer. Encoder-decoder: encoder self-attention over the encoder tokens, decoder self-attention over the
+    decoder tokens, and cross-attention of every decoder token over the encoder tokens."""
     qk_width = arch.num_attention_heads * arch.head_dim
     v_width = arch.num_attention_heads * (arch.v_head_dim or arch.head_dim)
-    return 2.0 * seq_len * (qk_width + v_width) * layers
+    per_key = 2.0 * (qk_width + v_width)
+    if not arch.is_encoder_decoder:
+        return per_key * seq_len * (arch.num_layers + arch.num_encoder_layers)
+    decoder_len = seq_len * decoder_ratio
+    per_input_token = (arch.num_encoder_layers * seq_len
+                       + arch.num_layers * decoder_ratio * (decoder_len + seq_len))
+    return per_key * per_input_token
 
 
 def flops_per_token(spec: TrainingSpec, arch: Architecture) -> FlopsPerToken:
     """Training FLOPs per token (forward, backward, recomputation) for the whole model."""
-    linear = _linear_forward_flops(arch)
-    attention = _attention_forward_flops(arch, spec.seq_len)
+    ratio = _decoder_ratio(spec, arch)
+    if ratio == 1.0:
+        linear = _linear_forward_flops(arch)
+    else:
+        linear = sum(2.0 * g.in_features * g.out_features * _rows_per_token(arch, g, ratio) for g in arch.linears)
+    linear += _masked_lm_head_flops(spec, arch)
+    attention = _attention_forward_flops(arch, spec.seq_len, ratio)
     lora = spec.resolved_lora
     adapter = 0.0
     if lora is not None:
-        adapter = sum(2.0 * lora.rank * (g.in_features + g.out_features) * g.count
+        # a routed expert's adapter only sees the tokens routed to that expert
+        adapter = sum(2.0 * lora.rank * (g.in_features + g.out_features) * _rows_per_token(arch, g, ratio)
                       for g in arch.lora_groups(lora.target_modules))
         backward = linear + 2.0 * adapter + 2.0 * attention  # frozen weights: input gradients only
         if "lm_head" in lora.modules_to_save:  # a trained copy of the head also needs its weight gradient
-            backward += 2.0 * arch.vocab_size * arch.hidden_size
+            head = arch.lm_head
+            head_rows = _rows_per_token(arch, head, ratio) if head is not None else 1.0
+            backward += 2.0 * arch.vocab_size * arch.hidden_size * head_rows
     else:
         backward = 2.0 * linear + 2.0 * attention
     forward = linear + adapter + attention
@@ -199,7 +272,16 @@ def _link_bytes_per_second(gpu: GpuSpec, gpus: int, link: Interconnect, table: E
 
 
 def _weight_dtype_bytes(spec: TrainingSpec) -> float:
+    """Bytes of a weight as the GEMMs read it and as collectives move it, and of an activation: 4 with 32-bit
+    training, else 2 (16-bit weights, or the 16-bit copies mixed precision gathers and computes with)."""
     return 4.0 if spec.precision.startswith("32") else 2.0
+
+
+# Bytes per parameter of the stored codes of a quantized base weight (what a dequantization kernel reads and
+# what FSDP moves): bitsandbytes packs two 4-bit NF4/FP4 codes per byte (Params4bit; the absmax constants are
+# quantization state outside the sharded tensor, bitsandbytes docs "FSDP-QLoRA", quant_storage), GPTQ packs
+# eight 4-bit values per int32; LLM.int8 stores one int8 per weight (Int8Params).
+_QUANT_CODE_BYTES = {"nf4": 0.5, "nf4-dq": 0.5, "fp4": 0.5, "gptq-int4": 0.5, "int8": 1.0}
 
 
 def job_tokens(spec: TrainingSpec, gpus: int | None = None) -> float | None:
@@ -264,8 +346,9 @@ def predict_runtime(
     if spec.method == "qlora":
         quantizable = arch.quantizable_params() * scale / model_parallel
         dequant_passes = 2.0 + (1.0 if spec.gradient_checkpointing == "full" else 0.0)
-        # read the 4-bit codes, write the 16-bit copy the GEMM then reads
-        dequant_bytes = quantizable * (0.5 + 2.0 + 2.0) * dequant_passes
+        # read the stored codes, write the 16-bit copy the GEMM then reads
+        code_bytes = _QUANT_CODE_BYTES.get(spec.resolved_quantization or "nf4-dq", 0.5)
+        dequant_bytes = quantizable * (code_bytes + 2.0 + 2.0) * dequant_passes
         dequant_s = dequant_bytes / (gpu.memory_bandwidth_bytes_per_second * table.dequantization_bandwidth_utilization)
     micro_s += dequant_s
     compute_step_s = micro_s * n_micro
@@ -287,38 +370,55 @@ def predict_runtime(
 
     # --- communication ----------------------------------------------------------------------------
     group = dp * cp
-    link_bps = _link_bytes_per_second(gpu, n_gpus, link, table)
+    # ranks are laid out tensor-parallel fastest and pipeline stages outermost (Megatron-LM parallel_state order
+    # tp-cp-ep-dp-pp, torchtitan's device mesh pp, dp, cp, tp; DeepSpeed's PipeDataParallelTopology): a
+    # data-parallel group spans dp x cp x tp consecutive GPUs, so with pipeline stages one node per stage its
+    # collectives stay on the node's links
+    link_bps = _link_bytes_per_second(gpu, group * tp, link, table)
     grad_bytes = 4.0 if spec.precision.endswith("mixed") or weight_bytes == 4 else 2.0
     dp_comm_bytes = 0.0
+    # bytes of the weights a sharded engine all-gathers: the 16-bit (32-bit) weights; QLoRA's frozen base
+    # weights are sharded and gathered as their packed codes (FSDP-QLoRA, bitsandbytes quant_storage), the
+    # rest (embeddings, norms, the output head) in the weight dtype
+    gathered_bytes = params_gpu * weight_bytes
+    if spec.method == "qlora":
+        quantized = arch.quantizable_params() * scale / model_parallel
+        code_bytes = _QUANT_CODE_BYTES.get(spec.resolved_quantization or "nf4-dq", 0.5)
+        gathered_bytes = quantized * code_bytes + max(params_gpu - quantized, 0.0) * weight_bytes
     if group > 1:
         ring = (group - 1) / group
         if sharding in ("zero3", "fsdp"):
             # all-gather parameters for forward and backward of every micro-batch, reduce-scatter gradients
-            dp_comm_bytes = n_micro * ring * (2 * params_gpu * 2.0 + trainable * grad_bytes)
+            dp_comm_bytes = n_micro * ring * (2 * gathered_bytes + trainable * grad_bytes)
         elif sharding == "fsdp-grad-op":
-            dp_comm_bytes = ring * params_gpu * 2.0 + n_micro * ring * trainable * grad_bytes
+            dp_comm_bytes = ring * gathered_bytes + n_micro * ring * trainable * grad_bytes
         else:  # ddp, zero1, zero2: all-reduce (= reduce-scatter + all-gather) of gradients once per step
             dp_comm_bytes = 2 * ring * trainable * grad_bytes
     dp_comm_s = dp_comm_bytes / link_bps
     tp_comm_s = 0.0
     if tp > 1:
-        intra = _link_bytes_per_second(gpu, min(tp, link.gpus_per_node), link, table)
-        layers = arch.num_layers + arch.num_encoder_layers
-        # two all-reduces of the activations per layer forward, two backward (Megatron-LM)
-        tp_bytes = 4 * layers * 2 * (tp - 1) / tp * tokens_micro / cp * arch.hidden_size * 2.0
-        tp_comm_s = tp_bytes * n_micro / intra
+        # a tensor-parallel group wider than a node spans nodes: its all-reduces run at the network's bandwidth
+        tp_link = _link_bytes_per_second(gpu, tp, link, table)
+        # all-reduces of the activations per token: one after attention and one after the MLP of every block
+        # (Megatron-LM, Shoeybi et al. 2019, sec. 3: f/g operators), a third after the cross-attention of an
+        # encoder-decoder's decoder blocks, which run on the decoder's tokens
+        ratio = _decoder_ratio(spec, arch)
+        per_pass = 2.0 * arch.num_encoder_layers + (3.0 if arch.is_encoder_decoder else 2.0) * arch.num_layers * ratio
+        # the forward's all-reduces and as many in backward
+        tp_bytes = 2.0 * per_pass * 2 * (tp - 1) / tp * tokens_micro / cp * arch.hidden_size * weight_bytes
+        tp_comm_s = tp_bytes * n_micro / tp_link
 
     # --- CPU offload ------------------------------------------------------------------------------
     pcie = gpu.pcie_bytes_per_second * table.memory_bandwidth_utilization
     offload_transfer_s = 0.0
     cpu_step_s = 0.0
     if offload_states:
-        # gradients down, updated 16-bit parameters up, once per step
-        offload_transfer_s = trainable_shard * (grad_bytes + 2.0) / pcie
+        # gradients down, updated parameters (in the weight dtype) up, once per step
+        offload_transfer_s = trainable_shard * (grad_bytes + weight_bytes) / pcie
         cpu_step_s = trainable_shard * 28.0 / table.host_memory_bytes_per_second_per_gpu
     if spec.offload == "params+optimizer":
-        shard = params_gpu / (group if sharding in ("zero3", "fsdp") else 1)
-        offload_transfer_s += n_micro * 2 * shard * 2.0 / pcie  # parameters up for forward and backward
+        shard = gathered_bytes / (group if sharding in ("zero3", "fsdp") else 1)
+        offload_transfer_s += n_micro * 2 * shard / pcie  # parameters up for forward and backward
 
     overlappable = dp_comm_s + offload_transfer_s
     hidden = min(overlappable, table.communication_overlap * compute_step_s)
