@@ -47,7 +47,10 @@ class GpuSpec(BaseModel):
             return self.bf16_dense_flops or self.fp16_dense_flops
         if precision.startswith("16"):
             return self.fp16_dense_flops
-        return self.tf32_dense_flops or self.fp32_flops
+        # fp32 matmuls run on the CUDA cores, not as TF32 on the tensor cores: PyTorch has defaulted
+        # torch.backends.cuda.matmul.allow_tf32 to False since 1.12 (PyTorch docs, CUDA semantics, "TensorFloat-32
+        # (TF32) on Ampere (and later) devices"), and HF Trainer's tf32 defaults to leaving that as it is
+        return self.fp32_flops
 
 
 class _GpuFile(BaseModel):

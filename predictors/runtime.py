@@ -336,7 +336,9 @@ def predict_runtime(
     compute_s = tokens_micro * fpt_total / model_parallel / (peak * efficiency)
     weight_bytes = _weight_dtype_bytes(spec)
     params_gpu = arch.params_total * scale / model_parallel
-    passes = 3.0 + (1.0 if spec.gradient_checkpointing == "full" else 0.0)  # fwd, bwd dX, bwd dW (+ recompute)
+    # weight reads per micro-batch: forward, backward dX, backward dW (+ the recomputed forward); frozen weights
+    # (LoRA/QLoRA bases) have no dW pass, so they are read in the forward and the dX pass only
+    passes = (3.0 if spec.method == "full" else 2.0) + (1.0 if spec.gradient_checkpointing == "full" else 0.0)
     bandwidth = gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization
     memory_floor_s = params_gpu * weight_bytes * passes / bandwidth
     micro_s = max(compute_s, memory_floor_s)

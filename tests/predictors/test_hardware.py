@@ -90,6 +90,7 @@ def test_unknown_gpu_suggests_close_names() -> None:
 def test_dense_flops_by_precision() -> None:
     h100 = gpu_catalog()["H100-80GB"]
     assert h100.dense_flops("bf16-mixed") == 989e12
-    assert h100.dense_flops("32-true") == 494e12
+    # fp32 runs on the CUDA cores (PyTorch's allow_tf32 matmul default is False), not at the TF32 tensor peak
+    assert h100.dense_flops("32-true") == h100.fp32_flops == 67e12 and h100.tf32_dense_flops == 494e12
     t4 = gpu_catalog()["T4"]
     assert t4.dense_flops("bf16-mixed") == t4.fp16_dense_flops  # no BF16 on Turing: falls back to FP16

@@ -147,3 +147,23 @@ def test_int8_dequantization_reads_one_byte_codes() -> None:
     # read the codes, write and read the 16-bit copy
     assert (int8.components_seconds["dequantization"] / nf4.components_seconds["dequantization"]
             == pytest.approx((1.0 + 4.0) / (0.5 + 4.0), rel=1e-12))
+
+
+@pytest.mark.parametrize("checkpointing", ["none", "full"])
+def test_frozen_weights_are_read_without_a_weight_gradient_pass(checkpointing: str) -> None:
+    # the memory floor reads each weight per pass: forward, dX, dW (+ the recompute); a LoRA base has no dW pass
+    full = _run(_spec(model="llama-3.1-8b", method="full", micro_batch_size=1, seq_len=16,
+                      gradient_checkpointing=checkpointing))
+    lora = _run(_spec(model="llama-3.1-8b", method="lora", micro_batch_size=1, seq_len=16,
+                      gradient_checkpointing=checkpointing))
+    extra = 1 if checkpointing == "full" else 0
+    ratio = lora.components_seconds["memory_floor"] / full.components_seconds["memory_floor"]
+    assert ratio == pytest.approx((2 + extra) / (3 + extra), rel=1e-9)
+
+
+def test_fp32_runs_at_the_cuda_core_peak_not_tf32() -> None:
+    # PyTorch leaves TF32 matmuls off by default (allow_tf32 = False since 1.12): an fp32 job on an H100 gets the
+    # 67 TFLOP/s of the CUDA cores, not the 494 TFLOP/s of TF32 tensor cores (it was predicted 7x too fast)
+    fp32 = _run(_spec(model="llama-3.2-1b", method="full", precision="32-true", micro_batch_size=8, seq_len=2048))
+    bf16 = _run(_spec(model="llama-3.2-1b", method="full", precision="bf16-true", micro_batch_size=8, seq_len=2048))
+    assert fp32.components_seconds["compute"] > 5 * bf16.components_seconds["compute"]
