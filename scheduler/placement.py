@@ -309,7 +309,8 @@ def spec_predictor(spec: TrainingSpec, model: ResolvedModel) -> SpecPredictor:
 
 
 def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, deadline_seconds: float | None,
-                  predictor: SpecPredictor) -> list[tuple[PoolOption, Prediction | None]]:
+                  predictor: SpecPredictor, gpus_per_pod: int | None = None
+                  ) -> list[tuple[PoolOption, Prediction | None]]:
     """What every pool does with the job (its option, and the prediction behind a fit).
 
     Each pool tries its candidate GPU counts smallest first and takes the first whose memory upper bound fits
@@ -328,6 +329,11 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
         links[i] = facts.links
         if spec.gpu is not None and lookup_gpu(spec.gpu).name != pool.gpu:
             done[i] = PoolOption(pool, False, f"{PINNED_ELSEWHERE} {spec.gpu}; pool has {pool.gpu}", usable[i]), None
+            continue
+        if gpus_per_pod is not None and gpus_per_pod > pool.gpus_per_node:
+            # a pod's GPUs come from one node: such a pod would stay Pending on this pool for ever
+            done[i] = PoolOption(pool, False, f"each pod requests {gpus_per_pod} GPUs; nodes have "
+                                 f"{pool.gpus_per_node}", usable[i]), None
             continue
         counts[i] = candidate_gpu_counts(spec, pool, keep_growing=deadline_seconds is not None)
         if not counts[i]:
@@ -456,8 +462,10 @@ def place(
     model: ResolvedModel | None = None,
     base_dir: Path | None = None,
     suggest: bool = True,
+    gpus_per_pod: int | None = None,
 ) -> Decision:
-    """Place ``spec`` on the best pool for ``objective``, or explain why no pool fits."""
+    """Place ``spec`` on the best pool for ``objective``, or explain why no pool fits. ``gpus_per_pod``: the
+    most GPUs one pod of the job requests (a manifest's fixed pod shape); pools whose nodes have fewer are out."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}; got {objective!r}")
     pool_list = list(pools.pools if isinstance(pools, PoolsConfig) else pools)
@@ -474,7 +482,8 @@ def place(
         if not (math.isfinite(deadline) and deadline > 0):
             raise ValueError(f"the deadline must be a positive, finite number of seconds; got {deadline}")
     resolved = model or resolve_model_cached(spec, base_dir)
-    evaluated = _evaluate_all(spec, pool_list, headroom_fraction, deadline, spec_predictor(spec, resolved))
+    evaluated = _evaluate_all(spec, pool_list, headroom_fraction, deadline, spec_predictor(spec, resolved),
+                              gpus_per_pod)
     options = [opt for opt, _ in evaluated]
     preds = {opt.pool.name: pred for opt, pred in evaluated}
     no_runtime = spec.train_tokens is None and spec.steps is None

@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
     def decide(job: ParsedJob) -> Decision:
         try:
-            return place(job.spec, pools, objective, deadline, args.headroom, base_dir=job.base_dir)
+            return place(job.spec, pools, objective, deadline, args.headroom, base_dir=job.base_dir,
+                         gpus_per_pod=job.gpus_per_pod)
         except ValueError as exc:
             raise SpecError.one("--objective", str(exc), "add `deadline_seconds` to the spec or pass "
                                 "--deadline-hours") from None

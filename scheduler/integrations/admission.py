@@ -484,7 +484,8 @@ class _Review:
             self.warnings.append("vramfit: no deadline_seconds in the spec; placed by the cheapest objective")
             objective = "cheapest"
         return place(job.spec, pools, objective,
-                     headroom_fraction=DEFAULT_HEADROOM_FRACTION if headroom is None else headroom)
+                     headroom_fraction=DEFAULT_HEADROOM_FRACTION if headroom is None else headroom,
+                     gpus_per_pod=job.gpus_per_pod)
 
     def pool_labels(self, pool: NodePool) -> dict[str, str]:
         """Every node label that selects this pool: its nodeSelector and the Kueue flavor label."""

@@ -59,6 +59,14 @@ class ParsedJob:
         who = f"{self.namespace}/{self.name}" if self.namespace else self.name
         return f"{self.kind} {who}".strip()
 
+    @property
+    def gpus_per_pod(self) -> int | None:
+        """The most GPUs one pod of the job requests, when the pods' shape is fixed (a manifest, not
+        ``gpus: auto``, whose count vramfit writes): a pool whose nodes have fewer can never run that pod."""
+        if not isinstance(self.spec.gpus, int):
+            return None
+        return max((t.gpus_per_pod for t in self.pod_templates), default=0) or None
+
 
 class NoTrainingJob(SpecError):
     """A valid object that trains nothing (no GPU requested, not a workload): not an input error.

@@ -622,3 +622,24 @@ def test_gpus_auto_on_a_gpu_no_pool_offers_is_denied() -> None:
     denied = body(run(obj, webhook="validate"))
     assert denied["allowed"] is False and "(gpus: auto) on A10G, which no node pool offers" in denied["status"][
         "message"]
+
+
+def test_a_pod_is_not_placed_on_nodes_smaller_than_it() -> None:
+    """An 8-GPU pod on a pool of 4-GPU nodes would stay Pending for ever, however cheap the pool."""
+    pools = parse_pools({"pools": [
+        {"name": "quad", "gpu": "H100-80GB", "gpus_per_node": 4, "nodes": 4, "price_usd_per_gpu_hour": 0.2,
+         "node_selector": {"pool": "quad"}},
+        {"name": "octo", "gpu": "H100-80GB", "gpus_per_node": 8, "nodes": 2, "price_usd_per_gpu_hour": 2.0,
+         "node_selector": {"pool": "octo"}},
+    ]})
+    spec = "model: llama-3.1-8b\nmethod: full\nsharding: fsdp\ntrain_tokens: 100M\n"
+    eight = batch_job(gpus=8, spec=spec)
+    patched = apply(eight, patch_ops(review(admission_review(eight), None, pools, NOW)))
+    assert patched["metadata"]["annotations"]["vramfit.io/pool"] == "octo"
+    as_two_pods = batch_job(gpus=4, spec=spec)  # the same 8 GPUs as 2 pods x 4: 2 quad nodes are cheapest
+    as_two_pods["spec"]["parallelism"] = as_two_pods["spec"]["completions"] = 2
+    patched = apply(as_two_pods, patch_ops(review(admission_review(as_two_pods), None, pools, NOW)))
+    assert patched["metadata"]["annotations"]["vramfit.io/pool"] == "quad"
+    four = batch_job(gpus=4, spec=spec)  # a 4-GPU pod fits either: the cheaper pool
+    patched = apply(four, patch_ops(review(admission_review(four), None, pools, NOW)))
+    assert patched["metadata"]["annotations"]["vramfit.io/pool"] == "quad"

@@ -161,3 +161,17 @@ def test_a_job_that_fits_nowhere_on_a_huge_pool_names_its_largest_count() -> Non
     decision = place(spec, [_pool("huge", gpu="L40S", nodes=200_000)])
     assert decision.decision == "unschedulable"
     assert "on 1600000 GPUs" in decision.alternatives[0].reason
+
+
+def test_a_pod_larger_than_the_pools_nodes_is_not_placed_there() -> None:
+    # An 8-GPU pod (a manifest's fixed shape) on 4-GPU nodes would stay Pending for ever: the cheaper pool, which
+    # fits the job as 2 nodes x 4 GPUs, is out when the pods are 8-GPU pods, with the reason.
+    spec = _spec(model="llama-3.1-8b", method="full", sharding="fsdp", gpus=8, train_tokens=10**8)
+    small_nodes = _pool("quad", price=1.0, gpus_per_node=4, nodes=4)
+    big_nodes = _pool("octo", price=2.0, gpus_per_node=8, nodes=2)
+    assert place(spec, [small_nodes, big_nodes]).chosen.pool.name == "quad"  # any pod shape: 2 pods x 4
+    decision = place(spec, [small_nodes, big_nodes], gpus_per_pod=8)
+    assert decision.chosen is not None and decision.chosen.pool.name == "octo"
+    quad = next(o for o in decision.alternatives if o.pool.name == "quad")
+    assert not quad.fits and quad.reason == "each pod requests 8 GPUs; nodes have 4"
+    assert place(spec, [small_nodes], gpus_per_pod=8).decision == "unschedulable"
