@@ -24,12 +24,12 @@ from scheduler.spec.pods import (
     count,
     get,
     gpu_pin,
-    gpu_quantity,
     metadata,
     named_roles,
     read_container,
     read_env,
     read_pod_template,
+    read_resources,
 )
 from scheduler.spec.trainer_args import Setting
 
@@ -137,7 +137,7 @@ def parse(doc: dict[str, Any], ctx: Context) -> Workload:
     trainer = get(obj, spec, "trainer", ("spec",), dict, {})
     path: Path = ("spec", "trainer")
     nodes = count(obj, trainer, "numNodes", path, runtime_nodes or 1)
-    gpus = gpu_quantity(obj, trainer.get("resourcesPerNode"), (*path, "resourcesPerNode"))
+    gpus, unsized = read_resources(obj, trainer.get("resourcesPerNode"), (*path, "resourcesPerNode"))
     source = "trainer.resourcesPerNode nvidia.com/gpu"
     base_container = runtime_role.containers[0] if runtime_role and runtime_role.containers else None
     if not gpus and runtime_role is not None:
@@ -145,6 +145,7 @@ def parse(doc: dict[str, Any], ctx: Context) -> Workload:
     container = _trainer_container(obj, trainer, path, base_container)
     pin = _patch_pin(obj, spec) or (runtime_role.pin if runtime_role else None)
     role = Role("node", path, nodes, gpus, source if gpus else "", [container], pin)
+    role.unsized = list(unsized) if unsized else (list(runtime_role.unsized) if runtime_role and not gpus else [])
     w = Workload(obj, annotations, [role], files=ctx.files)
     model_uri = get(
         obj, get(obj, spec, "initializer", ("spec",), dict, {}), "model", ("spec", "initializer"), dict, {}

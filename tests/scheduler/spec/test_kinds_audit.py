@@ -223,3 +223,15 @@ def test_a_malformed_affinity_is_an_error_not_a_crash(affinity: Any, where: str)
     outcome = only(job({"containers": [gpus(1)], "affinity": affinity}))  # before: AttributeError
     assert isinstance(outcome, SpecError)
     assert f"`{where}` must be a mapping" in str(outcome)
+
+
+@pytest.mark.parametrize("device", ["amd.com/gpu", "nvidia.com/mig-1g.10gb"])
+def test_a_trainjob_on_other_devices_is_not_sized_as_whole_gpus(device: str) -> None:
+    # a TrainJob's resourcesPerNode escaped the device check: it read as a job with no nvidia.com/gpu
+    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+           "metadata": {"name": "tj", "annotations": {"vramfit.io/spec": "model: llama-3.1-8b\n"}},
+           "spec": {"runtimeRef": {"name": "torch-distributed"},
+                    "trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {device: 8}}}}}
+    result = only(doc)
+    assert isinstance(result, NoTrainingJob)
+    assert f'spec.trainer.resourcesPerNode.limits["{device}"] = 8' in result.reason
