@@ -214,6 +214,7 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "adapter": ("_adapter", _same),
     "finetuning_type": ("_finetuning_type", _same),
     "use_dora": ("_dora", to_bool),  # PEFT LoraConfig(use_dora=True), TRL --use_dora, LLaMA-Factory use_dora
+    "tf32": ("_tf32", to_bool),  # HF TrainingArguments --tf32: torch.backends.cuda.matmul.allow_tf32
     "load_in_4bit": ("_4bit", to_bool),
     "load_in_8bit": ("_8bit", to_bool),
     "quantization_bit": ("_quant_bits", _same),
@@ -740,6 +741,11 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     _resolve_method(raw, out, notes)
     _resolve_deepspeed(raw, out, notes, files or {})
     _resolve_fsdp(raw, out, notes, files or {})
+    tf32 = raw.get("_tf32")
+    if tf32 is not None and tf32.value is True:
+        # the runtime model takes fp32 matmuls at the CUDA cores' peak, PyTorch's default (allow_tf32 False)
+        notes.append(f"TF32 matmuls ({tf32.source}): a 32-true job's runtime is predicted without them (at the "
+                     "fp32 peak), an over-estimate of up to 8x on Ampere and later; bf16/fp16 jobs are unaffected")
     dora = raw.get("_dora")
     if dora is not None and dora.value is True and out.get("method") is not None and \
             out["method"].value in ("lora", "qlora"):

@@ -74,6 +74,12 @@ def test_dora_is_read_as_lora_with_a_note(dora: bool) -> None:
     assert ("DoRA (flag --use_dora) is read as LoRA" in _notes(job)) is dora
 
 
+def test_tf32_flag_is_noted_as_a_runtime_over_estimate() -> None:
+    job = one_job(pod([*HF, "--tf32", "true"]))
+    assert "TF32 matmuls (flag --tf32)" in _notes(job)
+    assert "TF32" not in _notes(one_job(pod([*HF, "--tf32", "false"])))
+
+
 # --- optimizers ------------------------------------------------------------------------------------
 
 
