@@ -1069,13 +1069,25 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
     1024)" in older releases). TRL's 4-bit loading (``--load_in_4bit``, ModelConfig -> trl get_quantization_config)
     passes ``bnb_4bit_use_double_quant=use_bnb_nested_quant``, default false, and ``bnb_4bit_quant_type`` nf4
     (trl/trainer/model_config.py): nf4 without double quantization, not the spec's nf4-dq default."""
-    trl = trainer == "TRL" or "_peft" in flags or "_double" in flags
-    if not trl or not all_read:
+    if trainer != "TRL" or not all_read:  # the trl CLI: a script that merely takes --use_peft may default otherwise
         return
     names = [PurePosixPath(t).name for t in tokens[:3]]
-    if "trl" in names and "sft" in tokens[:4] and "seq_len" not in raw and "model" in raw:
-        raw["seq_len"] = Setting(1024, "TRL SFTConfig max_length default 1024", where)
-        notes.append("trl sft sets no --max_length: TRL's SFTConfig default 1024 tokens")
+    if "trl" in names and "sft" in tokens[:4] and "model" in raw:
+        # SFTConfig's own defaults (its docstring: max_length 1024; "gradient_checkpointing: Defaults to True";
+        # "bf16: Defaults to True if fp16 is not set") and TrainingArguments' per_device_train_batch_size 8
+        applied: list[str] = []
+        for key, value, what in (("seq_len", 1024, "max_length 1024"),
+                                 ("micro_batch_size", 8, "per_device_train_batch_size 8"),
+                                 ("gradient_checkpointing", True, "gradient_checkpointing on")):
+            if key not in raw:
+                raw[key] = Setting(value, f"TRL SFTConfig default {what}", where)
+                applied.append(what)
+        if not any(k in raw for k in ("_bf16", "_fp16", "_dtype", "_pure_bf16", "_mixed")):
+            raw["_bf16"] = Setting(True, "TRL SFTConfig default bf16 (fp16 not set)", where)
+            applied.append("bf16")
+        if applied:
+            notes.append(f"trl sft defaults where its command sets none: {', '.join(applied)} (a field the "
+                         "vramfit.io/spec annotation sets still wins)")
     four = raw.get("_4bit")
     if four is not None and four.value is True and "_double" not in raw and "_quant_bits" not in raw:
         raw["_double"] = Setting(False, "TRL ModelConfig use_bnb_nested_quant default false", where)

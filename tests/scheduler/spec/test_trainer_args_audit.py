@@ -283,7 +283,7 @@ TRL_SFT = ["trl", "sft", "--model_name_or_path", M]
 @pytest.mark.parametrize(
     ("argv", "seq_len", "source"),
     [
-        (TRL_SFT, 1024, "TRL SFTConfig max_length default 1024"),
+        (TRL_SFT, 1024, "TRL SFTConfig default max_length 1024"),
         ([*TRL_SFT, "--max_length", "4096"], 4096, "flag --max_length"),
     ],
     ids=["default", "given"],
@@ -291,6 +291,25 @@ TRL_SFT = ["trl", "sft", "--model_name_or_path", M]
 def test_trl_sft_length_defaults_to_sftconfigs(argv: list[str], seq_len: int, source: str) -> None:
     job = one_job(pod(argv))
     assert (job.spec.seq_len, job.provenance["seq_len"]) == (seq_len, source)
+
+
+def test_trl_sft_takes_its_config_defaults_where_the_command_sets_none() -> None:
+    # SFTConfig: gradient checkpointing on, bf16 unless fp16; TrainingArguments: 8 sequences per device
+    job = one_job(pod(TRL_SFT))
+    assert (job.spec.micro_batch_size, job.spec.gradient_checkpointing, job.spec.precision) == (8, "full",
+                                                                                               "bf16-mixed")
+    assert job.provenance["micro_batch_size"] == "TRL SFTConfig default per_device_train_batch_size 8"
+    given = one_job(pod([*TRL_SFT, "--per_device_train_batch_size", "2", "--gradient_checkpointing", "false",
+                         "--fp16"]))
+    assert (given.spec.micro_batch_size, given.spec.gradient_checkpointing, given.spec.precision) == (2, "none",
+                                                                                                     "16-mixed")
+    assert "trl sft defaults" in _notes(job) and "bf16" in _notes(job)
+
+
+def test_a_script_taking_use_peft_is_not_given_trls_defaults() -> None:
+    job = one_job(pod([*HF, "--use_peft", "--load_in_4bit"]))
+    assert job.spec.quantization != "nf4" or "TRL" not in job.provenance.get("quantization", "")
+    assert not any("TRL" in v for v in job.provenance.values())
 
 
 def test_a_script_that_is_not_trl_sft_keeps_the_spec_default_length() -> None:
