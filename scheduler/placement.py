@@ -18,7 +18,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -234,6 +234,73 @@ def _multiples(first: int, last: int) -> list[int]:
     return out
 
 
+PodShapes = tuple[tuple[int, int], ...]  # (GPUs per pod, pods) of each GPU role of a manifest
+
+
+def nodes_for_pods(pod_shapes: PodShapes, gpus_per_node: int) -> int | None:
+    """The nodes of ``gpus_per_node`` GPUs that hold the pods (a pod's GPUs come from one node), packed largest
+    first into the free room of the nodes already used (first-fit decreasing, by groups of equal room); None when
+    a pod is larger than a node."""
+    if any(size > gpus_per_node for size, count in pod_shapes if count):
+        return None
+    room: dict[int, int] = {}  # free GPUs -> nodes with that much free
+    nodes = 0
+    for size, count in sorted(pod_shapes, reverse=True):
+        left = count
+        for free in sorted(room, reverse=True):
+            if left <= 0 or free < size:
+                continue
+            per_node = free // size
+            fill = min(room[free], -(-left // per_node))
+            placed = min(left, fill * per_node)
+            room[free] -= fill
+            # the last node filled may take fewer pods than it could; all others take per_node
+            full_rest = free - per_node * size
+            last_rest = free - (placed - (fill - 1) * per_node) * size
+            if fill > 1:
+                room[full_rest] = room.get(full_rest, 0) + fill - 1
+            room[last_rest] = room.get(last_rest, 0) + 1
+            left -= placed
+        if left > 0:
+            per_node = gpus_per_node // size
+            new = -(-left // per_node)
+            nodes += new
+            full_rest = gpus_per_node - per_node * size
+            last_rest = gpus_per_node - (left - (new - 1) * per_node) * size
+            if new > 1:
+                room[full_rest] = room.get(full_rest, 0) + new - 1
+            room[last_rest] = room.get(last_rest, 0) + 1
+        room = {free: n for free, n in room.items() if n > 0 and free > 0}
+    return nodes
+
+
+def _pods_unpackable(pod_shapes: PodShapes, pool: NodePool) -> str:
+    """Why the pool's nodes cannot hold the manifest's pods, or ''."""
+    biggest = max(size for size, _ in pod_shapes)
+    needed = nodes_for_pods(pod_shapes, pool.gpus_per_node)
+    if needed is None:
+        return f"each pod requests up to {biggest} GPUs; nodes have {pool.gpus_per_node}"
+    if needed > pool.nodes:
+        pods = sum(count for _, count in pod_shapes)
+        sizes = "/".join(str(size) for size, _ in sorted(set(pod_shapes), reverse=True))
+        return (f"its {pods} pods ({sizes} GPUs each) need {needed} nodes of {pool.gpus_per_node} GPUs; pool has "
+                f"{pool.nodes}")
+    return ""
+
+
+def pod_shape(gpus: int, gpus_per_node: int, model_parallel: int = 1) -> tuple[int, int]:
+    """(pods, GPUs per pod) that run ``gpus`` GPUs on nodes of ``gpus_per_node``, one pod per node: the counts of
+    :func:`auto_gpu_counts` give each node the largest multiple of the model-parallel size it holds (tensor 2 x
+    pipeline 3 on 8-GPU nodes: 18 GPUs are 3 pods of 6, not 24 GPUs in 3 pods of 8)."""
+    if gpus <= gpus_per_node:
+        return 1, gpus
+    m = model_parallel
+    share = gpus_per_node - gpus_per_node % m if m <= gpus_per_node else gpus_per_node
+    if share and gpus % share == 0:
+        return gpus // share, share
+    return -(-gpus // gpus_per_node), gpus_per_node
+
+
 @dataclass(frozen=True)
 class _PoolFacts:
     """What placement asks of a pool in every decision, worked out once per pool object."""
@@ -309,7 +376,7 @@ def spec_predictor(spec: TrainingSpec, model: ResolvedModel) -> SpecPredictor:
 
 
 def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, deadline_seconds: float | None,
-                  predictor: SpecPredictor, gpus_per_pod: int | None = None
+                  predictor: SpecPredictor, pod_shapes: PodShapes | None = None
                   ) -> list[tuple[PoolOption, Prediction | None]]:
     """What every pool does with the job (its option, and the prediction behind a fit).
 
@@ -330,10 +397,9 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
         if spec.gpu is not None and lookup_gpu(spec.gpu).name != pool.gpu:
             done[i] = PoolOption(pool, False, f"{PINNED_ELSEWHERE} {spec.gpu}; pool has {pool.gpu}", usable[i]), None
             continue
-        if gpus_per_pod is not None and gpus_per_pod > pool.gpus_per_node:
-            # a pod's GPUs come from one node: such a pod would stay Pending on this pool for ever
-            done[i] = PoolOption(pool, False, f"each pod requests {gpus_per_pod} GPUs; nodes have "
-                                 f"{pool.gpus_per_node}", usable[i]), None
+        unpackable = _pods_unpackable(pod_shapes, pool) if pod_shapes else ""
+        if unpackable:  # a pod's GPUs come from one node: a pod no node can take stays Pending for ever
+            done[i] = PoolOption(pool, False, unpackable, usable[i]), None
             continue
         counts[i] = candidate_gpu_counts(spec, pool, keep_growing=deadline_seconds is not None)
         if not counts[i]:
@@ -376,7 +442,8 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
         fitting = [i for i in pending if position[i] < len(counts[i])]
         preds = predictor.predict_many([(pools[i].gpu, counts[i][position[i]], links[i]) for i in fitting])
         for i, pred in zip(fitting, preds, strict=True):
-            option = _fit_option(pools[i], counts[i][position[i]], pred, usable[i], deadline_seconds)
+            option = _fit_option(pools[i], counts[i][position[i]], pred, usable[i], deadline_seconds,
+                                 _model_parallel(spec))
             if option.meets_deadline is False:
                 # fits but too slow at this count: try more GPUs
                 slow[i] = (slow[i][0] if i in slow else option, option)
@@ -391,7 +458,8 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
     return [done[i] for i in range(len(pools))]
 
 
-def _fit_option(pool: NodePool, n: int, pred: Prediction, usable: int, deadline_seconds: float | None) -> PoolOption:
+def _fit_option(pool: NodePool, n: int, pred: Prediction, usable: int, deadline_seconds: float | None,
+                model_parallel: int = 1) -> PoolOption:
     """The option of a GPU count whose memory fits: runtime, cost, room, and whether it meets the deadline."""
     runtime = pred.runtime_seconds
     cost = job_cost_usd(n, runtime, pool.price_usd_per_gpu_hour) if runtime is not None else None
@@ -400,7 +468,8 @@ def _fit_option(pool: NodePool, n: int, pred: Prediction, usable: int, deadline_
     worst = pred.runtime_upper_seconds if pred.runtime_upper_seconds is not None else runtime
     meets = None if deadline_seconds is None or worst is None else worst <= deadline_seconds
     return PoolOption(
-        pool, True, "fits", usable, gpus=n, nodes=pool.nodes_for(n), peak_vram_bytes=pred.vram.peak_vram_bytes,
+        pool, True, "fits", usable, gpus=n, nodes=pod_shape(n, pool.gpus_per_node, model_parallel)[0],
+        peak_vram_bytes=pred.vram.peak_vram_bytes,
         peak_vram_upper_bytes=pred.peak_vram_upper_bytes, runtime_seconds=runtime,
         runtime_upper_seconds=pred.runtime_upper_seconds,
         throughput_tokens_per_second=pred.throughput_tokens_per_second, cost_usd=cost,
@@ -462,10 +531,10 @@ def place(
     model: ResolvedModel | None = None,
     base_dir: Path | None = None,
     suggest: bool = True,
-    gpus_per_pod: int | None = None,
+    pod_shapes: PodShapes | None = None,
 ) -> Decision:
-    """Place ``spec`` on the best pool for ``objective``, or explain why no pool fits. ``gpus_per_pod``: the
-    most GPUs one pod of the job requests (a manifest's fixed pod shape); pools whose nodes have fewer are out."""
+    """Place ``spec`` on the best pool for ``objective``, or explain why no pool fits. ``pod_shapes``: (GPUs per
+    pod, pods) of a manifest's fixed pods; a pool whose nodes cannot hold them all is out."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}; got {objective!r}")
     pool_list = list(pools.pools if isinstance(pools, PoolsConfig) else pools)
@@ -483,7 +552,10 @@ def place(
             raise ValueError(f"the deadline must be a positive, finite number of seconds; got {deadline}")
     resolved = model or resolve_model_cached(spec, base_dir)
     evaluated = _evaluate_all(spec, pool_list, headroom_fraction, deadline, spec_predictor(spec, resolved),
-                              gpus_per_pod)
+                              pod_shapes)
+    if pod_shapes:  # the manifest's pods, packed: the nodes they take (a fitting option's count is the job's)
+        evaluated = [(replace(opt, nodes=nodes_for_pods(pod_shapes, opt.pool.gpus_per_node)) if opt.fits else opt,
+                      pred) for opt, pred in evaluated]
     options = [opt for opt, _ in evaluated]
     preds = {opt.pool.name: pred for opt, pred in evaluated}
     no_runtime = spec.train_tokens is None and spec.steps is None
@@ -505,7 +577,8 @@ def place(
 
     if not ranked:
         reasons = [f"{o.pool.name}: {o.reason}" for o in options]
-        suggestions = _suggest(spec, pool_list, objective, deadline, headroom_fraction, resolved) if suggest else ()
+        suggestions = (_suggest(spec, pool_list, objective, deadline, headroom_fraction, resolved, pod_shapes)
+                       if suggest else ())
         return Decision("unschedulable", objective, None, tuple(options), suggestions, tuple(reasons),
                         tuple(warnings), headroom_fraction)
 
@@ -583,14 +656,17 @@ def _variants(spec: TrainingSpec) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _suggest(spec: TrainingSpec, pools: list[NodePool], objective: str, deadline: float | None,
-             headroom: float, model: ResolvedModel) -> tuple[Suggestion, ...]:
-    """Re-place the spec under each single change (then cumulative ones if none works alone)."""
+             headroom: float, model: ResolvedModel, pod_shapes: PodShapes | None = None) -> tuple[Suggestion, ...]:
+    """Re-place the spec under each single change (then cumulative ones if none works alone). A change that keeps
+    the GPU count keeps the manifest's pods (``pod_shapes``); one that changes it reshapes them."""
     variants = _variants(spec)
     found: list[Suggestion] = []
 
     def attempt(label: str, update: dict[str, Any]) -> None:
         variant = spec.model_copy(update=update)
-        decision = place(variant, pools, objective, deadline, headroom, model=model, suggest=False)
+        shapes = pod_shapes if variant.gpus == spec.gpus else None
+        decision = place(variant, pools, objective, deadline, headroom, model=model, suggest=False,
+                         pod_shapes=shapes)
         c = decision.chosen
         if c is None or c.peak_vram_bytes is None or c.peak_vram_upper_bytes is None or c.gpus is None:
             return

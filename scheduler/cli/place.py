@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     def decide(job: ParsedJob) -> Decision:
         try:
             return place(job.spec, pools, objective, deadline, args.headroom, base_dir=job.base_dir,
-                         gpus_per_pod=job.gpus_per_pod)
+                         pod_shapes=job.pod_shapes)
         except ValueError as exc:
             raise SpecError.one("--objective", str(exc), "add `deadline_seconds` to the spec or pass "
                                 "--deadline-hours") from None

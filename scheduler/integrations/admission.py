@@ -52,7 +52,7 @@ from predictors.errors import SpecError
 from predictors.hardware import lookup_gpu
 from predictors.spec import spec_to_dict
 from predictors.units import format_bytes
-from scheduler.placement import DEFAULT_HEADROOM_FRACTION, Decision, place
+from scheduler.placement import DEFAULT_HEADROOM_FRACTION, Decision, place, pod_shape
 from scheduler.pools import NodePool, PoolsConfig, default_pools
 from scheduler.spec import NoTrainingJob, ParsedJob
 from scheduler.spec.merge import ANNOTATION, NO_GPU_REQUEST, Context
@@ -377,7 +377,8 @@ class _Review:
             for t in templates:
                 self.patch_template(patch, t, decision, decision_id, pinned, kueue)
         if auto:
-            _gpu_counts(patch, job.kind, templates, decision, self.warnings)
+            _gpu_counts(patch, job.kind, templates, decision, self.warnings,
+                        job.spec.tensor_parallel * job.spec.pipeline_parallel * job.spec.context_parallel)
         return Admission(_allow(self.uid, patch, self.warnings, self.audit), record,
                          outcome="patched" if patch.ops else "allowed")
 
@@ -485,7 +486,7 @@ class _Review:
             objective = "cheapest"
         return place(job.spec, pools, objective,
                      headroom_fraction=DEFAULT_HEADROOM_FRACTION if headroom is None else headroom,
-                     gpus_per_pod=job.gpus_per_pod)
+                     pod_shapes=job.pod_shapes)
 
     def pool_labels(self, pool: NodePool) -> dict[str, str]:
         """Every node label that selects this pool: its nodeSelector and the Kueue flavor label."""
@@ -777,11 +778,12 @@ def _ptr(path: Sequence[str | int]) -> str:
 
 
 def _gpu_counts(patch: Patch, kind: str, templates: Sequence[_Template], decision: Decision,
-                warnings: list[str]) -> None:
+                warnings: list[str], model_parallel: int = 1) -> None:
     """Set the GPU count of a ``gpus: auto`` job so that its total is the decision's.
 
-    Rule: GPUs per pod = min(total, the pool's GPUs per node); pods = total / GPUs per pod (placement
-    picks 1, 2, 4, 8 or whole nodes, so this divides). Each GPU pod template's GPU container (the one
+    Rule: one pod per node, :func:`scheduler.placement.pod_shape`: the total when it fits a node, else each node's
+    largest multiple of the model-parallel size (a whole node without model parallelism); placement's counts
+    divide by it. Each GPU pod template's GPU container (the one
     that requests ``nvidia.com/gpu``, else the first) gets the per-pod count in ``limits`` (and in
     ``requests`` when it has one there). The pod count goes to: Job ``parallelism`` (and
     ``completions`` when set or > 1), JobSet replicated Job ``replicas``, PyTorchJob ``Worker``
@@ -791,8 +793,7 @@ def _gpu_counts(patch: Patch, kind: str, templates: Sequence[_Template], decisio
     """
     c = decision.chosen
     assert c is not None and c.gpus is not None
-    per_pod = min(c.gpus, c.pool.gpus_per_node)
-    pods = -(-c.gpus // per_pod)
+    pods, per_pod = pod_shape(c.gpus, c.pool.gpus_per_node, model_parallel)
     if not templates:
         return
     if kind == "TrainJob":

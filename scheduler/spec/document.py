@@ -60,12 +60,13 @@ class ParsedJob:
         return f"{self.kind} {who}".strip()
 
     @property
-    def gpus_per_pod(self) -> int | None:
-        """The most GPUs one pod of the job requests, when the pods' shape is fixed (a manifest, not
-        ``gpus: auto``, whose count vramfit writes): a pool whose nodes have fewer can never run that pod."""
+    def pod_shapes(self) -> tuple[tuple[int, int], ...] | None:
+        """(GPUs per pod, pods) of each GPU pod template, when the pods' shape is fixed (a manifest, not
+        ``gpus: auto``, whose count vramfit writes): placement then needs nodes that hold those pods."""
         if not isinstance(self.spec.gpus, int):
             return None
-        return max((t.gpus_per_pod for t in self.pod_templates), default=0) or None
+        shapes = tuple((t.gpus_per_pod, t.replicas) for t in self.pod_templates if t.gpus_per_pod > 0 and t.replicas)
+        return shapes or None
 
 
 class NoTrainingJob(SpecError):

@@ -643,3 +643,25 @@ def test_a_pod_is_not_placed_on_nodes_smaller_than_it() -> None:
     four = batch_job(gpus=4, spec=spec)  # a 4-GPU pod fits either: the cheaper pool
     patched = apply(four, patch_ops(review(admission_review(four), None, pools, NOW)))
     assert patched["metadata"]["annotations"]["vramfit.io/pool"] == "quad"
+
+
+@pytest.mark.parametrize("kind", ["Job", "TrainJob"])
+def test_gpus_auto_with_model_parallelism_writes_the_decisions_count(kind: str) -> None:
+    """tensor 2 x pipeline 3 on 8-GPU nodes: placement takes 18 GPUs (3 nodes x 6, whole model-parallel groups per
+    node); the webhook wrote 3 pods x 8 = 24 (not a multiple of 6) before."""
+    pools = parse_pools({"pools": [{"name": "h100", "gpu": "H100-80GB", "gpus_per_node": 8, "nodes": 4,
+                                    "price_usd_per_gpu_hour": 3.0, "node_selector": {"pool": "h100"}}]})
+    spec = ("model: qwen2.5-32b\nmethod: full\ngpus: auto\ntensor_parallel: 2\npipeline_parallel: 3\n"
+            "sharding: zero1\ngradient_checkpointing: full\n")
+    obj = batch_job(gpus=None, spec=spec) if kind == "Job" else trainjob(gpus=None, spec=spec)
+    response = review(admission_review(obj), None, pools, NOW)
+    patched = apply(obj, patch_ops(response))
+    assert body(response)["auditAnnotations"]["pool"] == "h100"
+    if kind == "Job":
+        pods = patched["spec"]["parallelism"]
+        per_pod = int(patched["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+    else:
+        pods = patched["spec"]["trainer"]["numNodes"]
+        per_pod = int(patched["spec"]["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/gpu"])
+    assert (pods, per_pod) == (3, 6)
+    assert per_pod % 6 == 0 and pods * per_pod == 18

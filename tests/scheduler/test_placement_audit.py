@@ -170,8 +170,31 @@ def test_a_pod_larger_than_the_pools_nodes_is_not_placed_there() -> None:
     small_nodes = _pool("quad", price=1.0, gpus_per_node=4, nodes=4)
     big_nodes = _pool("octo", price=2.0, gpus_per_node=8, nodes=2)
     assert place(spec, [small_nodes, big_nodes]).chosen.pool.name == "quad"  # any pod shape: 2 pods x 4
-    decision = place(spec, [small_nodes, big_nodes], gpus_per_pod=8)
+    decision = place(spec, [small_nodes, big_nodes], pod_shapes=((8, 1),))
     assert decision.chosen is not None and decision.chosen.pool.name == "octo"
     quad = next(o for o in decision.alternatives if o.pool.name == "quad")
-    assert not quad.fits and quad.reason == "each pod requests 8 GPUs; nodes have 4"
-    assert place(spec, [small_nodes], gpus_per_pod=8).decision == "unschedulable"
+    assert not quad.fits and quad.reason == "each pod requests up to 8 GPUs; nodes have 4"
+    assert place(spec, [small_nodes], pod_shapes=((8, 1),)).decision == "unschedulable"
+    assert place(spec, [small_nodes], pod_shapes=((4, 2),)).chosen.nodes == 2
+
+
+def test_pods_that_fit_a_node_but_do_not_pack_into_the_pool_are_refused() -> None:
+    # 4 pods of 3 GPUs on 4-GPU nodes: one pod per node, so 4 nodes; a pool of 3 such nodes leaves one Pending
+    spec = _spec(model="llama-3.2-1b", gpus=12)
+    three = _pool("l40s-3", gpu="L40S", gpus_per_node=4, nodes=3)
+    decision = place(spec, [three], pod_shapes=((3, 4),))
+    assert decision.decision == "unschedulable"
+    assert decision.alternatives[0].reason == "its 4 pods (3 GPUs each) need 4 nodes of 4 GPUs; pool has 3"
+    four = _pool("l40s-4", gpu="L40S", gpus_per_node=4, nodes=4)
+    assert place(spec, [four], pod_shapes=((3, 4),)).chosen.nodes == 4  # not 12 / 4 = 3
+
+
+def test_suggestions_keep_the_manifests_pods_unless_they_change_the_gpu_count() -> None:
+    # a 6-GPU pod that fits no pool: every "what would fit" that keeps 6 GPUs must name the 8-GPU-node pool
+    spec = _spec(model="llama-3.1-8b", gpus=6, gradient_checkpointing="none", micro_batch_size=16, seq_len=8192)
+    quad = _pool("quad", price=1.0, gpus_per_node=4, nodes=8)
+    octo = _pool("octo", price=2.0, gpus_per_node=8, nodes=4)
+    kept = [s for s in place(spec, [quad, octo], pod_shapes=((6, 1),)).suggestions if "gpus" not in s.spec_update]
+    assert kept and all(s.gpus == 6 and s.pool == "octo" for s in kept)
+    # without the pod shape (a TrainingSpec), the cheaper pool's two nodes are suggested
+    assert {s.pool for s in place(spec, [quad, octo]).suggestions if "gpus" not in s.spec_update} == {"quad"}
