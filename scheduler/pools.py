@@ -92,6 +92,27 @@ class NodePool(BaseModel):
     interconnect: InterconnectOverride | None = Field(None, description="Link bandwidth overrides")
     max_gpus_per_job: int | None = Field(None, gt=0, description="Largest job this pool accepts, in GPUs")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _interconnect_word(cls, data: Any) -> Any:
+        """``interconnect: nvlink`` / ``pcie``, shorthand for the GPU's own NVLink (the default) or its PCIe link
+        inside a node; a mapping gives bandwidths."""
+        if not (isinstance(data, dict) and isinstance(data.get("interconnect"), str)):
+            return data
+        word = data["interconnect"].strip().lower()
+        if word not in ("nvlink", "pcie"):
+            raise ValueError(f"`interconnect` must be nvlink, pcie or a mapping of intra_node_bytes_per_second / "
+                             f"inter_node_bytes_per_second; got {data['interconnect']!r}")
+        try:
+            spec = lookup_gpu(str(data.get("gpu")))
+        except SpecError:
+            return {**data, "interconnect": None}  # the gpu field's own error says what is wrong
+        if word == "pcie":
+            return {**data, "interconnect": {"intra_node_bytes_per_second": spec.pcie_bytes_per_second}}
+        if spec.nvlink_bytes_per_second is None:
+            raise ValueError(f"`interconnect: nvlink`, but {spec.name} has no NVLink (PCIe only); write pcie")
+        return {**data, "interconnect": None}
+
     @field_validator("gpus_per_node", "nodes", "price_usd_per_gpu_hour", "free_gpus", "max_gpus_per_job",
                      mode="before")
     @classmethod

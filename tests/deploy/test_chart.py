@@ -106,6 +106,29 @@ def test_every_rendered_manifest_validates(chart: Any, values: dict[str, Any]) -
     assert cross_reference_problems(docs, NAMESPACE, existing) == []
 
 
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_the_rendered_pools_load_with_vramfits_own_loader(chart: Any, values: dict[str, Any]) -> None:
+    """The pools.yaml the webhook reads (`vramfit serve --pools`) must load, or the webhook cannot start; the
+    chart's default used to write `interconnect: pcie`, which the loader refused."""
+    from scheduler.pools import parse_pools
+
+    [configmap] = [d for d in render(chart, values) if d["kind"] == "ConfigMap" and "pools.yaml" in d["data"]]
+    assert parse_pools(yaml.safe_load(configmap["data"]["pools.yaml"])).pools
+
+
+def test_interconnect_words_and_bandwidths_pass_the_schema_and_the_loader(chart: Any) -> None:
+    from scheduler.pools import parse_pools
+
+    pool = {"name": "a", "gpu": "L40S", "gpus_per_node": 4, "nodes": 1, "price_usd_per_gpu_hour": 1,
+            "node_selector": {"a": "b"}}
+    for link in ("pcie", {"inter_node_bytes_per_second": 12.5e9}):
+        [configmap] = [d for d in render(chart, {"pools": [{**pool, "interconnect": link}]})
+                       if d["kind"] == "ConfigMap" and "pools.yaml" in d["data"]]
+        assert parse_pools(yaml.safe_load(configmap["data"]["pools.yaml"])).pools[0].interconnect is not None
+    with pytest.raises(helm.HelmValuesError):
+        chart.render({"pools": [{**pool, "interconnect": "infiniband"}]}, name="vramfit", namespace=NAMESPACE)
+
+
 def test_another_release_name_and_namespace(chart: Any) -> None:
     docs = render(chart, {}, name="gpu-sched", namespace="platform")
     assert_valid(docs)

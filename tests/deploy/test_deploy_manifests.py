@@ -128,15 +128,27 @@ def test_webhooks_opt_in_gpu_objects_only() -> None:
         assert len(gpu_conditions) == 2 and all("nvidia.com/gpu" in c["expression"] for c in gpu_conditions)
 
 
+def test_the_webhook_can_read_its_pools_and_they_are_the_embedded_ones() -> None:
+    """What `vramfit serve --pools` reads from the ConfigMap loads with vramfit's own loader (it did not:
+    `interconnect: pcie` was refused, so the webhook could not start), and is the embedded default, so that
+    `vramfit place` without --pools and the webhook agree."""
+    from scheduler.pools import default_pools, parse_pools
+
+    [configmap] = load_documents((DEPLOY / "20-pools-configmap.yaml").read_text())
+    config = parse_pools(yaml.safe_load(configmap["data"]["pools.yaml"]))
+    assert config.headroom_fraction == 0.05
+    assert [p.model_dump() for p in config.pools] == [p.model_dump() for p in default_pools().pools]
+
+
 def test_pools_config_is_strict_yaml_with_four_priced_pools() -> None:
     [configmap] = load_documents((DEPLOY / "20-pools-configmap.yaml").read_text())
     config = yaml.safe_load(configmap["data"]["pools.yaml"])
     assert set(config) == {"headroom_fraction", "pools"}
     assert config["headroom_fraction"] == 0.05
     prices = {p["gpu"]: p["price_usd_per_gpu_hour"] for p in config["pools"]}
-    assert prices == {"L40S": 1.55, "A100-80GB": 1.79, "H100-80GB": 2.99, "B200": 5.99}
+    assert prices == {"L40S": 1.45, "A100-80GB": 1.83, "H100-80GB": 2.99, "B200": 4.99}
     allowed = {
-        "name", "gpu", "gpus_per_node", "nodes", "price_usd_per_gpu_hour", "free_gpus",
+        "name", "gpu", "gpus_per_node", "nodes", "price_usd_per_gpu_hour", "price_source", "free_gpus",
         "node_selector", "tolerations", "interconnect", "max_gpus_per_job",
     }
     for pool in config["pools"]:
