@@ -368,13 +368,23 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
         # masters) or FSDP (accelerate upcasts trainable parameters to fp32 under mixed precision).
         implied["_dtype"] = Setting("bfloat16", f"{label} key bf16 (axolotl loads the model in bf16)", where)
         notes.append(f"{label} sets bf16: axolotl loads the model in bf16 (bf16-true, no fp32 master weights)")
+    ftype = str(keys.get("finetuning_type") or "lora").strip().lower()
+    half = next((d for k, d in (("bf16", "bfloat16"), ("fp16", "float16")) if to_bool(keys.get(k)) is True), None)
+    if flavour == "LLaMA-Factory config" and half and ftype == "lora" and keys.get("deepspeed") in (None, ""):
+        # LLaMA-Factory loads the model in its compute dtype (model/patcher.py patch_config: init_kwargs
+        # ["torch_dtype"] = compute_dtype, except under ZeRO-3) and upcasts only the trainable parameters, the
+        # adapters, to fp32 (model/adapter.py init_adapter, cast_trainable_params_to_fp32): a 16-bit base, no
+        # autocast copies (*-true). Full and freeze tuning upcast what they train, so they stay *-mixed.
+        implied["_dtype"] = Setting(half, f"{label} key {'bf16' if half == 'bfloat16' else 'fp16'} (LLaMA-Factory "
+                                          "loads the base in the compute dtype)", where)
+        notes.append(f"{label}: LLaMA-Factory loads the base model in {half} for LoRA (adapters in fp32)")
     if flavour == "axolotl config" and keys.get("adapter") in (None, ""):
         lora = sorted(k for k, v in keys.items() if k.startswith("lora_") and v not in (None, ""))
         notes.append(f"{label} sets no adapter: full fine-tuning" + (f" ({', '.join(lora)} unused)" if lora else ""))
         return {**implied, "_adapter": Setting("full", f"{label} (no adapter key)", where)}, notes
     if flavour == "LLaMA-Factory config" and "finetuning_type" not in keys:
-        return ({"_finetuning_type": Setting("lora", f"{label} (finetuning_type default lora)", where)},
-                [f"{label} sets no finetuning_type: LLaMA-Factory's default lora"])
+        implied["_finetuning_type"] = Setting("lora", f"{label} (finetuning_type default lora)", where)
+        notes.append(f"{label} sets no finetuning_type: LLaMA-Factory's default lora")
     return implied, notes
 
 

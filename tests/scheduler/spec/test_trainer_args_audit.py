@@ -411,3 +411,19 @@ def test_pet_nproc_per_node_feeds_the_process_count_note(
 ) -> None:
     job = one_job(pod([*launcher, "train.py", "--model_name_or_path", M], env, gpus=8))
     assert ("env PET_NPROC_PER_NODE" in _notes(job) and "per pod stay idle" in _notes(job)) == noted
+
+
+@pytest.mark.parametrize(
+    ("extra", "precision"),
+    [
+        ("finetuning_type: lora\nbf16: true\n", "bf16-true"),  # base loaded in bf16, adapters upcast to fp32
+        ("bf16: true\n", "bf16-true"),  # lora is LLaMA-Factory's default
+        ("finetuning_type: full\nbf16: true\n", "bf16-mixed"),  # what it trains is upcast: fp32 masters
+        ("finetuning_type: lora\nbf16: true\ndeepspeed: ds_z3.json\n", "bf16-mixed"),
+    ],
+    ids=["lora", "default-lora", "full", "deepspeed"],
+)
+def test_llamafactory_lora_loads_the_base_in_its_compute_dtype(extra: str, precision: str) -> None:
+    script = (f"cat > /tmp/x.yaml <<EOF\nmodel_name_or_path: {M}\nstage: sft\ncutoff_len: 1024\n{extra}EOF\n"
+              "llamafactory-cli train /tmp/x.yaml")
+    assert one_job(pod(["bash", "-c", script])).spec.precision == precision
