@@ -41,6 +41,11 @@ class GpuSpec(BaseModel):
     sources: tuple[str, ...] = Field(..., min_length=1, description="Where the numbers come from")
     notes: str = ""
 
+    def runs(self, precision: str) -> bool:
+        """Whether the GPU can run a TrainingSpec precision: bf16 needs bf16 support (Ampere and later; Volta and
+        Turing have none, ``bf16_dense_flops`` null in the catalog)."""
+        return not precision.startswith("bf16") or self.bf16_dense_flops is not None
+
     def dense_flops(self, precision: str) -> float:
         """Peak dense tensor FLOP/s for a TrainingSpec precision."""
         if precision.startswith("bf16"):

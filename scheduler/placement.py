@@ -397,6 +397,11 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
         if spec.gpu is not None and lookup_gpu(spec.gpu).name != pool.gpu:
             done[i] = PoolOption(pool, False, f"{PINNED_ELSEWHERE} {spec.gpu}; pool has {pool.gpu}", usable[i]), None
             continue
+        if not pool.gpu_spec.runs(spec.precision):
+            done[i] = PoolOption(pool, False, f"{pool.gpu} has no bf16 (its tensor cores take fp16): "
+                                 f"{spec.precision} cannot run there; use {spec.precision.replace('bf16', '16')}",
+                                 usable[i]), None
+            continue
         unpackable = _pods_unpackable(pod_shapes, pool) if pod_shapes else ""
         if unpackable:  # a pod's GPUs come from one node: a pod no node can take stays Pending for ever
             done[i] = PoolOption(pool, False, unpackable, usable[i]), None
@@ -632,6 +637,9 @@ def _alt_reason(objective: str, o: PoolOption, chosen: PoolOption) -> str:
 def _variants(spec: TrainingSpec) -> list[tuple[str, dict[str, Any]]]:
     """Single changes that lower per-GPU memory, in the order a user would try them."""
     out: list[tuple[str, dict[str, Any]]] = []
+    if spec.precision.startswith("bf16"):  # for pools whose GPUs have no bf16 (V100, T4)
+        half = spec.precision.replace("bf16", "16")
+        out.append((f"precision: {half}", {"precision": half}))
     if spec.gradient_checkpointing != "full":
         out.append(("gradient_checkpointing: full", {"gradient_checkpointing": "full"}))
     if spec.micro_batch_size > 1:

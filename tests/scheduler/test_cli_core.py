@@ -113,3 +113,13 @@ def test_every_failing_document_is_named_and_nothing_is_printed_first(
     spec.write_text("model: llama-2-7b\n---\nmodel: llama-2-7b\ngpu: H1000\n")
     assert main([command, str(spec)]) == 2
     assert "`[1].gpu` unknown GPU 'H1000'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("precision", "listed"), [("bf16-true", False), ("16-true", True)])
+def test_fits_on_leaves_out_gpus_that_cannot_run_the_precision(tmp_path: Path, precision: str, listed: bool,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"model: llama-3.2-1b\nmethod: lora\nprecision: {precision}\n")
+    assert main(["predict", str(spec)]) == 0
+    fits = next(line for line in capsys.readouterr().out.splitlines() if "fits on:" in line)
+    assert ("V100-32GB" in fits) is listed and "A100-80GB" in fits

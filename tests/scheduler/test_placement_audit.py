@@ -198,3 +198,19 @@ def test_suggestions_keep_the_manifests_pods_unless_they_change_the_gpu_count() 
     assert kept and all(s.gpus == 6 and s.pool == "octo" for s in kept)
     # without the pod shape (a TrainingSpec), the cheaper pool's two nodes are suggested
     assert {s.pool for s in place(spec, [quad, octo]).suggestions if "gpus" not in s.spec_update} == {"quad"}
+
+
+def test_bf16_jobs_are_not_placed_on_gpus_without_bf16() -> None:
+    # Volta (V100) has no bf16: a bf16 job was "fitting" there, timed at the fp16 tensor peak
+    spec = _spec(model="llama-3.2-1b", gpus=1, precision="bf16-mixed")
+    v100 = _pool("v100", gpu="V100-32GB", price=0.5)
+    a100 = _pool("a100", gpu="A100-80GB", price=2.0)
+    decision = place(spec, [v100, a100])
+    assert decision.chosen is not None and decision.chosen.pool.name == "a100"
+    reason = next(o.reason for o in decision.alternatives if o.pool.name == "v100")
+    assert reason == "V100-32GB has no bf16 (its tensor cores take fp16): bf16-mixed cannot run there; use 16-mixed"
+    only_v100 = place(spec, [v100])
+    assert only_v100.decision == "unschedulable"
+    assert any(s.spec_update == {"precision": "16-mixed"} and s.pool == "v100" for s in only_v100.suggestions)
+    fp16 = place(spec.model_copy(update={"precision": "16-mixed"}), [v100, a100])
+    assert all(o.fits for o in (fp16.chosen, *fp16.alternatives) if o is not None)
