@@ -667,7 +667,8 @@ def _suggest(spec: TrainingSpec, pools: list[NodePool], objective: str, deadline
              headroom: float, model: ResolvedModel, pod_shapes: PodShapes | None = None) -> tuple[Suggestion, ...]:
     """Re-place the spec under each single change (then cumulative ones if none works alone). A change that keeps
     the GPU count keeps the manifest's pods (``pod_shapes``); one that changes it reshapes them."""
-    variants = _variants(spec)
+    no_bf16 = any(not p.gpu_spec.runs(spec.precision) for p in pools)
+    variants = [v for v in _variants(spec) if "precision" not in v[1] or no_bf16]
     found: list[Suggestion] = []
 
     def attempt(label: str, update: dict[str, Any]) -> None:
