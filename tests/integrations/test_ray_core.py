@@ -346,3 +346,11 @@ def test_a_node_with_more_gpus_than_a_pool_node_may_have_is_left_out() -> None:
     found = pools_from_nodes([node("big00001", 128, 128, "L40S"), node("l40s0001", 8, 8, "L40S")], POOLS)
     assert [(p.name, p.gpus_per_node) for p in found.pools] == [("l40s", 8)]
     assert any("declare 128 GPUs each" in w and "left out" in w for w in found.warnings)
+
+
+def test_a_token_auth_error_names_the_fix() -> None:
+    from scheduler.integrations.ray.connection import auth_hint
+
+    error = RuntimeError("RPC error: InvalidAuthToken: Authentication token is missing or incorrect.")
+    assert "RAY_AUTH_MODE=token" in auth_hint(error) and "RAY_AUTH_TOKEN" in auth_hint(error)
+    assert auth_hint(RuntimeError("connection refused")) == ""

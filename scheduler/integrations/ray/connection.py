@@ -77,6 +77,15 @@ def check_reachable(address: str, default_port: int, what: str, timeout_seconds:
                                   f"the address right?") from None
 
 
+def auth_hint(exc: BaseException) -> str:
+    """A hint for a Ray error that is the cluster's token authentication (on by default in recent Ray), or ''."""
+    text = str(exc)
+    if "InvalidAuthToken" in text or "Authentication token" in text or "auth token" in text.lower():
+        return ("; this Ray cluster requires token authentication: run vramfit with RAY_AUTH_MODE=token and the "
+                "cluster's token (RAY_AUTH_TOKEN, or the file ~/.ray/auth_token that `ray start` wrote)")
+    return ""
+
+
 def bounded(call: Callable[[], T], timeout_seconds: float, what: str) -> T:
     """Run ``call`` in a daemon thread and give up after ``timeout_seconds`` (the thread is abandoned)."""
     box: dict[str, object] = {}

@@ -26,6 +26,7 @@ from scheduler.integrations.ray.connection import (
     DEFAULT_GCS_PORT,
     DEFAULT_TIMEOUT_SECONDS,
     RayIntegrationError,
+    auth_hint,
     bounded,
     check_reachable,
     import_ray,
@@ -272,7 +273,8 @@ def read_nodes(gcs_address: str, timeout_seconds: float = DEFAULT_TIMEOUT_SECOND
     except RayIntegrationError:
         raise
     except Exception as exc:  # ray.exceptions.RpcError and friends: not a stack trace for the user
-        raise RayIntegrationError(f"cannot read the nodes of the Ray cluster at {gcs_address}: {exc}") from None
+        raise RayIntegrationError(f"cannot read the nodes of the Ray cluster at {gcs_address}: {exc}"
+                                  f"{auth_hint(exc)}") from None
     return _nodes_from_status(status)
 
 

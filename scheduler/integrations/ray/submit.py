@@ -32,6 +32,7 @@ from predictors.spec import TrainingSpec
 from scheduler.integrations.ray.connection import (
     DEFAULT_TIMEOUT_SECONDS,
     RayIntegrationError,
+    auth_hint,
     bounded,
     check_reachable,
     dashboard_url,
@@ -324,7 +325,7 @@ def job_client(address: str, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -
     except RayIntegrationError:
         raise
     except Exception as exc:
-        raise RayIntegrationError(f"cannot use the Ray job server at {url}: {exc}") from None
+        raise RayIntegrationError(f"cannot use the Ray job server at {url}: {exc}{auth_hint(exc)}") from None
 
 
 def send(plan: Plan, address: str, client: Any = None, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> str:
@@ -343,7 +344,7 @@ def send(plan: Plan, address: str, client: Any = None, timeout_seconds: float = 
         raise RayIntegrationError("this Ray version has no label selectors for the driver; drop --label-selector "
                                   "or upgrade Ray") from None
     except Exception as exc:
-        raise RayIntegrationError(f"the Ray job server rejected the submission: {exc}") from None
+        raise RayIntegrationError(f"the Ray job server rejected the submission: {exc}{auth_hint(exc)}") from None
 
 
 def submit_job(
