@@ -103,13 +103,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _report(path: Path, metadata: dict[str, Any], alpha: float, offsets_are: str) -> None:
     from predictors.persistence import serving_path
+    from predictors.residual import MIN_SITE_ROWS
 
     print(f"wrote {path} ({metadata['model_version']}: {metadata['training_rows']} rows from "
           f"{len(metadata['training_sources'])} sources, shrinkage {alpha:.2f})")
     if serving_path(path).exists():
         print(f"wrote {serving_path(path)} (what predict/place/serve apply it with, without scikit-learn)")
     site = metadata.get("site") or {}
-    if site.get("rows"):
+    if metadata.get("site_held_back"):
+        print(f"  site stage: {metadata['site_held_back']} ledger actuals, fewer than {MIN_SITE_ROWS}: not used, "
+              "neither fitted nor in the reference fit and margins (one job would weigh as much as a source)")
+    elif site.get("rows"):
         print(f"  {_site_line(site, offsets_are)}")
     for name, block in metadata["evaluation"].items():
         a, r = block["analytic"], block["residual"]

@@ -108,3 +108,26 @@ def test_a_ledger_in_a_place_it_cannot_write_is_read_as_a_snapshot(tmp_path: Pat
     finally:
         ledger.close()
     assert [u.endswith("?mode=ro") for u in uris] == [True, False] and uris[1].endswith("&immutable=1")
+
+
+def test_a_few_ledger_actuals_do_not_move_the_reference_margins(tmp_path: Path, dev_runs_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """One job that ran 4x longer than predicted was a group weighing as much as a published source: it doubled
+    every runtime bound. Below the site stage's minimum the ledger's actuals are held back, and train says so."""
+    ledger_path = tmp_path / "vramfit-ledger.sqlite"
+    ledger = SqliteLedger(ledger_path)
+    body = decision_payload("slow", {"model": "llama-3.2-1b", "method": "lora", "gpu": "A100-80GB",
+                                     "train_tokens": 5e7})
+    ledger.record_decision(DecisionIn.model_validate(body))
+    ledger.record_actual(ActualIn(decision_id="slow", peak_vram_bytes=int(body["peak_vram_bytes"]),
+                                  runtime_seconds=body["runtime_seconds"] * 4, oom=False, exit_reason="Completed",
+                                  source="reporter"))
+    ledger.close()
+    with_ledger, without = tmp_path / "with.skops", tmp_path / "without.skops"
+    assert main(["train", "--runs", str(dev_runs_path), "--ledger", str(ledger_path),
+                 "--out", str(tmp_path / "v.skops"), "--runtime-out", str(with_ledger), "--no-cv"]) == 0
+    assert "site stage: 1 ledger actuals, fewer than 5: not used" in capsys.readouterr().out
+    assert main(["train", "--runs", str(dev_runs_path), "--out", str(tmp_path / "v2.skops"),
+                 "--runtime-out", str(without), "--no-cv"]) == 0
+    quantile = [json.loads(p.with_suffix(".json").read_text())["conformal_quantile"] for p in (with_ledger, without)]
+    assert quantile[0] == pytest.approx(quantile[1])
