@@ -37,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    "without --objective it selects that objective")
     p.add_argument("--headroom", type=float, help=f"fraction of GPU memory kept free (default "
                    f"{DEFAULT_HEADROOM_FRACTION}, or the pools file's headroom_fraction)")
+    p.add_argument("--runtime", action="append", default=[], metavar="FILE",
+                   help="a file with the (Cluster)TrainingRuntime a TrainJob references (repeatable)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=run)
 
@@ -54,7 +56,7 @@ def deadline_seconds(hours: float | None) -> float | None:
 
 def run(args: argparse.Namespace) -> int:
     pools = load_pools(args.pools) if args.pools else default_pools()
-    jobs = read_jobs(args.spec)
+    jobs = read_jobs(args.spec, args.runtime)
     deadline = deadline_seconds(args.deadline_hours)
     if args.headroom is not None and not 0 <= args.headroom < 1:
         raise SpecError.one("--headroom", f"must be a fraction in [0, 1); got {args.headroom}")

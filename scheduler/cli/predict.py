@@ -21,6 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("spec", help="TrainingSpec YAML/JSON, or a job manifest (Kubernetes, Ray); - reads standard input")
     p.add_argument("--gpu", help="GPU type to predict for (overrides spec.gpu), e.g. A100-80GB")
     p.add_argument("--gpus", type=int, help="GPU count (overrides spec.gpus; needed for gpus: auto)")
+    p.add_argument("--runtime", action="append", default=[], metavar="FILE",
+                   help="a file with the (Cluster)TrainingRuntime a TrainJob references (repeatable)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--timing", action="store_true", help="print the compute time per prediction to stderr")
     p.set_defaults(func=run)
@@ -29,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     if args.gpus is not None and args.gpus < 1:
         raise SpecError.one("--gpus", f"must be a positive integer; got {args.gpus}")
-    jobs = read_jobs(args.spec)
+    jobs = read_jobs(args.spec, args.runtime)
 
     def timed(job: ParsedJob) -> tuple[Prediction, float]:
         started = time.perf_counter()

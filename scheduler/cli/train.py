@@ -109,6 +109,7 @@ def _report(path: Path, metadata: dict[str, Any], alpha: float, offsets_are: str
           f"{len(metadata['training_sources'])} sources, shrinkage {alpha:.2f})")
     if serving_path(path).exists():
         print(f"wrote {serving_path(path)} (what predict/place/serve apply it with, without scikit-learn)")
+    print(f"wrote {path.with_suffix('.json')} (its metadata: keep the three files together)")
     site = metadata.get("site") or {}
     if metadata.get("site_held_back"):
         print(f"  site stage: {metadata['site_held_back']} ledger actuals, fewer than {MIN_SITE_ROWS}: not used, "

@@ -297,6 +297,10 @@ class _Review:
         try:
             job = parse_object({"kind": "AdmissionReview", "request": {"object": obj}}, "admission", None)
         except NoTrainingJob as exc:
+            if obj.get("kind") == "TrainJob" and "runtime" in exc.reason:  # said to the user, who expects placement
+                return self.skip(f"{exc.ref}: its GPUs are set in its runtime, which the webhook cannot read; not "
+                                 f"placed. Set gpus (and model) in {ANNOTATION} to have it placed",
+                                 warn=self.webhook == "validate")
             return self.skip(exc.reason)
         except SpecError as exc:
             return self.unreadable(obj, exc)

@@ -205,8 +205,9 @@ def answer_each(jobs: Sequence[ParsedJob], source: str, answer: Callable[[Parsed
     return results
 
 
-def read_jobs_text(text: str, source: str = "<input>", base_dir: Path | None = None) -> list[ParsedJob]:
-    return jobs_from_outcomes(scan_jobs_text(text, source, base_dir), source)
+def read_jobs_text(text: str, source: str = "<input>", base_dir: Path | None = None,
+                   extra_context: Sequence[Any] = ()) -> list[ParsedJob]:
+    return jobs_from_outcomes(scan_jobs_text(text, source, base_dir, extra_context), source)
 
 
 def read_text(path: str | Path) -> str:
@@ -219,18 +220,22 @@ def read_text(path: str | Path) -> str:
         raise SpecError.one("", f"cannot read {p}: {exc}") from None
 
 
-def read_jobs(path: str | Path) -> list[ParsedJob]:
+def read_jobs(path: str | Path, runtimes: Sequence[str | Path] = ()) -> list[ParsedJob]:
     """Read every training job from a file: TrainingSpec YAML/JSON or supported job manifests.
 
     Objects that train nothing (ConfigMaps next to a RayJob, a CPU-only Job) are skipped; a file with
     no training job at all raises :class:`NoTrainingJob` with the reason for each object. ``-`` reads standard
-    input (relative config paths then resolve against the working directory).
+    input (relative config paths then resolve against the working directory). ``runtimes``: files holding the
+    (Cluster)TrainingRuntimes a TrainJob references (installed cluster-wide, not in the job's file).
     """
+    extra: list[Any] = []
+    for runtime in runtimes:
+        extra += load_documents(read_text(runtime), str(runtime))
     if str(path) == "-":  # a spec piped in: `kubectl get job x -o yaml | vramfit place -`
         try:
             text = sys.stdin.read()
         except (OSError, UnicodeDecodeError) as exc:
             raise SpecError.one("", f"cannot read standard input: {exc}") from None
-        return read_jobs_text(text, source="<stdin>", base_dir=Path.cwd())
+        return read_jobs_text(text, source="<stdin>", base_dir=Path.cwd(), extra_context=extra)
     p = Path(path)
-    return read_jobs_text(read_text(p), source=str(p), base_dir=p.parent)
+    return read_jobs_text(read_text(p), source=str(p), base_dir=p.parent, extra_context=extra)

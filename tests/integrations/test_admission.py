@@ -665,3 +665,12 @@ def test_gpus_auto_with_model_parallelism_writes_the_decisions_count(kind: str) 
         per_pod = int(patched["spec"]["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/gpu"])
     assert (pods, per_pod) == (3, 6)
     assert per_pod % 6 == 0 and pods * per_pod == 18
+
+
+def test_a_trainjob_whose_gpus_live_in_its_runtime_is_told_it_was_not_placed() -> None:
+    obj = trainjob(gpus=None)
+    del obj["metadata"]["annotations"]
+    mutate, validate = body(run(obj)), body(run(obj, webhook="validate"))
+    assert mutate["allowed"] and "patch" not in mutate and not mutate.get("warnings")
+    assert validate["allowed"] and "patch" not in validate
+    assert any("GPUs are set in its runtime" in w and "vramfit.io/spec" in w for w in validate["warnings"])

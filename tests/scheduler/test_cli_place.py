@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from scheduler.cli import main
 
@@ -124,3 +125,18 @@ def test_one_duration_format(seconds: float | None, text: str) -> None:
     from scheduler.placement import format_duration
 
     assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize("command", ["place", "predict"])
+def test_a_trainjob_whose_runtime_is_installed_separately(tmp_path: Path, command: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The usual case: the ClusterTrainingRuntime lives in the cluster, not beside the TrainJob; --runtime gives it."""
+    docs = [d for d in yaml.safe_load_all((EXAMPLES / "jobs" / "torchtune-trainjob.yaml").read_text()) if d]
+    trainjob = tmp_path / "trainjob.yaml"
+    runtime = tmp_path / "runtime.yaml"
+    trainjob.write_text(yaml.safe_dump_all([d for d in docs if d["kind"] == "TrainJob"]))
+    runtime.write_text(yaml.safe_dump_all([d for d in docs if d["kind"] != "TrainJob"]))
+    assert main([command, str(trainjob)]) == 2
+    assert "pass --runtime FILE" in capsys.readouterr().err
+    assert main([command, str(trainjob), "--runtime", str(runtime)]) == 0
+    assert ("llama-3.2-3b" if command == "predict" else "placed on a100-80gb (4 x") in capsys.readouterr().out

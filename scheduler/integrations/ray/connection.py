@@ -74,7 +74,8 @@ def check_reachable(address: str, default_port: int, what: str, timeout_seconds:
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise RayIntegrationError(f"no Ray {what} at {host}:{port} ({reason}); is the cluster running and is "
-                                  f"the address right?") from None
+                                  f"the address right? (to preview a placement without a cluster: --no-discover "
+                                  f"--dry-run)") from None
 
 
 def auth_hint(exc: BaseException) -> str:
