@@ -20,6 +20,7 @@ from predictors.errors import SpecError
 from scheduler.cli import validation_problems
 from scheduler.cli.server_common import (
     DEFAULT_LEDGER,
+    DEFAULT_SHUTDOWN_TIMEOUT_SECONDS,
     add_prune_argument,
     add_tls_arguments,
     days_problem,
@@ -28,6 +29,7 @@ from scheduler.cli.server_common import (
     port_problem,
     read_token,
     run_http_server,
+    seconds_problem,
     start_pruner,
     tls_problem,
 )
@@ -61,6 +63,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help=f"decisions held for --ledger-url while the collector is away (default {DEFAULT_CAPACITY}); "
                    "when full the oldest is dropped")
     p.add_argument("--token-file", type=Path, help="file holding the bearer token required on /v1/*")
+    p.add_argument("--shutdown-timeout-seconds", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT_SECONDS,
+                   help="on SIGTERM, how long requests in progress may take before they are cancelled (s; default "
+                   f"{DEFAULT_SHUTDOWN_TIMEOUT_SECONDS:g}); the decision forwarder then has 5 s to flush: keep the sum "
+                   "inside the pod's terminationGracePeriodSeconds")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=_serve)
 
@@ -139,8 +145,38 @@ def make_forwarder(args: argparse.Namespace) -> Any:
 
     if not args.ledger_url:
         return None
-    return DecisionForwarder(args.ledger_url, token=read_token(args.ledger_token_file, "--ledger-token-file"),
-                             ca_file=args.ledger_ca_file, capacity=args.forward_queue_size)
+    import ssl
+
+    token = read_token(args.ledger_token_file, "--ledger-token-file")
+    try:
+        return DecisionForwarder(args.ledger_url, token=token, ca_file=args.ledger_ca_file,
+                                 capacity=args.forward_queue_size)
+    except (OSError, ssl.SSLError) as exc:  # a missing file, or one holding no PEM certificate
+        why = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+        raise SpecError.one("--ledger-ca-file", f"cannot load the CA bundle {args.ledger_ca_file}: {why}",
+                            "give a PEM file of the CA certificates that signed the collector's") from None
+
+
+def _ledger_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be the collector's address (checked at start: a typo in it made every decision be
+    retried for ever, or fail with a traceback each, while the webhook looked healthy), or None. Not echoed
+    back whole when it holds credentials."""
+    from urllib.parse import urlsplit
+
+    if not url.startswith(("http://", "https://")):
+        return f"must start with http:// or https://; got {url!r}"
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        return "must not hold credentials (user:password@); give the bearer token in --ledger-token-file"
+    if not parts.hostname:
+        return f"names no host; got {url!r}"
+    try:
+        parts.port  # noqa: B018  (raises ValueError for a port that is not 0-65535)
+    except ValueError:
+        return f"has a port that is not a number 0-65535; got {url!r}"
+    if parts.query or parts.fragment:
+        return f"must be the collector's base address, without ?query or #fragment; got {url!r}"
+    return None
 
 
 def _argument_problem(args: argparse.Namespace) -> str | None:
@@ -153,11 +189,13 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
         return problem
     if not args.ledger_url and (args.ledger_token_file or args.ledger_ca_file):
         return "vramfit serve: --ledger-token-file and --ledger-ca-file go with --ledger-url"
-    if args.ledger_url and not args.ledger_url.startswith(("http://", "https://")):
-        return f"vramfit serve: --ledger-url must start with http:// or https://; got {args.ledger_url!r}"
+    if args.ledger_url and (problem := _ledger_url_problem(args.ledger_url)):
+        return f"vramfit serve: --ledger-url {problem}"
+    if args.ledger_ca_file and args.ledger_url and not args.ledger_url.startswith("https://"):
+        return "vramfit serve: --ledger-ca-file goes with an https:// --ledger-url"
     if args.forward_queue_size < 1:
         return "vramfit serve: --forward-queue-size must be at least 1"
-    return None
+    return seconds_problem(args.shutdown_timeout_seconds, "--shutdown-timeout-seconds", "serve", 0)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -206,5 +244,6 @@ def _serve(args: argparse.Namespace) -> int:
         if ledger is not None:
             ledger.close()
 
-    run_http_server(app, args.host, args.port, args.tls_cert, args.tls_key, args.tls_reload_seconds, on_exit)
+    run_http_server(app, args.host, args.port, args.tls_cert, args.tls_key, args.tls_reload_seconds, on_exit,
+                    shutdown_timeout_seconds=args.shutdown_timeout_seconds)
     return 0

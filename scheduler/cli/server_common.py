@@ -22,6 +22,12 @@ from predictors.errors import SpecError
 DEFAULT_LEDGER = "vramfit-ledger.sqlite"
 # How often the TLS files may be checked at most: a file stat, but 0 or less would be a busy loop.
 MIN_TLS_RELOAD_SECONDS = 0.1
+# After SIGTERM, requests in progress get this long to finish before they are cancelled; the clean-up after them
+# (flushing the decision forwarder: 5 s, and joining its thread and the file watchers') must still end inside the
+# pod's terminationGracePeriodSeconds (30 s by default, which the shipped manifests keep). Without a limit uvicorn
+# waited for ever on a request whose body never finished, the kubelet's SIGKILL came first and the clean-up
+# never ran.
+DEFAULT_SHUTDOWN_TIMEOUT_SECONDS = 10.0
 
 
 def package_version() -> str:
@@ -44,8 +50,8 @@ def open_ledger_for(command: str, location: str, read_only: bool = False) -> Any
 
 
 def read_token(path: Path | None, flag: str = "--token-file") -> str | None:
-    """The bearer token in ``path`` (stripped), None without a path; a missing, unreadable or empty file is an
-    input error naming ``flag``."""
+    """The bearer token in ``path`` (stripped), None without a path; a missing, unreadable or empty file, or one
+    holding more than one line of visible ASCII, is an input error naming ``flag`` (never showing the token)."""
     if path is None:
         return None
     try:
@@ -55,6 +61,11 @@ def read_token(path: Path | None, flag: str = "--token-file") -> str | None:
         raise SpecError.one(flag, f"cannot read the token file {path}: {why}") from None
     if not token:
         raise SpecError.one(flag, f"the token file {path} is empty", "write the bearer token into it")
+    from scheduler.integrations.forwarder import token_problem
+
+    if problem := token_problem(token):  # a second line, a space: no client could send it (and http.client
+        # refused the header with the token in its message, which the forwarder logged at every retry)
+        raise SpecError.one(flag, f"the token in {path} {problem}", "write only the token into the file")
     return token
 
 
@@ -150,8 +161,12 @@ def sigterm_raises() -> Iterator[None]:
 
 
 def run_http_server(app: Any, host: str, port: int, tls_cert: Path | None, tls_key: Path | None,
-                    tls_reload_seconds: float, on_exit: Callable[[], None] | None = None) -> None:
+                    tls_reload_seconds: float, on_exit: Callable[[], None] | None = None,
+                    shutdown_timeout_seconds: float = DEFAULT_SHUTDOWN_TIMEOUT_SECONDS) -> None:
     """Serve ``app`` with uvicorn in this thread until SIGINT/SIGTERM, then call ``on_exit`` (always).
+
+    On the signal uvicorn stops accepting, closes idle connections and gives the requests in progress
+    ``shutdown_timeout_seconds`` to finish, then cancels them.
 
     uvicorn shuts down gracefully on SIGTERM, then raises the signal again for the handler it found; with the
     default handler the process would die there, before ``on_exit`` (stopping threads, flushing queues,
@@ -161,7 +176,8 @@ def run_http_server(app: Any, host: str, port: int, tls_cert: Path | None, tls_k
 
     from scheduler.integrations.tls import CertReloader
 
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False,
+                            timeout_graceful_shutdown=shutdown_timeout_seconds)  # type: ignore[arg-type]
     reloader = None
     try:
         with sigterm_raises():

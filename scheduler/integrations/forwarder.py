@@ -11,8 +11,12 @@ never waits for, or fails because of, the collector:
   doubling up to ``max_backoff_seconds``). While the collector is unreachable the record at the head waits,
   however long; a record the collector answers 5xx to ``max_attempts`` times is dropped
   (``on_drop("failed")``) so that one bad record cannot stop the others.
+- 408 (the collector timed the request out) is retried and counts towards ``max_attempts`` like a 5xx.
 - Any other 4xx is the collector refusing the record (a schema mismatch, a wrong token): it is dropped at
-  once (``on_drop("rejected")``).
+  once (``on_drop("rejected")``). So is a redirect (3xx): it is not followed, since following it sent the
+  bearer token to whatever host the ``Location`` named and, the POST turned into a GET there, counted a
+  decision nobody recorded as sent.
+- The token is checked when the forwarder is made (one line of visible ASCII) and never written to a log.
 
 Posts are idempotent on the collector's side (a decision is keyed by its ``decision_id``), so a record sent
 twice after a lost reply is harmless. Standard library only (``urllib.request``, ``ssl``).
@@ -43,11 +47,33 @@ class _Retry(Exception):
 
     def __init__(self, message: str, server_error: bool = False) -> None:
         super().__init__(message)
-        self.server_error = server_error  # the collector answered 5xx (counts towards max_attempts)
+        self.server_error = server_error  # the collector answered 5xx or 408 (counts towards max_attempts)
 
 
 class _Reject(Exception):
     """The collector refused the record: do not send it again."""
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx answer stays an ``HTTPError`` (urllib would otherwise re-send the Authorization header to the
+    ``Location``, as a GET without the record)."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> None:
+        return None
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot be sent as ``Authorization: Bearer <token>`` (one run of visible ASCII characters), or
+    None. The message never contains the token."""
+    if not token:
+        return "is empty"
+    for position, char in enumerate(token):
+        if not "!" <= char <= "~":
+            what = "whitespace" if char.isspace() else f"the character U+{ord(char):04X}"
+            return (f"contains {what} at position {position} of {len(token)}: a bearer token is one line of "
+                    "visible ASCII characters")
+    return None
 
 
 class DecisionForwarder:
@@ -67,6 +93,8 @@ class DecisionForwarder:
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
+        if token is not None and (problem := token_problem(token)):
+            raise ValueError(f"the bearer token {problem}")
         self.endpoint = url.rstrip("/") + "/v1/decisions"
         self.token = token
         self.timeout_seconds = timeout_seconds
@@ -75,6 +103,10 @@ class DecisionForwarder:
         self.max_attempts = max_attempts
         self.on_drop = on_drop
         self.context = ssl.create_default_context(cafile=str(ca_file)) if ca_file is not None else None
+        handlers: list[urllib.request.BaseHandler] = [_NoRedirects()]
+        if self.context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=self.context))
+        self._opener = urllib.request.build_opener(*handlers)
         self.sent = 0  # records the collector acknowledged (2xx)
         self._queue: collections.deque[dict[str, Any]] = collections.deque()
         self._capacity = capacity
@@ -184,12 +216,15 @@ class DecisionForwarder:
         request = urllib.request.Request(self.endpoint, data=json.dumps(record, default=str).encode(),
                                          headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_seconds, context=self.context) as response:
+            with self._opener.open(request, timeout=self.timeout_seconds) as response:
                 response.read()
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                raise _Reject(f"HTTP {exc.code}: redirected to {exc.headers.get('Location')!r}, not followed; give "
+                              "the collector's own address (--ledger-url)") from None
             detail = exc.read()[:300].decode(errors="replace")
-            if exc.code == 429 or exc.code >= 500:
-                raise _Retry(f"HTTP {exc.code}: {detail}", server_error=exc.code >= 500) from None
+            if exc.code in (408, 429) or exc.code >= 500:
+                raise _Retry(f"HTTP {exc.code}: {detail}", server_error=exc.code != 429) from None
             raise _Reject(f"HTTP {exc.code}: {detail}") from None
         except (OSError, ValueError) as exc:  # URLError, timeouts, resets, TLS errors, a bad status line
             raise _Retry(f"cannot reach {self.endpoint}: {exc}") from None

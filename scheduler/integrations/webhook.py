@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -183,6 +184,7 @@ class WebhookState:
     now: Callable[[], datetime] = utc_now
     id_factory: IdFactory = stable_digest
     max_body_bytes: int = MAX_BODY_BYTES
+    body_timeout_seconds: float | None = None  # None: http_body.BODY_TIMEOUT_SECONDS
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("vramfit.webhook"))
     _large_reviews: anyio.CapacityLimiter | None = field(default=None, repr=False)
 
@@ -265,7 +267,12 @@ def _endpoint(state: WebhookState, webhook: Webhook) -> Callable[[Request], Any]
                     state.logger.exception("timing hook failed", extra={"fields": {"uid": fields.get("uid")}})
             return response
 
-        raw = await read_body(request, state.max_body_bytes)
+        try:
+            raw = await read_body(request, state.max_body_bytes, state.body_timeout_seconds)
+        except HTTPException as exc:  # 408: the body did not arrive in time
+            fields["error"] = exc.detail
+            return done("malformed", exc.status_code, JSONResponse({"error": exc.detail}, status_code=exc.status_code,
+                                                                   headers=exc.headers))
         if raw is None:
             return done("malformed", 413, JSONResponse({"error": "body too large"}, status_code=413))
         # Off the event loop, so /healthz and small reviews are answered while a large one is worked on; large

@@ -3,6 +3,9 @@ collector on 127.0.0.1, and the argument checks of ``serve``/``collect`` around 
 
 from __future__ import annotations
 
+import argparse
+import http.server
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +13,10 @@ from typing import Any
 
 import pytest
 
+from predictors.errors import SpecError
 from scheduler.cli import main
+from scheduler.cli.serve import make_forwarder
+from scheduler.cli.server_common import read_token
 from scheduler.integrations.forwarder import DecisionForwarder
 from tests.integrations.processes import free_port, wait_until
 from tests.integrations.stub_http import StubHttpServer
@@ -71,6 +77,106 @@ def test_a_record_the_collector_keeps_failing_is_given_up(stub: StubCollector) -
     assert drops == ["failed"] and [r["decision_id"] for r in stub.received] == ["d-2"]
 
 
+class _RedirectingCollector:
+    """Answers every POST with 301 to another loopback server, which records every request it gets."""
+
+    def __init__(self) -> None:
+        self.elsewhere: list[tuple[str, str | None]] = []  # (method, Authorization) seen at the Location
+        seen = self.elsewhere
+
+        class Elsewhere(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                seen.append((self.command, self.headers.get("Authorization")))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+        location = f"http://127.0.0.1:{self.other.server_address[1]}/login"
+
+        class Redirect(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self.send_response(301)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        for server in (self.server, self.other):
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        for server in (self.server, self.other):
+            server.shutdown()
+            server.server_close()
+
+
+def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else() -> None:
+    """Before: urllib followed the 301 as a GET without the record, sent `Bearer s3cret` to the Location's host,
+    and counted the decision as sent."""
+    collector = _RedirectingCollector()
+    drops: list[str] = []
+    try:
+        forwarder = DecisionForwarder(collector.url, token="s3cret", on_drop=drops.append).start()
+        forwarder.submit(record(1))
+        assert forwarder.stop(flush_seconds=10) == 0
+    finally:
+        collector.stop()
+    assert collector.elsewhere == [] and forwarder.sent == 0 and drops == ["rejected"]
+
+
+def test_a_408_is_retried(stub: StubCollector) -> None:
+    """The collector answers 408 to a body that does not arrive in time: a transient failure, not a refusal."""
+    stub.statuses = [408]
+    drops: list[str] = []
+    forwarder = DecisionForwarder(stub.url, backoff_seconds=0.01, on_drop=drops.append).start()
+    forwarder.submit(record(1))
+    assert forwarder.stop(flush_seconds=10) == 0
+    assert drops == [] and [r["decision_id"] for r in stub.received] == ["d-1"]
+
+
+@pytest.mark.parametrize("token", ["abc\nSECRETPART", "abc SECRETPART", "abc\u2019SECRETPART"])
+def test_a_token_that_cannot_be_a_header_is_refused_without_showing_it(token: str, tmp_path: Path) -> None:
+    """Before: http.client refused the header at every post, the forwarder retried for ever and logged
+    `Invalid header value b'Bearer abc\\nSECRETPART'` (the token) each time."""
+    with pytest.raises(ValueError) as caught:
+        DecisionForwarder("http://127.0.0.1:1", token=token)
+    assert "SECRETPART" not in str(caught.value) and "position 3 of 14" in str(caught.value)
+    path = tmp_path / "token"
+    path.write_text(token + "\n", encoding="utf-8")
+    with pytest.raises(SpecError) as spec_error:
+        read_token(path, "--ledger-token-file")
+    message = spec_error.value.render()
+    assert "--ledger-token-file" in message and "one line of visible ASCII" in message and "SECRETPART" not in message
+
+
+@pytest.mark.parametrize(("ca_text", "message"), [
+    (None, "No such file or directory"),
+    ("not a certificate", "no certificate"),
+])
+def test_a_ca_file_that_cannot_be_loaded_is_an_input_error(tmp_path: Path, ca_text: str | None,
+                                                           message: str) -> None:
+    """Before: a FileNotFoundError / ssl.SSLError traceback from `vramfit serve`."""
+    ca_file = tmp_path / "ca.pem"
+    if ca_text is not None:
+        ca_file.write_text(ca_text)
+    args = argparse.Namespace(ledger_url="https://127.0.0.1:8443", ledger_token_file=None, ledger_ca_file=ca_file,
+                              forward_queue_size=10)
+    with pytest.raises(SpecError) as caught:
+        make_forwarder(args)
+    rendered = caught.value.render()
+    assert "--ledger-ca-file" in rendered and str(ca_file) in rendered and message in rendered
+
+
 def test_a_full_queue_drops_the_oldest_and_submit_never_blocks() -> None:
     drops: list[str] = []
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: every post is a connection error
@@ -107,6 +213,14 @@ def test_records_wait_while_the_collector_is_down_then_arrive() -> None:
     (["serve", "--ledger-token-file", "t"], "go with --ledger-url"),
     (["serve", "--ledger-url", "collector:8080"], "must start with http:// or https://"),
     (["serve", "--ledger-url", "http://x", "--forward-queue-size", "0"], "at least 1"),
+    # Before, each of these started and then retried (or, for the port, failed with a traceback) every decision.
+    (["serve", "--ledger-url", "http://collector:80x80"], "--ledger-url has a port that is not a number"),
+    (["serve", "--ledger-url", "http://"], "--ledger-url names no host"),
+    (["serve", "--ledger-url", "http://u:pw@collector:8080"], "must not hold credentials"),
+    (["serve", "--ledger-url", "http://collector:8080/?x=1"], "without ?query or #fragment"),
+    (["serve", "--ledger-url", "http://collector:8080", "--ledger-ca-file", "ca.pem"],
+     "--ledger-ca-file goes with an https:// --ledger-url"),
+    (["serve", "--shutdown-timeout-seconds", "-1"], "--shutdown-timeout-seconds must be a number of seconds"),
     (["collect", "--ledger", "l.sqlite"], "give --kube, --prometheus-url, --serve-port"),
     (["collect", "--serve-port", "8080", "--once"], "does not go with --serve-port"),
     (["collect", "--prometheus-url", "http://p", "--token-file", "t"], "go with --serve-port"),

@@ -1,0 +1,123 @@
+"""What `vramfit serve` does with clients that never finish a request, over real HTTPS on 127.0.0.1: a body that
+trickles in is answered 408 and its connection closed, and SIGTERM ends the process (and its clean-up runs)
+while such a request is in progress."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("cryptography")
+
+from scheduler.integrations import http_body  # noqa: E402
+from scheduler.integrations.ledger import open_ledger  # noqa: E402
+from scheduler.integrations.server import create_app  # noqa: E402
+from scheduler.integrations.tls import server_context  # noqa: E402
+from scheduler.integrations.webhook import WebhookState, webhook_routes  # noqa: E402
+from tests.integrations.certs import make_ca, write_server_pair  # noqa: E402
+from tests.integrations.processes import wait_until  # noqa: E402
+from tests.integrations.serving import free_port, ready, start_webhook, stop  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+SLOW_HEAD = (b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+             b"Content-Length: 1000\r\n\r\n{")
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("serve-audit")
+    ca = make_ca()
+    (directory / "ca.crt").write_bytes(ca.pem())
+    write_server_pair(ca, directory)
+    return directory
+
+
+def _client_context(certs: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(certs / "ca.crt"))
+
+
+@pytest.fixture
+def https_app(certs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """The webhook routes (body limit 0.5 s) and a ledger's /v1 routes (the module's default limit, set to
+    0.5 s here) served in this process by uvicorn over TLS; yields the port."""
+    monkeypatch.setattr(http_body, "BODY_TIMEOUT_SECONDS", 0.5)
+    ledger = open_ledger(str(tmp_path / "ledger.sqlite"))
+    app = create_app(ledger, extra_routes=webhook_routes(WebhookState(body_timeout_seconds=0.5)))
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
+    config.load()
+    config.ssl = server_context(certs / "tls.crt", certs / "tls.key")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 30, "uvicorn in a thread")
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        ledger.close()
+
+
+def _slow_request(port: int, certs: Path, path: bytes) -> ssl.SSLSocket:
+    """A TLS connection that has sent the head of a 1000-byte body and one byte of it."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    tls = _client_context(certs).wrap_socket(raw, server_hostname="127.0.0.1")
+    tls.sendall(SLOW_HEAD % path)
+    return tls
+
+
+def _read_until_closed(tls: ssl.SSLSocket) -> bytes:
+    """Everything the server sends until it closes the connection (a socket timeout of 10 s fails the test)."""
+    received = b""
+    while chunk := tls.recv(65536):
+        received += chunk
+    return received
+
+
+@pytest.mark.parametrize("path", [b"/mutate", b"/validate", b"/v1/actuals", b"/v1/decisions"])
+def test_a_body_that_never_completes_is_answered_408_and_the_connection_closed(
+        https_app: int, certs: Path, path: bytes) -> None:
+    # Before: no limit; the server waited for the other 999 bytes for ever (this read timed out).
+    with _slow_request(https_app, certs, path) as tls:
+        answer = _read_until_closed(tls)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), answer
+    assert b"connection: close" in head.lower()
+    assert b"request body not complete within 0.5 s (1 bytes arrived)" in body
+
+
+def test_sigterm_ends_the_server_while_a_body_trickles_in(certs: Path, tmp_path: Path) -> None:
+    """A request in progress gets --shutdown-timeout-seconds, then the clean-up runs and the process exits 0 (before:
+    uvicorn waited on it for ever, and the kubelet's SIGKILL after the grace period skipped the clean-up)."""
+    directory = tmp_path / "server"
+    directory.mkdir()
+    for name in ("tls.crt", "tls.key"):
+        (directory / name).write_bytes((certs / name).read_bytes())
+    port = free_port()
+    process, log_path = start_webhook(directory, port, ["--shutdown-timeout-seconds", "1"])
+    try:
+        url = f"https://127.0.0.1:{port}"
+        wait_until(lambda: ready(url, process, log_path, verify=_client_context(certs)), 60, "the webhook's /readyz")
+        with _slow_request(port, certs, b"/mutate") as tls:
+            tls.sendall(b" ")
+            # answered after the slow request's head was read (one event loop, bytes handled in arrival order)
+            assert httpx.get(url + "/healthz", verify=_client_context(certs), timeout=10).status_code == 200
+            process.send_signal(signal.SIGTERM)
+            returncode: Any = wait_until(lambda: process.poll() is not None and (process.returncode,), 20,
+                                         "the server to exit after SIGTERM")
+        assert returncode == (0,), log_path.read_text()
+        assert '"msg": "server stopping"' in log_path.read_text()
+    finally:
+        if process.poll() is None:
+            stop(process)
