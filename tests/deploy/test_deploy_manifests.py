@@ -206,3 +206,17 @@ def test_dashboard_queries_every_metric() -> None:
     for panel in panels:
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
         assert panel["targets"], panel["title"]
+
+
+def test_the_webhook_drains_before_it_stops() -> None:
+    """A preStop pause keeps the webhook answering while it leaves the Service's endpoints, and the grace period
+    holds that pause, serve's shutdown timeout (10 s) and the forwarder's flush (5 s)."""
+    from scheduler.cli.server_common import DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
+
+    deployment = next(d for d in all_deploy_documents()
+                      if d["kind"] == "Deployment" and d["metadata"]["name"] == "vramfit-webhook")
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    pause = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pause[0] == "sleep" and int(pause[1]) >= 5
+    assert pod["terminationGracePeriodSeconds"] >= int(pause[1]) + DEFAULT_SHUTDOWN_TIMEOUT_SECONDS + 5
