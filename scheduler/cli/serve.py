@@ -198,6 +198,21 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
     return seconds_problem(args.shutdown_timeout_seconds, "--shutdown-timeout-seconds", "serve", 0)
 
 
+def _startup_fields(args: argparse.Namespace, state: Any) -> dict[str, Any]:
+    """Where it listens and what it loaded: address, TLS files, pools (file and names), residual model versions."""
+    from predictors import persistence
+
+    models = {}
+    for kind, loader in (("vram", persistence.load_default_model), ("runtime", persistence.load_default_runtime_model)):
+        loaded = loader()
+        models[kind] = loaded.version if loaded is not None else "analytic"
+    return {"address": f"{args.host}:{args.port}", "tls_cert": str(args.tls_cert) if args.tls_cert else None,
+            "pools_file": str(args.pools) if args.pools else "embedded",
+            "pools": [p.name for p in state.pools().pools], "residual_models": models,
+            "ledger": str(args.ledger) if args.ledger else None,
+            "ledger_url": args.ledger_url}
+
+
 def _serve(args: argparse.Namespace) -> int:
     problem = _argument_problem(args)
     if problem:
@@ -228,6 +243,7 @@ def _serve(args: argparse.Namespace) -> int:
     app, state = build_app(args, ledger, forwarder)
     pruner = start_pruner(ledger, args.prune_unjoined_days)
     warm_up(state)  # load the catalogs before the first review (a dry run: nothing is recorded)
+    log.info("serving", extra={"fields": _startup_fields(args, state)})  # what an operator checks first
     if state.models is not None:
         state.models.start()  # re-load this cluster's residual models when their files change
     if forwarder is not None:

@@ -121,3 +121,19 @@ def test_sigterm_ends_the_server_while_a_body_trickles_in(certs: Path, tmp_path:
     finally:
         if process.poll() is None:
             stop(process)
+
+
+def test_the_start_up_log_says_where_it_listens_and_what_it_loaded() -> None:
+    import argparse
+    from types import SimpleNamespace
+
+    from scheduler.cli.serve import _startup_fields
+    from scheduler.pools import default_pools
+
+    args = argparse.Namespace(host="0.0.0.0", port=8443, tls_cert=Path("/tls/tls.crt"), pools=None, ledger=None,
+                              ledger_url="http://vramfit-collector.vramfit-system.svc:8080")
+    fields = _startup_fields(args, SimpleNamespace(pools=default_pools))
+    assert fields["address"] == "0.0.0.0:8443" and fields["tls_cert"] == "/tls/tls.crt"
+    assert fields["pools_file"] == "embedded" and fields["pools"] == ["l40s", "a100-80gb", "h100-80gb", "b200"]
+    assert fields["residual_models"]["vram"].startswith("residual-")
+    assert fields["residual_models"]["runtime"].startswith("runtime-residual-")
