@@ -328,6 +328,12 @@ def _pool_facts(pool: NodePool) -> _PoolFacts:
     return facts
 
 
+def precision_stated(spec: TrainingSpec) -> bool:
+    """Whether the job states its precision (a source set it), rather than taking the TrainingSpec default: a
+    plain script without --bf16/--fp16 runs in fp32, so a defaulted bf16 must not rule out a V100."""
+    return "precision" in spec.model_fields_set
+
+
 def _model_parallel(spec: TrainingSpec) -> int:
     return spec.tensor_parallel * spec.pipeline_parallel * spec.context_parallel
 
@@ -397,7 +403,7 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
         if spec.gpu is not None and lookup_gpu(spec.gpu).name != pool.gpu:
             done[i] = PoolOption(pool, False, f"{PINNED_ELSEWHERE} {spec.gpu}; pool has {pool.gpu}", usable[i]), None
             continue
-        if not pool.gpu_spec.runs(spec.precision):
+        if not pool.gpu_spec.runs(spec.precision) and precision_stated(spec):
             done[i] = PoolOption(pool, False, f"{pool.gpu} has no bf16 (its tensor cores take fp16): "
                                  f"{spec.precision} cannot run there; use {spec.precision.replace('bf16', '16')}",
                                  usable[i]), None
@@ -589,6 +595,10 @@ def place(
 
     waits = not with_room
     chosen = with_room[0] if with_room else ranked[0]
+    if not chosen.pool.gpu_spec.runs(spec.precision):  # only with a defaulted precision: a stated one rules it out
+        warnings.append(f"precision not stated: assumed {spec.precision}, which {chosen.pool.gpu} cannot run (no "
+                        f"bf16); there the job runs in whatever precision its script uses. State precision (e.g. "
+                        f"16-mixed or 32-true) for an exact prediction")
     what = {"cheapest": "cheapest", "fastest": "fastest",
             "cheapest-within-deadline": "cheapest within the deadline"}[objective]
     unchecked = ""
@@ -667,7 +677,7 @@ def _suggest(spec: TrainingSpec, pools: list[NodePool], objective: str, deadline
              headroom: float, model: ResolvedModel, pod_shapes: PodShapes | None = None) -> tuple[Suggestion, ...]:
     """Re-place the spec under each single change (then cumulative ones if none works alone). A change that keeps
     the GPU count keeps the manifest's pods (``pod_shapes``); one that changes it reshapes them."""
-    no_bf16 = any(not p.gpu_spec.runs(spec.precision) for p in pools)
+    no_bf16 = precision_stated(spec) and any(not p.gpu_spec.runs(spec.precision) for p in pools)
     variants = [v for v in _variants(spec) if "precision" not in v[1] or no_bf16]
     found: list[Suggestion] = []
 

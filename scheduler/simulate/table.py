@@ -16,7 +16,7 @@ import numpy as np
 
 from predictors.hardware import lookup_gpu
 from predictors.predict import predict
-from scheduler.placement import DEFAULT_HEADROOM_FRACTION, place, resolve_model_cached
+from scheduler.placement import DEFAULT_HEADROOM_FRACTION, place, precision_stated, resolve_model_cached
 from scheduler.pools import NodePool, PoolsConfig
 from scheduler.simulate.jobs import JobTemplate
 
@@ -84,6 +84,8 @@ def build_table(templates: Sequence[JobTemplate], pools: PoolsConfig) -> Templat
         if spec.gpu is not None:  # the same test as place()'s
             pin = lookup_gpu(spec.gpu).name
             pinned[t] = [pool.gpu == pin for pool in pool_list]
+        if precision_stated(spec):  # a stated bf16 cannot run on a GPU without it (V100, T4), for any policy
+            pinned[t] &= [pool.gpu_spec.runs(spec.precision) for pool in pool_list]
         for p, pool in enumerate(pool_list):
             pred = predict(spec, gpu_name=pool.gpu, gpus=template.gpus, model=model, interconnect=pool.links)
             peak[t, p] = pred.vram.peak_vram_bytes

@@ -214,3 +214,24 @@ def test_bf16_jobs_are_not_placed_on_gpus_without_bf16() -> None:
     assert any(s.spec_update == {"precision": "16-mixed"} and s.pool == "v100" for s in only_v100.suggestions)
     fp16 = place(spec.model_copy(update={"precision": "16-mixed"}), [v100, a100])
     assert all(o.fits for o in (fp16.chosen, *fp16.alternatives) if o is not None)
+
+
+def test_a_defaulted_precision_does_not_rule_out_a_v100() -> None:
+    # a plain script without --bf16/--fp16 runs in fp32: the spec's default bf16-mixed must not refuse the V100
+    from predictors.spec import parse_training_spec
+
+    spec = parse_training_spec({"model": "llama-3.2-1b", "method": "lora", "train_tokens": "50M"})
+    decision = place(spec, [_pool("v100", gpu="V100-32GB", price=0.5)])
+    assert decision.decision == "placed"
+    assert any("precision not stated: assumed bf16-mixed, which V100-32GB cannot run" in w for w in decision.warnings)
+
+
+def test_the_simulators_policies_keep_a_stated_bf16_job_off_gpus_without_bf16() -> None:
+    from scheduler.pools import PoolsConfig
+    from scheduler.simulate.jobs import JobTemplate
+    from scheduler.simulate.table import build_table
+
+    pools = PoolsConfig(pools=[_pool("v100", gpu="V100-32GB", price=0.5), _pool("a100", gpu="A100-80GB")])
+    stated = JobTemplate(_spec(model="llama-3.2-1b", precision="bf16-mixed", gpus=1))
+    table = build_table([stated], pools)
+    assert table.allowed(0).tolist() == [False, True]
