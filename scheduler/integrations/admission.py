@@ -298,8 +298,9 @@ class _Review:
             job = parse_object({"kind": "AdmissionReview", "request": {"object": obj}}, "admission", None)
         except NoTrainingJob as exc:
             if obj.get("kind") == "TrainJob" and "runtime" in exc.reason:  # said to the user, who expects placement
-                return self.skip(f"{exc.ref}: its GPUs are set in its runtime, which the webhook cannot read; not "
-                                 f"placed. Set gpus (and model) in {ANNOTATION} to have it placed",
+                return self.skip(f"{exc.ref}: its GPUs are set in its runtime, which the webhook cannot read, so the "
+                                 f"TrainJob itself is not placed (the JobSet the Trainer builds from it is reviewed "
+                                 f"on its own). Set gpus (and model) in {ANNOTATION} to place the TrainJob",
                                  warn=self.webhook == "validate")
             return self.skip(exc.reason)
         except SpecError as exc:

@@ -1086,13 +1086,14 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
         # SFTConfig's own defaults (its docstring: max_length 1024; "gradient_checkpointing: Defaults to True";
         # "bf16: Defaults to True if fp16 is not set") and TrainingArguments' per_device_train_batch_size 8
         applied: list[str] = []
+        deepspeed = "_deepspeed" in raw  # its config may set the micro-batch and the precision: read later, it wins
         for key, value, what in (("seq_len", 1024, "max_length 1024"),
                                  ("micro_batch_size", 8, "per_device_train_batch_size 8"),
                                  ("gradient_checkpointing", True, "gradient_checkpointing on")):
-            if key not in raw:
+            if key not in raw and not (deepspeed and key == "micro_batch_size"):
                 raw[key] = Setting(value, f"TRL SFTConfig default {what}", where)
                 applied.append(what)
-        if not any(k in raw for k in ("_bf16", "_fp16", "_dtype", "_pure_bf16", "_mixed")):
+        if not deepspeed and not any(k in raw for k in ("_bf16", "_fp16", "_dtype", "_pure_bf16", "_mixed")):
             raw["_bf16"] = Setting(True, "TRL SFTConfig default bf16 (fp16 not set)", where)
             applied.append("bf16")
         if applied:

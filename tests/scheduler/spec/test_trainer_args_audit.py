@@ -427,3 +427,10 @@ def test_llamafactory_lora_loads_the_base_in_its_compute_dtype(extra: str, preci
     script = (f"cat > /tmp/x.yaml <<EOF\nmodel_name_or_path: {M}\nstage: sft\ncutoff_len: 1024\n{extra}EOF\n"
               "llamafactory-cli train /tmp/x.yaml")
     assert one_job(pod(["bash", "-c", script])).spec.precision == precision
+
+
+def test_trl_sft_defaults_leave_the_deepspeed_configs_batch_and_precision() -> None:
+    ds = '{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true}}'
+    job = one_job(pod([*TRL_SFT, "--deepspeed", ds]))
+    assert (job.spec.micro_batch_size, job.spec.precision) == (2, "16-mixed")
+    assert job.spec.seq_len == 1024 and job.spec.gradient_checkpointing == "full"
