@@ -24,6 +24,47 @@ if TYPE_CHECKING:
 DEFAULT_UPPER_MARGIN = 0.15
 
 
+# The components the output contract (shared/TRAINING_SPEC.md) names in ``breakdown_bytes``: always written, 0 when
+# nothing of that kind is live at the peak (the optimizer step holds no activations, a full fine-tune's backward
+# peak no gradients yet), so that a reader of the contract finds every key it names.
+CONTRACT_COMPONENTS: tuple[str, ...] = ("weights", "gradients", "optimizer_states", "activations", "logits",
+                                        "allocator_overhead", "cuda_context")
+# The level each breakdown component belongs to, for ``component_levels`` (an extension of the output contract):
+# tensors count from ``peak_allocated_bytes`` up; the allocator's overhead from ``peak_reserved_bytes``; what
+# lives outside the caching allocator only in ``peak_vram_bytes`` (predictors/vram.py builds the device peak as
+# reserved + these). Any component not listed here is a tensor.
+_RESERVED_COMPONENTS = frozenset({"allocator_overhead"})
+_DEVICE_COMPONENTS = frozenset({"cuda_context", "nccl_buffers", "paged_optimizer_states", "residual_correction"})
+LEVELS = ("peak_allocated_bytes", "peak_reserved_bytes", "peak_vram_bytes")
+
+
+def component_level(name: str) -> str:
+    """The lowest of :data:`LEVELS` that the breakdown component ``name`` counts in."""
+    if name in _DEVICE_COMPONENTS:
+        return "peak_vram_bytes"
+    if name in _RESERVED_COMPONENTS:
+        return "peak_reserved_bytes"
+    return "peak_allocated_bytes"
+
+
+def level_corrections(vram: VramPrediction) -> dict[str, int]:
+    """Per level of :data:`LEVELS`, what the residual model moved it by beyond the breakdown components that
+    count in it (0 for an analytic prediction, up to rounding): ``peak_allocated_bytes`` = the components of that
+    level + its correction, ``peak_reserved_bytes`` = the components of both levels + its correction, and
+    ``peak_vram_bytes`` = every component, its correction being the ``residual_correction`` component."""
+    sums = dict.fromkeys(LEVELS, 0)
+    for name, n_bytes in vram.breakdown_bytes.items():
+        if name == "residual_correction":
+            continue
+        for level in LEVELS[LEVELS.index(component_level(name)):]:
+            sums[level] += n_bytes
+    return {
+        "peak_allocated_bytes": vram.peak_allocated_bytes - sums["peak_allocated_bytes"],
+        "peak_reserved_bytes": vram.peak_reserved_bytes - sums["peak_reserved_bytes"],
+        "peak_vram_bytes": vram.peak_vram_bytes - sums["peak_vram_bytes"],
+    }
+
+
 @dataclass(frozen=True)
 class Prediction:
     spec: TrainingSpec
@@ -42,13 +83,21 @@ class Prediction:
     runtime_correction_ratio: float | None = None
     runtime_model_version: str | None = None
 
+    def level_explanation(self) -> dict[str, Any]:
+        """Extensions of ``vramfit predict``'s output that tie the breakdown to the three levels:
+        ``component_levels`` (the lowest level each component counts in) and ``residual_correction_bytes``
+        (:func:`level_corrections`). Not in :meth:`to_dict`, whose keys are what the ledger's decision accepts."""
+        breakdown = {**dict.fromkeys(CONTRACT_COMPONENTS, 0), **self.vram.breakdown_bytes}
+        return {"component_levels": {name: component_level(name) for name in breakdown},
+                "residual_correction_bytes": level_corrections(self.vram)}
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "peak_allocated_bytes": self.vram.peak_allocated_bytes,
             "peak_reserved_bytes": self.vram.peak_reserved_bytes,
             "peak_vram_bytes": self.vram.peak_vram_bytes,
             "peak_vram_upper_bytes": self.peak_vram_upper_bytes,
-            "breakdown_bytes": dict(self.vram.breakdown_bytes),
+            "breakdown_bytes": {**dict.fromkeys(CONTRACT_COMPONENTS, 0), **self.vram.breakdown_bytes},
             "params_total": self.vram.params_total,
             "params_trainable": self.vram.params_trainable,
             "gpus": self.vram.gpus,

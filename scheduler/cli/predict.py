@@ -41,9 +41,11 @@ def run(args: argparse.Namespace) -> int:
     answers = answer_each(jobs, args.spec if args.spec != "-" else "<stdin>", timed)
     outputs: list[dict[str, Any]] = []
     for job, (pred, elapsed_ms) in zip(jobs, answers, strict=True):
-        out = pred.to_dict()
+        # the contract's fields, then the extensions that say which level each breakdown component counts in
+        out = {**pred.to_dict(), **pred.level_explanation()}
         if len(jobs) > 1 or job.kind != "TrainingSpec":
-            out["job"] = job.ref
+            # a plain TrainingSpec of a multi-document file is named by its document, as in the error messages
+            out["job"] = job.ref if job.kind != "TrainingSpec" else f"TrainingSpec [{job.document}]"
         if job.assumptions:
             out["assumptions"] = list(job.assumptions)
         outputs.append(out)
