@@ -686,7 +686,15 @@ def decision_record(decision: Decision, spec: Any, decision_id: str, decided_at:
     """A placement decision as the ledger stores it (``records.DecisionIn`` fields): what the webhook records,
     and what ``vramfit ray submit --ledger-url`` posts."""
     d = decision.to_dict()
+    # the chosen prediction's other levels and figures, so that `vramfit report` compares an allocated or reserved
+    # actual with its own predicted level (like with like), as `vramfit evaluate` does
+    pred = decision.chosen_prediction.to_dict() if decision.chosen_prediction is not None else {}
+    predicted = {k: pred[k] for k in ("peak_allocated_bytes", "peak_reserved_bytes", "params_total",
+                                      "params_trainable", "peak_phase", "model", "residual_correction_ratio",
+                                      "throughput_tokens_per_second", "runtime_upper_seconds",
+                                      "runtime_model_version") if pred.get(k) is not None}
     return {
+        **predicted,
         "decision_id": decision_id,
         "decided_at": decided_at.isoformat(),
         "kind": kind,

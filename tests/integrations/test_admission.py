@@ -674,3 +674,16 @@ def test_a_trainjob_whose_gpus_live_in_its_runtime_is_told_it_was_not_placed() -
     assert mutate["allowed"] and "patch" not in mutate and not mutate.get("warnings")
     assert validate["allowed"] and "patch" not in validate
     assert any("GPUs are set in its runtime" in w and "vramfit.io/spec" in w for w in validate["warnings"])
+
+
+def test_the_decision_record_carries_every_predicted_level() -> None:
+    """An allocated or reserved actual is compared with its own predicted level in `vramfit report`: the record
+    holds all three levels (it held only the device peak and its bound)."""
+    from scheduler.integrations.records import DecisionIn
+
+    admission = admit(admission_review(batch_job()), None, POOLS, NOW)
+    assert admission.record is not None
+    record = DecisionIn.model_validate(admission.record)
+    assert record.peak_allocated_bytes and record.peak_reserved_bytes and record.peak_vram_bytes
+    assert record.peak_allocated_bytes <= record.peak_reserved_bytes <= record.peak_vram_bytes
+    assert record.params_total and record.model
