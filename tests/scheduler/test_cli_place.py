@@ -140,3 +140,14 @@ def test_a_trainjob_whose_runtime_is_installed_separately(tmp_path: Path, comman
     assert "pass --runtime FILE" in capsys.readouterr().err
     assert main([command, str(trainjob), "--runtime", str(runtime)]) == 0
     assert ("llama-3.2-3b" if command == "predict" else "placed on a100-80gb (4 x") in capsys.readouterr().out
+
+
+def test_each_decision_of_a_multi_document_file_names_its_job(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    both = tmp_path / "two.yaml"
+    both.write_text((EXAMPLES / "llama-2-7b-lora.yaml").read_text() + "\n---\n"
+                    + (EXAMPLES / "llama-3.1-8b-lora.yaml").read_text())
+    assert main(["place", str(both), "--format", "json"]) == 0
+    assert [d["job"] for d in json.loads(capsys.readouterr().out)] == ["TrainingSpec [0]", "TrainingSpec [1]"]
+    assert main(["place", str(both)]) == 0
+    assert "# TrainingSpec [1]" in capsys.readouterr().out
