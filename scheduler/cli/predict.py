@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import warnings
 from typing import Any
 
 from predictors.errors import SpecError
@@ -36,7 +37,11 @@ def run(args: argparse.Namespace) -> int:
     def timed(job: ParsedJob) -> tuple[Prediction, float]:
         started = time.perf_counter()
         pred = predict(job.spec, gpu_name=args.gpu, gpus=args.gpus, base_dir=job.base_dir)
-        return pred, (time.perf_counter() - started) * 1000
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        if pred.gpu is not None and not pred.gpu.runs(job.spec.precision):
+            warnings.warn(f"{pred.gpu.name} has no bf16: {job.spec.precision} cannot run there (its runtime here "
+                          f"is at the fp16 peak); use {job.spec.precision.replace('bf16', '16')}", stacklevel=1)
+        return pred, elapsed_ms
 
     answers = answer_each(jobs, args.spec if args.spec != "-" else "<stdin>", timed)
     outputs: list[dict[str, Any]] = []

@@ -123,3 +123,12 @@ def test_fits_on_leaves_out_gpus_that_cannot_run_the_precision(tmp_path: Path, p
     assert main(["predict", str(spec)]) == 0
     fits = next(line for line in capsys.readouterr().out.splitlines() if "fits on:" in line)
     assert ("V100-32GB" in fits) is listed and "A100-80GB" in fits
+
+
+def test_predict_on_a_gpu_without_bf16_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("model: llama-3.2-1b\nmethod: lora\nprecision: bf16-true\n")
+    assert main(["predict", str(spec), "--gpu", "V100-32GB"]) == 0
+    assert "V100-32GB has no bf16: bf16-true cannot run there" in capsys.readouterr().err
+    assert main(["predict", str(spec), "--gpu", "A100-80GB"]) == 0
+    assert "no bf16" not in capsys.readouterr().err
