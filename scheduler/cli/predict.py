@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
-import warnings
 from typing import Any
 
 from predictors.errors import SpecError
@@ -39,8 +39,9 @@ def run(args: argparse.Namespace) -> int:
         pred = predict(job.spec, gpu_name=args.gpu, gpus=args.gpus, base_dir=job.base_dir)
         elapsed_ms = (time.perf_counter() - started) * 1000
         if pred.gpu is not None and not pred.gpu.runs(job.spec.precision):
-            warnings.warn(f"{pred.gpu.name} has no bf16: {job.spec.precision} cannot run there (its runtime here "
-                          f"is at the fp16 peak); use {job.spec.precision.replace('bf16', '16')}", stacklevel=1)
+            print(f"vramfit: warning: {pred.gpu.name} has no bf16: {job.spec.precision} cannot run there (its "
+                  f"runtime here is at the fp16 peak); use {job.spec.precision.replace('bf16', '16')}",
+                  file=sys.stderr)
         return pred, elapsed_ms
 
     answers = answer_each(jobs, args.spec if args.spec != "-" else "<stdin>", timed)
@@ -59,8 +60,6 @@ def run(args: argparse.Namespace) -> int:
             if job.assumptions:
                 print("Assumed: " + "; ".join(job.assumptions))
         if args.timing:
-            import sys
-
             print(f"predict compute time: {elapsed_ms:.2f} ms", file=sys.stderr)
     if args.format == "json":
         print(json.dumps(outputs[0] if len(outputs) == 1 else outputs, indent=2))
