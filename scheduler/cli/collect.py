@@ -122,6 +122,9 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
         return "vramfit collect: give --kube, --prometheus-url, --serve-port, or several"
     if args.once and args.serve_port is not None:
         return "vramfit collect: --once is one DCGM sweep; it does not go with --serve-port"
+    if args.once and args.kube:  # the watch ran nowhere with --once: `--kube --once` exited 0 having done nothing
+        return ("vramfit collect: --once is one DCGM sweep (give --prometheus-url); the pod watch (--kube) runs "
+                "until stopped, drop --once for it")
     if problem := days_problem(args.prune_unjoined_days, "--prune-unjoined-days", "collect"):
         return problem
     if problem := days_problem(args.dcgm_lookback_days, "--dcgm-lookback-days", "collect"):

@@ -30,12 +30,14 @@ from predictors.errors import SpecError
 from predictors.hardware import lookup_gpu
 from predictors.reference import ReferenceRun
 from predictors.runtime import flops_per_token, job_tokens
+from predictors.spec import TrainingSpec
 from scheduler.integrations.periodic import PeriodicCheck
 from scheduler.integrations.records import (
     STORED,
     ActualIn,
     DecisionIn,
     JoinedRow,
+    MergedActual,
     StoredActual,
     StoredDecision,
     merge_same_source,
@@ -44,6 +46,8 @@ from scheduler.integrations.records import (
 )
 
 EXPORT_SOURCE_ID = "vramfit_ledger"
+# Why a job's measured runtime is neither scored by `vramfit report` nor exported as a throughput.
+RUNTIME_ABOVE_PEAK = "throughput above the GPUs' peak FLOP/s (the runtime cannot be the whole job's)"
 log = logging.getLogger("vramfit.ledger")
 
 
@@ -73,6 +77,15 @@ class ActualResult:
 class PruneResult:
     decisions: int  # decisions deleted: made before the cut-off, named by no actual
     actuals: int  # actuals deleted: received before the cut-off, naming no decision
+
+
+@dataclass(frozen=True)
+class ReportRows:
+    rows: list[JoinedRow]  # every readable decision with its actuals, oldest first
+    pending_actuals: int  # readable actuals that join no decision (yet)
+    # Records that could not be read (a broken payload, a field of a newer vramfit): table -> "key: why", so a
+    # report can count and name them instead of failing on the first.
+    unreadable: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -122,22 +135,14 @@ class Ledger(abc.ABC):
     # --- derived views, the same for every implementation --------------------------------------
     def joined_rows(self) -> list[JoinedRow]:
         """Every decision with the actuals that belong to it (decisions without actuals included)."""
-        decisions = sorted(self.decisions(), key=lambda d: d.decided_at)
-        by_id = {d.decision_id: d for d in decisions}
-        by_uid = {d.decision.uid: d for d in decisions if d.decision.uid}
-        by_name = {(d.decision.namespace, d.decision.kind, d.decision.name): d for d in decisions}
-        attached: dict[str, list[StoredActual]] = {d.decision_id: [] for d in decisions}
-        for stored in self.actuals():
-            a = stored.actual
-            if a.decision_id is not None:
-                owner = by_id.get(a.decision_id)
-            elif a.uid is not None:
-                owner = by_uid.get(a.uid)
-            else:
-                owner = by_name.get((a.namespace, a.kind, a.name))
-            if owner is not None:
-                attached[owner.decision_id].append(stored)
-        return [JoinedRow(d, tuple(attached[d.decision_id])) for d in decisions]
+        return join(self.decisions(), self.actuals())[0]
+
+    def report_rows(self) -> ReportRows:
+        """What ``vramfit report`` reads: :meth:`joined_rows` and the actuals that join no decision, from one
+        read of the ledger. This default raises on a record it cannot read; implementations may skip it and
+        say so in ``unreadable``."""
+        rows, pending = join(self.decisions(), self.actuals())
+        return ReportRows(rows, len(pending))
 
     def joined_row(self, decision_id: str) -> JoinedRow | None:
         """The row of :meth:`joined_rows` for one decision (None when it is not recorded). This default reads
@@ -166,15 +171,17 @@ class Ledger(abc.ABC):
         joined = {(a.actual.job_ref, a.actual.source) for row in self.joined_rows() for a in row.actuals}
         return [a for a in self.actuals() if (a.actual.job_ref, a.actual.source) not in joined]
 
-    def export_reference_runs(self, out: TextIO) -> ExportResult:
+    def export_reference_runs(self, out: TextIO, rows: list[JoinedRow] | None = None) -> ExportResult:
         """Write joined rows with a measured device peak (or an OOM) as reference-run JSONL.
 
         Each row is validated as :class:`predictors.reference.ReferenceRun` before it is written; rows whose
-        features are not a valid TrainingSpec are skipped and counted by reason.
+        features are not a valid TrainingSpec are skipped and counted by reason. ``rows``: these rows (what
+        :meth:`report_rows` read) instead of reading :meth:`joined_rows` again.
         """
         result = ExportResult()
-        for row in self.joined_rows():
-            line = reference_run_for(row)
+        cache: RuntimeLimitCache = {}
+        for row in self.joined_rows() if rows is None else rows:
+            line = reference_run_for(row, cache)
             if isinstance(line, str):
                 result.skip(line)
                 continue
@@ -183,12 +190,36 @@ class Ledger(abc.ABC):
         return result
 
 
-def reference_run_for(row: JoinedRow) -> ReferenceRun | str:
+def join(decisions: list[StoredDecision], actuals: list[StoredActual]) -> tuple[list[JoinedRow], list[StoredActual]]:
+    """The rows of :meth:`Ledger.joined_rows` (oldest decision first), and the actuals that join none of them."""
+    decisions = sorted(decisions, key=lambda d: d.decided_at)
+    by_id = {d.decision_id: d for d in decisions}
+    by_uid = {d.decision.uid: d for d in decisions if d.decision.uid}
+    by_name = {(d.decision.namespace, d.decision.kind, d.decision.name): d for d in decisions}
+    attached: dict[str, list[StoredActual]] = {d.decision_id: [] for d in decisions}
+    pending: list[StoredActual] = []
+    for stored in actuals:
+        a = stored.actual
+        if a.decision_id is not None:
+            owner = by_id.get(a.decision_id)
+        elif a.uid is not None:
+            owner = by_uid.get(a.uid)
+        else:
+            owner = by_name.get((a.namespace, a.kind, a.name))
+        if owner is not None:
+            attached[owner.decision_id].append(stored)
+        else:
+            pending.append(stored)
+    return [JoinedRow(d, tuple(attached[d.decision_id])) for d in decisions], pending
+
+
+def reference_run_for(row: JoinedRow, cache: RuntimeLimitCache | None = None) -> ReferenceRun | str:
     """The reference-run row of a joined decision, or the reason it has none.
 
     The row carries the measured device peak (or the OOM) for the VRAM residual, and the job's achieved
     throughput for the runtime residual: the tokens of its work (``train_tokens``, or ``steps`` times the tokens of
     a step on its GPUs) over its measured runtime, when it ran to its end. A job with either is exported.
+    ``cache`` keeps the physical throughput limit per distinct spec and GPU (see :func:`runtime_left_out`).
     """
     merged = row.merged
     if merged is None:
@@ -227,9 +258,10 @@ def reference_run_for(row: JoinedRow) -> ReferenceRun | str:
     tokens = job_tokens(run.spec) if finished else None
     if tokens is not None and merged.runtime_seconds:
         throughput = tokens / merged.runtime_seconds
-        if _above_peak(run, throughput):
+        limit = _tokens_and_limit(row, lambda: run.spec, cache)[1]
+        if limit is not None and throughput > limit:
             if merged.peak_vram_bytes is None and not merged.oom:
-                return "throughput above the GPUs' peak FLOP/s (the runtime cannot be the whole job's)"
+                return RUNTIME_ABOVE_PEAK
             run.notes += f"; runtime_seconds={merged.runtime_seconds:g} left out: above the GPUs' peak FLOP/s"
             return run
         run.measured.tokens_per_second = throughput
@@ -240,22 +272,72 @@ def reference_run_for(row: JoinedRow) -> ReferenceRun | str:
     return run
 
 
-def _above_peak(run: ReferenceRun, tokens_per_second: float) -> bool:
-    """Whether a job throughput would need more than its GPUs' dense peak FLOP/s for the model's forward and
-    backward FLOPs alone: then the runtime is not the whole job's (a restart, a resumed run, a wrong report)
-    and must not teach the runtime residual. ``False`` where the model or the GPU is not known."""
-    if run.gpu == "unknown":
-        return False
+def max_tokens_per_second(spec: TrainingSpec, gpu_name: str) -> float | None:
+    """The highest job throughput (tokens/s) the job's GPUs could reach at their dense peak FLOP/s for the model's
+    forward and backward FLOPs alone; a measured throughput above it means the runtime is not the whole job's (a
+    restart, a resumed run, a smoke test, a wrong report) and must not be scored or teach the runtime residual.
+    ``None`` where the model or the GPU is not known (nothing to check against)."""
+    if gpu_name == "unknown":
+        return None
     try:
-        resolved = resolve_model(run.spec)
-        gpu = lookup_gpu(run.gpu)
+        resolved = resolve_model(spec)
+        gpu = lookup_gpu(gpu_name)
     except SpecError:
-        return False
-    fpt = flops_per_token(run.spec, resolved.architecture)
+        return None
+    fpt = flops_per_token(spec, resolved.architecture)
     scale = resolved.params_override / resolved.architecture.params_total if resolved.params_override else 1.0
-    gpus = run.spec.gpus if isinstance(run.spec.gpus, int) else 1
-    flops_per_gpu = tokens_per_second * (fpt.forward + fpt.backward) * scale / max(gpus, 1)
-    return flops_per_gpu > gpu.dense_flops(run.spec.precision)
+    gpus = spec.gpus if isinstance(spec.gpus, int) else 1
+    flops_per_token_of_job = (fpt.forward + fpt.backward) * scale
+    if not flops_per_token_of_job > 0:
+        return None
+    return gpu.dense_flops(spec.precision) * max(gpus, 1) / flops_per_token_of_job
+
+
+# Per distinct (features hash, GPU type, GPU count): the job's tokens and its highest physical throughput
+# (None: unknown).
+RuntimeLimitCache = dict[tuple[str, str | None, int | None], tuple[float | None, float | None]]
+
+
+def runtime_left_out(row: JoinedRow, merged: MergedActual, cache: RuntimeLimitCache | None = None) -> str | None:
+    """Why the measured runtime of a job that ran to its end is not compared with the prediction, or ``None``:
+    :data:`RUNTIME_ABOVE_PEAK` when its throughput (the tokens of its work over the runtime) would need more than
+    the GPUs' dense peak FLOP/s. The same rule as the export's (:func:`reference_run_for`), from the same spec:
+    the decision's features with its GPU type and count. A spec that cannot be checked (no ``train_tokens`` or
+    ``steps``, features that are not a TrainingSpec, an unknown model or GPU) leaves the runtime in."""
+    if not merged.ran_to_end or merged.runtime_seconds is None:
+        return None
+    d = row.decision.decision
+
+    def spec() -> TrainingSpec | None:
+        if not d.features:
+            return None
+        fields = dict(d.features) | {k: v for k, v in (("gpus", d.gpus), ("gpu", d.gpu)) if v is not None}
+        try:
+            return TrainingSpec.model_validate(fields)  # as reference_run_for builds it
+        except ValidationError:
+            return None
+
+    tokens, limit = _tokens_and_limit(row, spec, cache)
+    if tokens is not None and limit is not None and tokens / merged.runtime_seconds > limit:
+        return RUNTIME_ABOVE_PEAK
+    return None
+
+
+def _tokens_and_limit(row: JoinedRow, spec: Callable[[], TrainingSpec | None],
+                      cache: RuntimeLimitCache | None) -> tuple[float | None, float | None]:
+    """The job's tokens and :func:`max_tokens_per_second` of the row's spec (built by ``spec`` from the decision's
+    features, GPU type and count), looked up in ``cache`` by those first: resolving the model is most of the time
+    of an export or report of many jobs of few specs."""
+    d = row.decision.decision
+    # the hash of the features themselves: a posted decision may carry a spec_hash of its own making
+    key = (spec_hash(d.features), d.gpu, d.gpus)
+    if cache is not None and key in cache:
+        return cache[key]
+    built = spec()
+    found = (None, None) if built is None else (job_tokens(built), max_tokens_per_second(built, d.gpu or "unknown"))
+    if cache is not None:
+        cache[key] = found
+    return found
 
 
 # --- SQLite -------------------------------------------------------------------------------------------
@@ -546,6 +628,41 @@ class SqliteLedger(Ledger):
         with self._lock:
             rows = self._db.execute("SELECT payload, received_at FROM actuals ORDER BY received_at, rowid").fetchall()
         return [StoredActual(ActualIn.model_validate_json(p, context=STORED), _dt(t)) for p, t in rows]
+
+    def report_rows(self) -> ReportRows:
+        """One read of both tables; a record that does not parse (a broken payload, a decision or actual with a
+        field this vramfit does not know, written by a newer one) is left out and named in ``unreadable``
+        rather than failing the whole report."""
+        unreadable: dict[str, list[str]] = {}
+
+        def parse(table: str, key: str, build: Callable[[], Any]) -> Any:
+            try:
+                return build()
+            except (ValidationError, ValueError, TypeError, OverflowError) as exc:
+                if isinstance(exc, ValidationError) and exc.errors():
+                    first = exc.errors()[0]
+                    where = ".".join(str(part) for part in first["loc"])
+                    detail = f"`{where}` {first['msg']}" if where else first["msg"]
+                else:
+                    detail = str(exc)
+                unreadable.setdefault(table, []).append(f"{key}: {detail[:200]}")
+                return None
+
+        try:
+            with self._lock:
+                decision_rows = self._db.execute(
+                    f"SELECT {_DECISION_COLUMNS} FROM decisions ORDER BY decided_at, rowid").fetchall()
+                actual_rows = self._db.execute(
+                    "SELECT job_ref, source, payload, received_at FROM actuals ORDER BY received_at, rowid").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from exc
+        decisions = [d for row in decision_rows
+                     if (d := parse("decisions", str(row[0]), lambda row=row: self._decision_row(row))) is not None]
+        actuals = [a for ref, source, payload, t in actual_rows
+                   if (a := parse("actuals", f"{ref} ({source})", lambda p=payload, t=t: StoredActual(
+                       ActualIn.model_validate_json(p, context=STORED), _dt(t)))) is not None]
+        rows, pending = join(decisions, actuals)
+        return ReportRows(rows, len(pending), unreadable)
 
     def placed_pools_and_methods(self, since: datetime, limit: int) -> list[tuple[str | None, str | None]]:
         """One grouped query: no payload is parsed beyond the method and outcome."""

@@ -4,7 +4,14 @@ The DCGM exporter publishes ``DCGM_FI_DEV_FB_USED`` in MiB, one series per GPU, 
 namespace that hold the GPU. The peak of a finished job is the largest value of any of its devices over its
 lifetime, i.e. the most loaded GPU (the reference runs' ``per_gpu`` scope):
 
-    max(max_over_time(DCGM_FI_DEV_FB_USED{namespace="ns", pod=~"name-.*"}[<lifetime>s]))  @ finished_at
+    max(max_over_time(DCGM_FI_DEV_FB_USED{namespace="ns", pod=~"name-.*"}[<lifetime>s])
+        or max_over_time(DCGM_FI_DEV_FB_USED{exported_namespace="ns", exported_pod=~"name-.*"}[<lifetime>s]))
+      @ finished_at
+
+The second selector is the same series scraped without ``honor_labels``: Prometheus then keeps the target's own
+``namespace``/``pod`` (the exporter's pod, from Kubernetes service discovery) and renames the exporter's to
+``exported_namespace``/``exported_pod``: what a ServiceMonitor without ``honorLabels: true`` gives (its default;
+see NVIDIA/dcgm-exporter#85). Only one of the two carries a job's pods.
 
 Only the standard library is used for HTTP (urllib), so this works wherever the collector runs.
 """
@@ -30,7 +37,11 @@ DCGM_METRIC = "DCGM_FI_DEV_FB_USED"
 # a batch Job's <name>-<5 random> (indexed: <name>-<index>-<5>); a JobSet's <name>-<job>-<i>-<j>-<5> (a
 # TrainJob's JobSet takes its name); a PyTorchJob's <name>-master-0 / <name>-worker-N; a Volcano Job's
 # <name>-<task>-N; a RayCluster's <name>-head-<5> / <name>-<group>-worker-<5> (a RayJob's cluster is
-# <name>-<5>). Each ends on the controller's own suffix, so job `llama` does not take `llama-70b`'s pods.
+# <name>-<5>). Each ends on the controller's own suffix, so a Pod, PyTorchJob or RayJob `llama` does not take
+# `llama-70b`'s pods. A JobSet's or TrainJob's replicated-job name and a RayCluster's group name may hold dashes,
+# so there (and for a kind not listed) `llama` also matches the pods of `llama-70b` of that kind in the same
+# namespace: pod names cannot tell the two apart. A batch Job's pod whose random suffix is all digits matches
+# the Volcano alternative of a shorter name the same way (rare).
 _RAND = "[a-z0-9]{5}"
 _POD_SUFFIX: dict[str, str] = {
     "Pod": "",
@@ -66,6 +77,15 @@ def pod_regex(kind: str | None, name: str) -> str:
     if kind == "Job":
         return f"{escaped}({_POD_SUFFIX['Job']}|-.+-[0-9]+)"
     return escaped + _POD_SUFFIX.get(kind or "", "-.+")
+
+
+def device_peaks_query(namespace: str, pods: str, window_seconds: int) -> str:
+    """PromQL: the largest framebuffer use of each GPU series of pods matching ``pods`` in ``namespace`` over the
+    last ``window_seconds``, under the exporter's labels (``honor_labels``) or their ``exported_`` form."""
+    ns, pod = promql_string(namespace), promql_string(pods)
+    span = f"[{window_seconds}s]"
+    return (f"max_over_time({DCGM_METRIC}{{namespace={ns}, pod=~{pod}}}{span}) or "
+            f"max_over_time({DCGM_METRIC}{{exported_namespace={ns}, exported_pod=~{pod}}}{span})")
 
 
 def query_instant(prometheus_url: str, query: str, at: datetime, timeout_seconds: float = 10.0) -> list[dict]:
@@ -108,16 +128,15 @@ def query_device_peak(
     (a GPU's memory before the job is the previous tenant's, so keep it below the scrape interval x 2).
     """
     window = (utc(end) - utc(start)).total_seconds() + slack_seconds
-    selector = f"namespace={promql_string(namespace)}, pod=~{promql_string(pods)}"
-    span = f"[{max(1, math.ceil(window))}s]"
-    peak_query = f"max(max_over_time({DCGM_METRIC}{{{selector}}}{span}))"
+    per_device = device_peaks_query(namespace, pods, max(1, math.ceil(window)))
+    peak_query = f"max({per_device})"
     peak = query_instant(prometheus_url, peak_query, end, timeout_seconds)
     if not peak:
         return None
     mib = sample_value(peak[0], peak_query)
     if not math.isfinite(mib) or mib < 0:  # NaN/Inf/negative framebuffer readings are no measurement
         return None
-    count_query = f"count(max_over_time({DCGM_METRIC}{{{selector}}}{span}))"
+    count_query = f"count({per_device})"
     devices = query_instant(prometheus_url, count_query, end, timeout_seconds)
     count = sample_value(devices[0], count_query) if devices else 1.0
     return DevicePeak(peak_vram_bytes=int(round(mib * MIB)),

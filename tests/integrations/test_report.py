@@ -83,4 +83,5 @@ def test_runtime_accuracy_counts_only_jobs_that_ran_to_their_end(ledger_path, ca
     ledger.close()
     assert main(["report", "--ledger", str(ledger_path), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["accuracy"]["runtime"]["n"] == 2 and out["accuracy"]["device"]["n"] == 4
+    assert out["accuracy"]["runtime"]["n"] == 2
+    assert out["accuracy"]["device"]["n"] == 3  # the OOM job's reading is where it stopped, not its peak
