@@ -31,6 +31,7 @@ from predictors.hardware import lookup_gpu
 from predictors.reference import ReferenceRun
 from predictors.runtime import flops_per_token, job_tokens
 from predictors.spec import TrainingSpec
+from scheduler.calibrate.sweep import complete_spec_dict
 from scheduler.integrations.periodic import PeriodicCheck
 from scheduler.integrations.records import (
     STORED,
@@ -185,7 +186,11 @@ class Ledger(abc.ABC):
             if isinstance(line, str):
                 result.skip(line)
                 continue
-            out.write(json.dumps(line.model_dump(mode="json", exclude_none=False), sort_keys=False) + "\n")
+            record = line.model_dump(mode="json", exclude_none=False)
+            # the spec as reference runs write it (shared/reference/README.md): contract field names, every
+            # field out with method-dependent defaults resolved, no nulls for them
+            record["spec"] = complete_spec_dict(line.spec)
+            out.write(json.dumps(record, sort_keys=False) + "\n")
             result.written += 1
         return result
 

@@ -233,3 +233,22 @@ def test_dcgm_peaks_are_found_when_prometheus_renamed_the_exporters_labels(tmp_p
         stop_process(proc)
         log.close()
         dcgm.stop()
+
+
+def test_the_export_writes_the_spec_as_reference_runs_do(tmp_path: Path) -> None:
+    """Contract field names, every field out with its method's defaults resolved (was `api_version: null`,
+    `sharding: null`, `lora: null`): each line also reads back as a ReferenceRun."""
+    path = tmp_path / "ledger.sqlite"
+    ledger = SqliteLedger(path)
+    _decide(ledger, "lora-job", {"model": "llama-3.2-1b", "method": "lora", "gpu": "A100-80GB"})
+    ledger.record_actual(ActualIn(decision_id="lora-job", peak_vram_bytes=9 * GIB, runtime_seconds=600.0, oom=False,
+                                  exit_reason="Completed", source="reporter"))
+    out = tmp_path / "runs.jsonl"
+    with out.open("w", encoding="utf-8") as handle:
+        assert ledger.export_reference_runs(handle).written == 1
+    ledger.close()
+    [line] = out.read_text(encoding="utf-8").splitlines()
+    spec = json.loads(line)["spec"]
+    assert "api_version" not in spec and "apiVersion" not in spec
+    assert spec["sharding"] == "none" and spec["lora"]["rank"] > 0
+    assert parse_runs(line)[0].spec.method == "lora"
