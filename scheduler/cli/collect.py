@@ -32,11 +32,11 @@ from scheduler.cli.server_common import (
     open_ledger_for,
     package_version,
     port_problem,
-    read_token,
     run_http_server,
     seconds_problem,
     start_pruner,
     tls_problem,
+    token_source,
 )
 
 log = logging.getLogger("vramfit.collect")
@@ -140,7 +140,7 @@ def _server_app(args: argparse.Namespace, ledger: Any) -> tuple[Any, Callable[[A
     from scheduler.integrations.metrics import Metrics
     from scheduler.integrations.server import ServerSettings, create_app, store_actual
 
-    settings = ServerSettings(token=read_token(args.token_file), version=package_version())
+    settings = ServerSettings(token=token_source(args.token_file), version=package_version())
     metrics = Metrics(version=settings.version)
 
     def sink(actual: Any) -> object:

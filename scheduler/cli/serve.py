@@ -32,6 +32,7 @@ from scheduler.cli.server_common import (
     seconds_problem,
     start_pruner,
     tls_problem,
+    token_source,
 )
 from scheduler.integrations.forwarder import DEFAULT_CAPACITY
 from scheduler.spec.yamltext import YAML_ERRORS, safe_load
@@ -108,7 +109,7 @@ def build_app(args: argparse.Namespace, ledger: Any, forwarder: Any = None) -> A
     from scheduler.integrations.server import ServerSettings, create_app, store_decision
     from scheduler.integrations.webhook import PoolsSource, ResidualModelsWatch, WebhookState, webhook_routes
 
-    settings = ServerSettings(token=read_token(args.token_file), version=package_version())
+    settings = ServerSettings(token=token_source(args.token_file), version=package_version())
     metrics = Metrics(version=settings.version)
     pools = PoolsSource(args.pools)
     pools()  # fail at start-up, with the file's path and field, when the pools file is broken
@@ -147,7 +148,7 @@ def make_forwarder(args: argparse.Namespace) -> Any:
         return None
     import ssl
 
-    token = read_token(args.ledger_token_file, "--ledger-token-file")
+    token = token_source(args.ledger_token_file, "--ledger-token-file")
     try:
         return DecisionForwarder(args.ledger_url, token=token, ca_file=args.ledger_ca_file,
                                  capacity=args.forward_queue_size)

@@ -49,6 +49,17 @@ def open_ledger_for(command: str, location: str, read_only: bool = False) -> Any
         return None
 
 
+def token_source(path: Path | None, flag: str = "--token-file") -> Any:
+    """The token of ``path`` checked now (an input error naming ``flag`` if bad), then followed as the file changes
+    (a rotated Secret): a :class:`~scheduler.integrations.token_file.TokenFile`; None without a path."""
+    token = read_token(path, flag)
+    if path is None or token is None:
+        return None
+    from scheduler.integrations.token_file import TokenFile
+
+    return TokenFile(path, token)
+
+
 def read_token(path: Path | None, flag: str = "--token-file") -> str | None:
     """The bearer token in ``path`` (stripped), None without a path; a missing, unreadable or empty file, or one
     holding more than one line of visible ASCII, is an input error naming ``flag`` (never showing the token)."""

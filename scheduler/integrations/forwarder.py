@@ -82,7 +82,7 @@ class DecisionForwarder:
     def __init__(
         self,
         url: str,
-        token: str | None = None,
+        token: str | Callable[[], str] | None = None,
         ca_file: Path | None = None,
         capacity: int = DEFAULT_CAPACITY,
         timeout_seconds: float = 5.0,
@@ -93,7 +93,7 @@ class DecisionForwarder:
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
-        if token is not None and (problem := token_problem(token)):
+        if isinstance(token, str) and (problem := token_problem(token)):
             raise ValueError(f"the bearer token {problem}")
         self.endpoint = url.rstrip("/") + "/v1/decisions"
         self.token = token
@@ -211,8 +211,9 @@ class DecisionForwarder:
 
     def _post(self, record: dict[str, Any]) -> None:
         headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+        token = self.token() if callable(self.token) else self.token  # a TokenFile follows a rotated Secret
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         request = urllib.request.Request(self.endpoint, data=json.dumps(record, default=str).encode(),
                                          headers=headers, method="POST")
         try:

@@ -21,7 +21,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -51,7 +51,8 @@ METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class ServerSettings:
     """How the server behaves; the webhook adds its own settings next to these."""
 
-    token: str | None = None  # bearer token required on /v1/*; None = no authentication
+    # bearer token required on /v1/*, or a callable giving the current one (a TokenFile); None = no authentication
+    token: str | Callable[[], str] | None = None
     max_body_bytes: int = 1 << 20
     version: str = "unknown"
 
@@ -163,6 +164,8 @@ def _check_token(request: Request) -> None:
     token = request.app.state.settings.token
     if token is None:
         return
+    if callable(token):
+        token = token()
     header = request.headers.get("authorization", "")
     scheme, _, given = header.partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):

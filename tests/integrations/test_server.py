@@ -254,3 +254,44 @@ def test_implausible_predictions_are_422_naming_the_field(client, field, bad):
     assert [p["field"] for p in r.json()["problems"]] == [field]
     assert f"`{field}` must be at" in r.json()["error"]
     assert value(client, "vramfit_placements_total") == 0 and client.get("/v1/decisions/absurd").status_code == 404
+
+
+def test_a_rotated_token_file_is_followed_without_a_restart(ledger_path, tmp_path):
+    """A Kubernetes Secret is updated by swapping a symlink: the collector follows the new token, and a broken new
+    content keeps the last good one (logged)."""
+    from scheduler.integrations.token_file import TokenFile
+
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "v1").write_text("first-token\n")
+    link = secret / "token"
+    link.symlink_to(secret / "v1")
+    token = TokenFile(link, "first-token", check_seconds=0.0)
+    app = create_app(SqliteLedger(ledger_path), ServerSettings(token=token))
+
+    def post(given: str) -> int:
+        return c.post("/v1/actuals", json=actual_body("d1", 10), headers={"Authorization": f"Bearer {given}"}
+                      ).status_code
+
+    with TestClient(app) as c:
+        assert post("first-token") == 202
+        (secret / "v2").write_text("second-token\n")
+        (secret / "next").symlink_to(secret / "v2")
+        (secret / "next").replace(link)  # the atomic swap the kubelet does
+        assert post("second-token") == 202 and post("first-token") == 401
+        (secret / "v3").write_text("two\nlines\n")
+        (secret / "next").symlink_to(secret / "v3")
+        (secret / "next").replace(link)
+        assert post("second-token") == 202  # the last good token is kept
+
+
+def test_the_forwarder_sends_the_current_token(tmp_path):
+    from scheduler.integrations.forwarder import DecisionForwarder
+    from scheduler.integrations.token_file import TokenFile
+
+    path = tmp_path / "token"
+    path.write_text("old")
+    forwarder = DecisionForwarder("http://127.0.0.1:9", token=TokenFile(path, "old", check_seconds=0.0))
+    assert forwarder.token() == "old"
+    path.write_text("new-one")  # a new size and mtime
+    assert forwarder.token() == "new-one"
