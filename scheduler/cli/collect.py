@@ -92,8 +92,12 @@ def sweep_dcgm(ledger: object, prometheus_url: str, sink: Callable[[Any], object
         if "dcgm" in sources or kube is None or kube.finished_at is None or utc(kube.finished_at) < since:
             continue
         started = None if kube.runtime_seconds is None else kube.finished_at - timedelta(seconds=kube.runtime_seconds)
+        d = row.decision.decision
         try:
-            actual = dcgm_actual(prometheus_url, row.decision, finished_at=kube.finished_at, started_at=started)
+            # jobs whose names extend this one's (llama-70b for llama) have pods its pattern also matches
+            others = ledger.names_extending(d.namespace, d.name) if d.namespace and d.name else []
+            actual = dcgm_actual(prometheus_url, row.decision, finished_at=kube.finished_at, started_at=started,
+                                 other_names=others)
         except PrometheusError as exc:
             log.warning("DCGM query failed for %s: %s", row.decision.decision_id, exc)
             continue

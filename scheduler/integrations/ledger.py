@@ -98,6 +98,10 @@ class ExportResult:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
 
+# Other jobs' names a DCGM query leaves out (names_extending); more are very unlikely in one namespace
+MAX_EXTENDING_NAMES = 50
+
+
 class Ledger(abc.ABC):
     """Storage of decisions and actuals. Implementations commit before returning from a write."""
 
@@ -166,6 +170,15 @@ class Ledger(abc.ABC):
                 key = (d.pool, d.method)
                 latest[key] = max(latest.get(key, stored.decided_at), stored.decided_at)
         return sorted(latest, key=lambda k: latest[k], reverse=True)[:limit]
+
+    def names_extending(self, namespace: str, name: str, limit: int = MAX_EXTENDING_NAMES) -> list[str]:
+        """Names of other jobs in ``namespace`` that start with ``name-`` (``llama-70b`` for ``llama``), longest
+        first, at most ``limit``: their pods also match ``name-...``, so a DCGM query for ``name`` leaves them out.
+        This default reads the whole ledger."""
+        found = {s.decision.name for s in self.decisions()
+                 if s.decision.namespace == namespace and s.decision.name
+                 and s.decision.name.startswith(name + "-")}
+        return sorted(found, key=lambda n: (-len(n), n))[:limit]  # type: ignore[arg-type]
 
     def pending_actuals(self) -> list[StoredActual]:
         """Actuals whose decision has not been recorded (yet)."""
@@ -668,6 +681,18 @@ class SqliteLedger(Ledger):
                        ActualIn.model_validate_json(p, context=STORED), _dt(t)))) is not None]
         rows, pending = join(decisions, actuals)
         return ReportRows(rows, len(pending), unreadable)
+
+    def names_extending(self, namespace: str, name: str, limit: int = MAX_EXTENDING_NAMES) -> list[str]:
+        """One indexed-prefix query (``substr`` compare: names may hold LIKE's wildcards)."""
+        prefix = name + "-"
+        try:
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT DISTINCT name FROM decisions WHERE namespace = ? AND substr(name, 1, ?) = ? "
+                    "ORDER BY length(name) DESC, name LIMIT ?", (namespace, len(prefix), prefix, limit)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from exc
+        return [str(n) for (n,) in rows]
 
     def placed_pools_and_methods(self, since: datetime, limit: int) -> list[tuple[str | None, str | None]]:
         """One grouped query: no payload is parsed beyond the method and outcome."""

@@ -24,6 +24,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -70,22 +71,29 @@ def promql_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _re2_escape(name: str) -> str:
+    return _RE2_SPECIAL.sub(r"\\\1", name)
+
+
 def pod_regex(kind: str | None, name: str) -> str:
     """An RE2 pattern matching the pod names of job ``name`` of ``kind`` (a kind not listed: ``<name>-...``;
     a Volcano Job shares the kind name Job but names its pods <name>-<task>-N, so Job allows both)."""
-    escaped = _RE2_SPECIAL.sub(r"\\\1", name)
+    escaped = _re2_escape(name)
     if kind == "Job":
         return f"{escaped}({_POD_SUFFIX['Job']}|-.+-[0-9]+)"
     return escaped + _POD_SUFFIX.get(kind or "", "-.+")
 
 
-def device_peaks_query(namespace: str, pods: str, window_seconds: int) -> str:
-    """PromQL: the largest framebuffer use of each GPU series of pods matching ``pods`` in ``namespace`` over the
-    last ``window_seconds``, under the exporter's labels (``honor_labels``) or their ``exported_`` form."""
+def device_peaks_query(namespace: str, pods: str, window_seconds: int, exclude: str | None = None) -> str:
+    """PromQL: the largest framebuffer use of each GPU series of pods matching ``pods`` (and not ``exclude``: the
+    pods of other jobs whose names extend this one's) in ``namespace`` over the last ``window_seconds``, under the
+    exporter's labels (``honor_labels``) or their ``exported_`` form."""
     ns, pod = promql_string(namespace), promql_string(pods)
     span = f"[{window_seconds}s]"
-    return (f"max_over_time({DCGM_METRIC}{{namespace={ns}, pod=~{pod}}}{span}) or "
-            f"max_over_time({DCGM_METRIC}{{exported_namespace={ns}, exported_pod=~{pod}}}{span})")
+    other = f", pod!~{promql_string(exclude)}" if exclude else ""
+    exported_other = f", exported_pod!~{promql_string(exclude)}" if exclude else ""
+    return (f"max_over_time({DCGM_METRIC}{{namespace={ns}, pod=~{pod}{other}}}{span}) or "
+            f"max_over_time({DCGM_METRIC}{{exported_namespace={ns}, exported_pod=~{pod}{exported_other}}}{span})")
 
 
 def query_instant(prometheus_url: str, query: str, at: datetime, timeout_seconds: float = 10.0) -> list[dict]:
@@ -120,7 +128,7 @@ def sample_value(sample: Any, query: str) -> float:
 
 def query_device_peak(
     prometheus_url: str, namespace: str, pods: str, start: datetime, end: datetime, slack_seconds: float = 30.0,
-    timeout_seconds: float = 10.0,
+    timeout_seconds: float = 10.0, exclude: str | None = None,
 ) -> DevicePeak | None:
     """The largest framebuffer use of any matching device between ``start`` and ``end``, or None (no data).
 
@@ -128,7 +136,7 @@ def query_device_peak(
     (a GPU's memory before the job is the previous tenant's, so keep it below the scrape interval x 2).
     """
     window = (utc(end) - utc(start)).total_seconds() + slack_seconds
-    per_device = device_peaks_query(namespace, pods, max(1, math.ceil(window)))
+    per_device = device_peaks_query(namespace, pods, max(1, math.ceil(window)), exclude)
     peak_query = f"max({per_device})"
     peak = query_instant(prometheus_url, peak_query, end, timeout_seconds)
     if not peak:
@@ -145,14 +153,16 @@ def query_device_peak(
 
 def dcgm_actual(
     prometheus_url: str, decision: StoredDecision, finished_at: datetime, started_at: datetime | None = None,
-    **kwargs: float,
+    other_names: Sequence[str] = (), **kwargs: float,
 ) -> ActualIn | None:
-    """The DCGM device-peak actual of a finished job (from its decision's namespace, kind and name)."""
+    """The DCGM device-peak actual of a finished job (from its decision's namespace, kind and name). ``other_names``:
+    jobs of the namespace whose names extend this one's (``llama-70b`` for ``llama``), whose pods are left out."""
     d = decision.decision
     if d.namespace is None or d.name is None:
         return None
+    exclude = "|".join(f"({_re2_escape(n)}-.+)" for n in other_names) or None
     peak = query_device_peak(prometheus_url, d.namespace, pod_regex(d.kind, d.name), started_at or decision.decided_at,
-                             finished_at, **kwargs)
+                             finished_at, exclude=exclude, **kwargs)
     if peak is None:
         return None
     return ActualIn(decision_id=decision.decision_id, peak_vram_bytes=peak.peak_vram_bytes, runtime_seconds=None,

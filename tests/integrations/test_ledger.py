@@ -321,7 +321,7 @@ def test_the_dcgm_sweep_asks_only_about_jobs_within_the_lookback(ledger_path, mo
 
     asked: list[str] = []
 
-    def fake_dcgm_actual(url, decision, finished_at, started_at):  # type: ignore[no-untyped-def]
+    def fake_dcgm_actual(url, decision, finished_at, started_at, other_names=()):  # type: ignore[no-untyped-def]
         asked.append(decision.decision_id)
         return None  # Prometheus has no samples for it
 

@@ -252,3 +252,19 @@ def test_the_export_writes_the_spec_as_reference_runs_do(tmp_path: Path) -> None
     assert "api_version" not in spec and "apiVersion" not in spec
     assert spec["sharding"] == "none" and spec["lora"]["rank"] > 0
     assert parse_runs(line)[0].spec.method == "lora"
+
+
+def test_a_dcgm_query_leaves_out_the_pods_of_jobs_whose_names_extend_its_own(tmp_path: Path) -> None:
+    """Job `llama`'s pod pattern (llama-...) also matches `llama-70b`'s pods: the query excludes them."""
+    from scheduler.integrations.prom_actuals import device_peaks_query
+
+    ledger = SqliteLedger(tmp_path / "ledger.sqlite")
+    for decision_id, name in (("a", "llama"), ("b", "llama-70b"), ("c", "llama-70b"), ("d", "llama-x.y"),
+                              ("e", "llamas")):
+        ledger.record_decision(DecisionIn.model_validate(decision_payload(decision_id, name=name)))
+    assert ledger.names_extending("ml", "llama") == ["llama-70b", "llama-x.y"]
+    assert ledger.names_extending("other", "llama") == []
+    ledger.close()
+    query = device_peaks_query("ml", "llama-.+", 60, exclude="(llama-70b-.+)|(llama-x\\.y-.+)")
+    assert 'pod!~"(llama-70b-.+)|(llama-x\\\\.y-.+)"' in query and "exported_pod!~" in query
+    assert "pod!~" not in device_peaks_query("ml", "llama-.+", 60)
