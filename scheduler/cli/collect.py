@@ -71,12 +71,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=_collect)
 
 
+# A finished job Prometheus had no DCGM samples for, asked again after this long, has none later either (scrapes
+# come every 15-60 s): the sweep stops asking about it (for as long as the process remembers; see sweep_dcgm).
+DCGM_SETTLED_SECONDS = 3600.0
+MAX_REMEMBERED_EMPTY = 100_000
+
+
 def sweep_dcgm(ledger: object, prometheus_url: str, sink: Callable[[Any], object] | None = None,
-               lookback_days: float = DCGM_LOOKBACK_DAYS, now: datetime | None = None) -> int:
+               lookback_days: float = DCGM_LOOKBACK_DAYS, now: datetime | None = None,
+               empty: set[str] | None = None) -> int:
     """Store a DCGM actual for every job that finished in the last ``lookback_days`` and has none yet; returns
     how many were stored.
 
     ``sink`` records one actual (default ``ledger.record_actual``; the served collector also scores it).
+    ``empty``: decision ids Prometheus answered with no samples once the job had been finished for
+    ``DCGM_SETTLED_SECONDS``; they are not asked again (the loop keeps the set between sweeps; before, such a job
+    was queried at every sweep for the whole look-back, 15 days).
     """
     from scheduler.integrations.ledger import Ledger
     from scheduler.integrations.prom_actuals import PrometheusError, dcgm_actual
@@ -85,11 +95,14 @@ def sweep_dcgm(ledger: object, prometheus_url: str, sink: Callable[[Any], object
     assert isinstance(ledger, Ledger)
     record = sink or ledger.record_actual
     stored = 0
-    since = (now or datetime.now(timezone.utc)) - timedelta(days=lookback_days)
+    moment = now or datetime.now(timezone.utc)
+    since = moment - timedelta(days=lookback_days)
     for row in ledger.rows_awaiting("dcgm", after="kubernetes"):
         sources = {a.actual.source: a.actual for a in row.actuals}
         kube = sources.get("kubernetes")
         if "dcgm" in sources or kube is None or kube.finished_at is None or utc(kube.finished_at) < since:
+            continue
+        if empty is not None and row.decision.decision_id in empty:
             continue
         started = None if kube.runtime_seconds is None else kube.finished_at - timedelta(seconds=kube.runtime_seconds)
         d = row.decision.decision
@@ -104,16 +117,21 @@ def sweep_dcgm(ledger: object, prometheus_url: str, sink: Callable[[Any], object
         if actual is not None:
             record(actual)
             stored += 1
+        elif empty is not None and (moment - utc(kube.finished_at)).total_seconds() >= DCGM_SETTLED_SECONDS:
+            if len(empty) >= MAX_REMEMBERED_EMPTY:
+                empty.clear()
+            empty.add(row.decision.decision_id)
     return stored
 
 
 def _sweep_loop(ledger: Any, args: argparse.Namespace, stop: threading.Event,
                 sink: Callable[[Any], object] | None) -> None:
     """DCGM sweeps (with ``--prometheus-url``) every ``--interval-seconds`` until ``stop``, or one with ``--once``."""
+    empty: set[str] = set()  # jobs Prometheus has no samples for: not asked again
     while True:
         if args.prometheus_url:
             try:
-                stored = sweep_dcgm(ledger, args.prometheus_url, sink, args.dcgm_lookback_days)
+                stored = sweep_dcgm(ledger, args.prometheus_url, sink, args.dcgm_lookback_days, empty=empty)
                 log.info("DCGM sweep stored %d actuals", stored)
             except Exception:  # a failed sweep (ledger momentarily unwritable, ...) must not end the loop
                 log.exception("DCGM sweep failed")

@@ -336,6 +336,12 @@ def test_the_dcgm_sweep_asks_only_about_jobs_within_the_lookback(ledger_path, mo
     assert sweep_dcgm(ledger, "http://127.0.0.1:9", now=now) == 0 and asked == ["recent"]
     assert sweep_dcgm(ledger, "http://127.0.0.1:9", lookback_days=30, now=now) == 0
     assert sorted(asked) == ["old", "recent", "recent"]
+    # a job that had been finished an hour when Prometheus had no samples for it is not asked about again
+    empty: set[str] = set()
+    asked.clear()
+    for _ in range(3):
+        sweep_dcgm(ledger, "http://127.0.0.1:9", now=now, empty=empty)
+    assert asked == ["recent"] and empty == {"recent"}
 
 
 @pytest.mark.parametrize(("kind", "name", "pods", "others"), [
