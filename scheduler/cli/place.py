@@ -74,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     decisions = answer_each(jobs, args.spec if args.spec != "-" else "<stdin>", decide)
     if args.format == "json":
         out = [d.to_dict() for d in decisions]
-        if len(out) > 1:  # which job each decision is for, named as predict names it
-            for job, entry in zip(jobs, out, strict=True):
+        for job, entry in zip(jobs, out, strict=True):  # which job each decision is for, named as predict names it
+            if len(out) > 1 or job.kind != "TrainingSpec":
                 entry["job"] = job.ref if job.kind != "TrainingSpec" else f"TrainingSpec [{job.document}]"
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
     else:

@@ -174,6 +174,14 @@ BAD_VALUES = {
         "price",
     ),
     "no pools": ({"pools": []}, "/pools"),
+    "pool of no nodes": (  # vramfit's pools loader refuses it: the webhook would not start
+        {"pools": [{"name": "a", "gpu": "L40S", "gpus_per_node": 4, "nodes": 0, "price_usd_per_gpu_hour": 1,
+                    "node_selector": {"a": "b"}}]},
+        "/pools/0/nodes"),
+    "free pool": (
+        {"pools": [{"name": "a", "gpu": "L40S", "gpus_per_node": 4, "nodes": 1, "price_usd_per_gpu_hour": 0,
+                    "node_selector": {"a": "b"}}]},
+        "/pools/0/price_usd_per_gpu_hour"),
     "toleration Equal without a key": (
         {"pools": [{"name": "a", "gpu": "L40S", "gpus_per_node": 4, "nodes": 1, "price_usd_per_gpu_hour": 1,
                     "node_selector": {"a": "b"}, "tolerations": [{"operator": "Equal", "value": "x"}]}]},

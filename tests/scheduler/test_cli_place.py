@@ -151,3 +151,8 @@ def test_each_decision_of_a_multi_document_file_names_its_job(tmp_path: Path,
     assert [d["job"] for d in json.loads(capsys.readouterr().out)] == ["TrainingSpec [0]", "TrainingSpec [1]"]
     assert main(["place", str(both)]) == 0
     assert "# TrainingSpec [1]" in capsys.readouterr().out
+
+
+def test_a_single_manifests_decision_names_its_job(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["place", str(EXAMPLES / "jobs" / "torchtune-trainjob.yaml"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["job"].startswith("TrainJob ")

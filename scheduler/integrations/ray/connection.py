@@ -83,7 +83,8 @@ def auth_hint(exc: BaseException) -> str:
     text = str(exc)
     if "InvalidAuthToken" in text or "Authentication token" in text or "auth token" in text.lower():
         return ("; this Ray cluster requires token authentication: run vramfit with RAY_AUTH_MODE=token and the "
-                "cluster's token (RAY_AUTH_TOKEN, or the file ~/.ray/auth_token that `ray start` wrote)")
+                "cluster's token (RAY_AUTH_TOKEN, or its file, ~/.ray/auth_token by default), or start a local test "
+                "cluster with RAY_AUTH_MODE=disabled")
     return ""
 
 
