@@ -7,27 +7,13 @@ bounds), so the tests pin placement's search and text, not the predictor's figur
 from __future__ import annotations
 
 from itertools import pairwise
-from typing import Any
 
 import pytest
 
 from predictors.predict import predict
 from predictors.spec import TrainingSpec
 from scheduler.placement import auto_gpu_counts, candidate_gpu_counts, place
-from scheduler.pools import NodePool
-
-
-def _spec(**kw: Any) -> TrainingSpec:
-    base: dict[str, Any] = {"model": "llama-2-7b", "method": "lora", "precision": "bf16-true",
-                            "micro_batch_size": 2, "seq_len": 2048, "gradient_checkpointing": "full",
-                            "train_tokens": 2e8}
-    base.update(kw)
-    return TrainingSpec.model_validate(base)
-
-
-def _pool(name: str, gpu: str = "A100-80GB", price: float = 2.0, **kw: Any) -> NodePool:
-    data: dict[str, Any] = {"name": name, "gpu": gpu, "gpus_per_node": 8, "nodes": 2, "price_usd_per_gpu_hour": price}
-    return NodePool.model_validate({**data, **kw})
+from tests.scheduler.test_placement import _pool, _spec
 
 
 def _headroom_between(spec: TrainingSpec, gpu: str, fits: int, too_few: int) -> float:

@@ -358,6 +358,20 @@ def test_environment_variables(env: dict[str, str], fields: dict[str, Any]) -> N
         ("torchao.optim.AdamW4bit", "adamw-4bit"),
         ("sgd", "sgd"),
         ("muon", "muon"),
+        # by the number of states they keep (the trainer-args audit)
+        ("rmsprop", "sgd-momentum"),  # torch RMSprop: square_avg
+        ("rmsprop_bnb_32bit", "sgd-momentum"),
+        ("adagrad", "sgd-momentum"),  # torch Adagrad: sum
+        ("torch.optim.RMSprop", "sgd-momentum"),
+        ("schedule_free_sgd", "sgd-momentum"),  # keeps z: was read as stateless sgd
+        ("schedule_free_adamw", "adamw"),
+        ("lomo", "sgd"),
+        ("adalomo", "adafactor"),
+        ("grokadamw", "grokadamw"),  # three states: left for validation to name, was read as adamw
+        ("ademamix", "ademamix"),
+        ("paged_adamw_32bit", "adamw"),
+        ("lion_32bit", "lion"),
+        ("galore_adamw_8bit", "adamw-8bit"),
     ],
 )
 def test_optimizer_names(name: str, expected: str) -> None:

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from scheduler.spec.trainer_args import optimizer_name
 from tests.scheduler.spec.helpers import one_job, pod
 
 M = "meta-llama/Llama-3.1-8B"
@@ -83,26 +82,6 @@ def test_tf32_flag_is_noted_as_a_runtime_over_estimate() -> None:
 # --- optimizers ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("name", "expected"),
-    [
-        ("rmsprop", "sgd-momentum"),  # torch RMSprop: square_avg
-        ("rmsprop_bnb_32bit", "sgd-momentum"),
-        ("adagrad", "sgd-momentum"),  # torch Adagrad: sum
-        ("torch.optim.RMSprop", "sgd-momentum"),
-        ("schedule_free_sgd", "sgd-momentum"),  # keeps z: was read as stateless sgd
-        ("schedule_free_adamw", "adamw"),
-        ("lomo", "sgd"),
-        ("adalomo", "adafactor"),
-        ("grokadamw", "grokadamw"),  # three states: left for validation to name, was read as adamw
-        ("ademamix", "ademamix"),
-        ("paged_adamw_32bit", "adamw"),
-        ("lion_32bit", "lion"),
-        ("galore_adamw_8bit", "adamw-8bit"),
-    ],
-)
-def test_optimizer_names_by_state_count(name: str, expected: str) -> None:
-    assert optimizer_name(name) == expected
 
 
 @pytest.mark.parametrize(
