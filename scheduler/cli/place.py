@@ -76,12 +76,12 @@ def run(args: argparse.Namespace) -> int:
         out = [d.to_dict() for d in decisions]
         for job, entry in zip(jobs, out, strict=True):  # which job each decision is for, named as predict names it
             if len(out) > 1 or job.kind != "TrainingSpec":
-                entry["job"] = job.ref if job.kind != "TrainingSpec" else f"TrainingSpec [{job.document}]"
+                entry["job"] = job.label
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
     else:
         for job, d in zip(jobs, decisions, strict=True):
             if len(jobs) > 1:
-                print(f"# {job.ref if job.kind != 'TrainingSpec' else f'TrainingSpec [{job.document}]'}")
+                print(f"# {job.label}")
             print(render_table(d))
     # 1 when a job fits no pool (as `vramfit ray submit`), so `vramfit place job.yaml && kubectl apply ...` stops
     return 1 if any(d.decision != "placed" for d in decisions) else 0

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         out = {**pred.to_dict(), **pred.level_explanation()}
         if len(jobs) > 1 or job.kind != "TrainingSpec":
             # a plain TrainingSpec of a multi-document file is named by its document, as in the error messages
-            out["job"] = job.ref if job.kind != "TrainingSpec" else f"TrainingSpec [{job.document}]"
+            out["job"] = job.label
         if job.assumptions:
             out["assumptions"] = list(job.assumptions)
         outputs.append(out)

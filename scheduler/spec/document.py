@@ -60,6 +60,12 @@ class ParsedJob:
         return f"{self.kind} {who}".strip()
 
     @property
+    def label(self) -> str:
+        """How output names the job: its object (``PyTorchJob team/ft``), or a plain TrainingSpec by its document
+        in the file (``TrainingSpec [1]``), as error messages do."""
+        return self.ref if self.kind != "TrainingSpec" else f"TrainingSpec [{self.document}]"
+
+    @property
     def pod_shapes(self) -> tuple[tuple[int, int], ...] | None:
         """(GPUs per pod, pods) of each GPU pod template, when the pods' shape is fixed (a manifest, not
         ``gpus: auto``, whose count vramfit writes): placement then needs nodes that hold those pods."""
