@@ -99,7 +99,7 @@ def _case_row(case: RuntimeCase) -> list[float]:
         "log2_hidden_size": _log2(arch.hidden_size),
         "log2_tokens_per_micro_batch": _log2(spec.micro_batch_size * spec.seq_len / spec.context_parallel),
         "log2_gpus": _log2(case.gpus),
-        "log2_model_parallel": _log2(spec.tensor_parallel * spec.pipeline_parallel * spec.context_parallel),
+        "log2_model_parallel": _log2(spec.model_parallel()),
         "log2_memory_floor_over_compute": math.log2(memory_floor / compute) if memory_floor > 0 else 0.0,
         "communication_share": communication / step,
         "optimizer_share": (get("optimizer_step", 0.0) + get("cpu_optimizer_step", 0.0)) / step,

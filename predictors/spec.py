@@ -286,7 +286,7 @@ class TrainingSpec(BaseModel):
         if self.method == "full" and self.lora is not None:
             raise ValueError("`lora` settings given but method is full. To fix: set method: lora or qlora")
         if isinstance(self.gpus, int):
-            model_parallel = self.tensor_parallel * self.pipeline_parallel * self.context_parallel
+            model_parallel = self.model_parallel()
             if self.gpus % model_parallel:
                 raise ValueError(
                     f"gpus ({self.gpus}) must be a multiple of tensor_parallel x pipeline_parallel x "
@@ -319,9 +319,13 @@ class TrainingSpec(BaseModel):
             return self.sharding
         return "ddp" if n > 1 else "none"
 
+    def model_parallel(self) -> int:
+        """GPUs one model replica spans: tensor x pipeline x context parallel."""
+        return self.tensor_parallel * self.pipeline_parallel * self.context_parallel
+
     def data_parallel(self, gpus: int | None = None) -> int:
         n = gpus if gpus is not None else (self.gpus if isinstance(self.gpus, int) else 1)
-        return max(1, n // (self.tensor_parallel * self.pipeline_parallel * self.context_parallel))
+        return max(1, n // self.model_parallel())
 
     def with_gpus(self, gpus: int) -> TrainingSpec:
         return self.model_copy(update={"gpus": gpus})

@@ -241,7 +241,7 @@ def predict_vram_without_gpu(
 
     Nothing else depends on the GPU, so placement computes this once per GPU count for all pools.
     """
-    model_parallel = spec.tensor_parallel * spec.pipeline_parallel * spec.context_parallel
+    model_parallel = spec.model_parallel()
     n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else model_parallel)
     if n_gpus < 1 or n_gpus % model_parallel:
         raise SpecError.one("gpus", f"must be a positive multiple of tensor_parallel x pipeline_parallel x "

@@ -334,16 +334,12 @@ def precision_stated(spec: TrainingSpec) -> bool:
     return "precision" in spec.model_fields_set
 
 
-def _model_parallel(spec: TrainingSpec) -> int:
-    return spec.tensor_parallel * spec.pipeline_parallel * spec.context_parallel
-
-
 def candidate_gpu_counts(spec: TrainingSpec, pool: NodePool, keep_growing: bool = False) -> list[int]:
     """GPU counts to try on ``pool``, smallest first."""
     facts = _pool_facts(pool)
     if isinstance(spec.gpus, int):
         return [spec.gpus] if spec.gpus <= facts.max_job_gpus else []
-    model_parallel = _model_parallel(spec)
+    model_parallel = spec.model_parallel()
     counts = list(facts.auto_counts if model_parallel == 1
                   else auto_gpu_counts(pool.gpus_per_node, pool.nodes, facts.max_job_gpus, model_parallel))
     shrinks = (spec.sharding or "ddp") not in _REPLICATED
@@ -417,7 +413,7 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
             if isinstance(spec.gpus, int):
                 wanted = f"needs {spec.gpus} GPUs"
             else:  # only model parallelism leaves `auto` without a count: no multiple of it fits the pool
-                m = _model_parallel(spec)
+                m = spec.model_parallel()
                 wanted = (f"needs a multiple of {m} GPUs (tensor x pipeline x context parallel)"
                           + (f" on whole nodes of {pool.gpus_per_node}" if m > pool.gpus_per_node else ""))
             done[i] = PoolOption(pool, False, f"{wanted}; pool allows at most {pool.max_job_gpus} per job",
@@ -454,7 +450,7 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
         preds = predictor.predict_many([(pools[i].gpu, counts[i][position[i]], links[i]) for i in fitting])
         for i, pred in zip(fitting, preds, strict=True):
             option = _fit_option(pools[i], counts[i][position[i]], pred, usable[i], deadline_seconds,
-                                 _model_parallel(spec))
+                                 spec.model_parallel())
             if option.meets_deadline is False:
                 # fits but too slow at this count: try more GPUs
                 slow[i] = (slow[i][0] if i in slow else option, option)

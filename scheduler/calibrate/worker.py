@@ -131,7 +131,7 @@ def lora_target_names(linear_names: Sequence[str], roles: Sequence[str]) -> tupl
 def skip_reason(spec: TrainingSpec, config: dict[str, Any], device_type: str,
                 installed: dict[str, str | None]) -> str | None:
     """Why this config cannot be measured here (None: it can). Pure: decided before importing torch."""
-    if spec.gpus != 1 or spec.tensor_parallel * spec.pipeline_parallel * spec.context_parallel != 1:
+    if spec.gpus != 1 or spec.model_parallel() != 1:
         return "multi-GPU configs are not supported: the harness trains in one process on one device"
     if spec.resolved_sharding() not in ("none", "ddp") or spec.offload != "none":
         return "sharding and CPU offload are not supported by the harness"

@@ -383,7 +383,7 @@ class _Review:
                 self.patch_template(patch, t, decision, decision_id, pinned, kueue)
         if auto:
             _gpu_counts(patch, job.kind, templates, decision, self.warnings,
-                        job.spec.tensor_parallel * job.spec.pipeline_parallel * job.spec.context_parallel)
+                        job.spec.model_parallel())
         return Admission(_allow(self.uid, patch, self.warnings, self.audit), record,
                          outcome="patched" if patch.ops else "allowed")
 
