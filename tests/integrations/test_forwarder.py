@@ -37,6 +37,23 @@ def record(i: int) -> dict[str, Any]:
     return {"decision_id": f"d-{i}", "outcome": "placed", "pool": "h100"}
 
 
+def test_a_rotated_token_file_reaches_the_next_post(stub: StubCollector, tmp_path: Path) -> None:
+    from scheduler.integrations.token_file import TokenFile
+
+    path = tmp_path / "token"
+    path.write_text("old-token\n")
+    forwarder = DecisionForwarder(stub.url, token=TokenFile(path, "old-token", check_seconds=0.0),
+                                  backoff_seconds=0.01).start()
+    forwarder.submit(record(0))
+    deadline = time.monotonic() + 10
+    while len(stub.received) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    path.write_text("a-newer-token\n")  # another size and mtime: the Secret was rotated
+    forwarder.submit(record(1))
+    assert forwarder.stop(flush_seconds=10) == 0
+    assert [h["Authorization"] for h in stub.headers] == ["Bearer old-token", "Bearer a-newer-token"]
+
+
 def test_forwards_in_order_with_the_token(stub: StubCollector) -> None:
     forwarder = DecisionForwarder(stub.url, token="s3cret", backoff_seconds=0.01).start()
     for i in range(5):

@@ -284,14 +284,3 @@ def test_a_rotated_token_file_is_followed_without_a_restart(ledger_path, tmp_pat
         (secret / "next").replace(link)
         assert post("second-token") == 202  # the last good token is kept
 
-
-def test_the_forwarder_sends_the_current_token(tmp_path):
-    from scheduler.integrations.forwarder import DecisionForwarder
-    from scheduler.integrations.token_file import TokenFile
-
-    path = tmp_path / "token"
-    path.write_text("old")
-    forwarder = DecisionForwarder("http://127.0.0.1:9", token=TokenFile(path, "old", check_seconds=0.0))
-    assert forwarder.token() == "old"
-    path.write_text("new-one")  # a new size and mtime
-    assert forwarder.token() == "new-one"
