@@ -32,7 +32,7 @@ from predictors.errors import SpecError
 from predictors.hardware import lookup_gpu
 from predictors.reference import ReferenceRun
 from scheduler.calibrate.sweep import SweepConfig
-from scheduler.calibrate.worker import INSTALL_HINT, RESULT_PREFIX
+from scheduler.calibrate.worker import INSTALL_HINT, PREIMPORT_ENV, RESULT_PREFIX
 
 SOURCE_ID = "vramfit_calibrate"
 MEASURED_OUTCOMES = ("ok", "oom")
@@ -100,14 +100,29 @@ def parse_worker_output(stdout: str) -> dict[str, Any] | None:
     return None
 
 
-def run_worker(job: dict[str, Any], options: RunnerOptions, timeout_seconds: float) -> WorkerOutcome:
-    """Run one worker process with a wall-clock budget; crashes and timeouts become results."""
-    started = time.monotonic()
-    proc = subprocess.Popen(
+def start_worker(options: RunnerOptions, preimport: bool = False) -> subprocess.Popen[str]:
+    """Start a worker process that waits for its job on stdin (``preimport``: imports torch and transformers
+    first)."""
+    env = _worker_env()
+    if preimport:
+        env[PREIMPORT_ENV] = "1"
+    return subprocess.Popen(
         [options.python_executable, "-m", "scheduler.calibrate.worker"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=_worker_env(), start_new_session=True,
+        env=env, start_new_session=True,
     )
+
+
+def run_worker(job: dict[str, Any], options: RunnerOptions, timeout_seconds: float,
+               proc: subprocess.Popen[str] | None = None) -> WorkerOutcome:
+    """Run one worker process with a wall-clock budget; crashes and timeouts become results.
+
+    ``proc``: a worker started earlier (:func:`start_worker`) that is still waiting for its job; the budget
+    counts from when the job is sent.
+    """
+    started = time.monotonic()
+    if proc is None:
+        proc = start_worker(options)
     try:
         stdout, stderr = proc.communicate(json.dumps(job), timeout=timeout_seconds)
     except subprocess.TimeoutExpired:
@@ -407,24 +422,44 @@ def run_sweep(configs: list[SweepConfig], out_path: Path, sweep_name: str, optio
                                  "--out (one file per GPU type)")
     log(f"device: {environment.get('gpu_name') or environment.get('device')}; torch {environment.get('torch')}, "
         f"transformers {environment.get('transformers')}, peft {environment.get('peft')}")
-    for number, config in enumerate(pending, start=1):
-        timeout_seconds = config.timeout_seconds or options.timeout_seconds
-        job = {"mode": "run", "config_id": config.config_id, "spec": config.spec_dict, "device": options.device,
-               "warmup_steps": options.warmup_steps, "measured_steps": options.measured_steps,
-               "time_budget_seconds": timeout_seconds, "scratch_dir": options.scratch_dir}
-        outcome = run_worker(job, options, timeout_seconds)
-        row = build_row(config, outcome, environment, sweep_name)
-        try:
-            append_row(out_path, row)
-        except OSError as exc:
-            raise CalibrateError(f"cannot append the row of {config.config_id} to {out_path}: "
-                                 f"{exc.strerror or exc}; the rows before it are kept (--resume continues)") from None
-        summary.rows.append(row)
-        kind = row["calibration"]["outcome"]
-        summary.outcomes[kind] = summary.outcomes.get(kind, 0) + 1
-        log(f"[{number}/{len(pending)}] {config.config_id} {_describe(row)} ({outcome.wall_seconds:.0f} s) "
-            f"{config.summary}")
+    # On a GPU host with cores to spare, one spare worker imports torch and transformers while the current
+    # config runs (it touches no GPU until it has its job): 3-5 s saved per config. Not on CPU runs, where its
+    # imports would compete with the throughput being measured. The spare is killed when the sweep ends.
+    prestart = environment.get("device") == "cuda" and (os.cpu_count() or 1) >= 4
+    spare: subprocess.Popen[str] | None = start_worker(options, preimport=True) if prestart else None
+    try:
+        for number, config in enumerate(pending, start=1):
+            proc, spare = spare, (start_worker(options, preimport=True) if prestart and number < len(pending)
+                                  else None)
+            _run_config(number, config, proc, pending, out_path, sweep_name, environment, options, summary, log)
+    finally:
+        if spare is not None:
+            _kill_group(spare)
+            spare.communicate()
     return summary
+
+
+def _run_config(number: int, config: SweepConfig, proc: subprocess.Popen[str] | None,
+                pending: list[SweepConfig], out_path: Path, sweep_name: str, environment: dict[str, Any],
+                options: RunnerOptions,
+                summary: SweepSummary, log: Callable[[str], None]) -> None:
+    """Run one config in ``proc`` and append its row."""
+    timeout_seconds = config.timeout_seconds or options.timeout_seconds
+    job = {"mode": "run", "config_id": config.config_id, "spec": config.spec_dict, "device": options.device,
+           "warmup_steps": options.warmup_steps, "measured_steps": options.measured_steps,
+           "time_budget_seconds": timeout_seconds, "scratch_dir": options.scratch_dir}
+    outcome = run_worker(job, options, timeout_seconds, proc)
+    row = build_row(config, outcome, environment, sweep_name)
+    try:
+        append_row(out_path, row)
+    except OSError as exc:
+        raise CalibrateError(f"cannot append the row of {config.config_id} to {out_path}: "
+                             f"{exc.strerror or exc}; the rows before it are kept (--resume continues)") from None
+    summary.rows.append(row)
+    kind = row["calibration"]["outcome"]
+    summary.outcomes[kind] = summary.outcomes.get(kind, 0) + 1
+    log(f"[{number}/{len(pending)}] {config.config_id} {_describe(row)} ({outcome.wall_seconds:.0f} s) "
+        f"{config.summary}")
 
 
 def _describe(row: dict[str, Any]) -> str:

@@ -36,6 +36,9 @@ from predictors.spec import TrainingSpec, parse_training_spec
 
 RESULT_PREFIX = "VRAMFIT_CALIBRATE_RESULT "
 INSTALL_HINT = "install the calibration extra: pip install 'vramfit[calibrate]'"
+# Set by the runner for the spare worker it starts while a config runs: torch and transformers are imported
+# (seconds of CPU, no CUDA context) before the job is read, so the next config starts without that wait.
+PREIMPORT_ENV = "VRAMFIT_CALIBRATE_PREIMPORT"
 
 # Model types whose positions are learned embeddings: seq_len cannot exceed the table without changing
 # the model. Others (RoPE, ALiBi) get max_position_embeddings raised to seq_len, which adds no parameters.
@@ -533,6 +536,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None, stdin: Any = None, emit: Callable[[str], None] | None = None) -> int:
     """Read a job from stdin, print the result line; exit 0 for ok/oom/skipped, 1 for a crash."""
+    if os.environ.get(PREIMPORT_ENV) == "1":  # a spare worker: pay the imports while the previous config runs
+        for name in ("torch", "transformers"):  # not peft: it imports bitsandbytes, which can open a CUDA context
+            with contextlib.suppress(ImportError):  # a missing package is reported when the job needs it
+                importlib.import_module(name)
     text = (stdin or sys.stdin).read()
     out = emit or (lambda line: print(line, flush=True))
     try:

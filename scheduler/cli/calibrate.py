@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "run again")
     parser.add_argument("--list", action="store_true", help="print the expanded configs and exit (no torch needed)")
     parser.add_argument("--only", action="append", default=[], metavar="ID_OR_GROUP",
-                        help="run only these config ids or grid names (repeatable)")
+                        help="run only these config ids or grid names (repeatable), in the order given")
     parser.add_argument("--limit", type=int, help="run at most this many configs")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                         help="where to train (auto: CUDA when available)")
@@ -54,7 +54,11 @@ def _calibrate(args: argparse.Namespace) -> int:
         if unknown:
             raise SpecError.one("--only", f"no config id or group {', '.join(map(repr, unknown))} in the sweep",
                                 "run with --list to see the ids and groups", str(args.sweep))
-        configs = [c for c in configs if c.config_id in wanted or c.group in wanted]
+        # in the order the selectors are given (a priority order for a sweep that may be cut short), then the
+        # sweep's own order within one selector
+        rank = {selector: n for n, selector in reversed(list(enumerate(args.only)))}
+        selected = [c for c in configs if c.config_id in wanted or c.group in wanted]
+        configs = sorted(selected, key=lambda c: min(rank.get(c.config_id, len(rank)), rank.get(c.group, len(rank))))
     if args.limit is not None:
         if args.limit < 1:
             raise SpecError.one("--limit", f"must be a positive number of configs; got {args.limit}")

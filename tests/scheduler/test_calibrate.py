@@ -35,6 +35,7 @@ from scheduler.calibrate.runner import (
 )
 from scheduler.calibrate.sweep import SweepConfig, expand_sweep, load_sweep, parse_sweep, scale_config
 from scheduler.calibrate.worker import (
+    PREIMPORT_ENV,
     RESULT_PREFIX,
     build_dense_model,
     hf_config_fields,
@@ -476,3 +477,38 @@ def test_calibrate_flags_obey_the_sweep_settings_limits(flags: list[str], messag
     assert cli_main(["calibrate", "--sweep", str(SMOKE_SWEEP), "--out", str(out), *flags]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_gpu_sweep_prestarts_one_spare_worker_and_kills_the_last(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU host each config runs in a worker started (and importing) while the previous config ran;
+    the spare left over at the end is killed, and the probe worker is not a pre-importing one."""
+    log = tmp_path / "workers.log"
+    body = (f"open({str(log)!r}, 'a').write(f\"{{os.getpid()}} {{os.environ.get('{PREIMPORT_ENV}', '-')}} "
+            f"{{job['mode']}}\\n\")\n"
+            f"print({RESULT_PREFIX!r} + json.dumps({{'outcome': 'ok', 'environment': {{'device': 'cuda'}}, "
+            f"'tokens_per_second': 1.0}}))")
+    options = _fake_worker(tmp_path, body)
+    monkeypatch.setattr(runner_module, "missing_packages", lambda: [])
+    monkeypatch.setattr(runner_module.os, "cpu_count", lambda: 16)
+    configs = _configs({"name": "t", "configs": [{"model": {"name": "tiny", "config": TINY_LLAMA}, "seq_len": n}
+                                                 for n in (32, 64, 128)]})
+    out = tmp_path / "runs.jsonl"
+    summary = run_sweep(configs, out, "t", options, log=lambda line: None)
+    assert summary.outcomes == {"ok": 3} and len(out.read_text(encoding="utf-8").splitlines()) == 3
+    entries = [line.split() for line in log.read_text(encoding="utf-8").splitlines()]
+    assert [(flag, mode) for _, flag, mode in entries] == [("-", "probe"), ("1", "run"), ("1", "run"), ("1", "run")]
+    assert len({pid for pid, _, _ in entries}) == 4  # a fresh process per config
+
+
+def test_cpu_sweep_starts_no_spare_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "workers.log"
+    body = (f"open({str(log)!r}, 'a').write(os.environ.get('{PREIMPORT_ENV}', '-') + '\\n')\n"
+            f"print({RESULT_PREFIX!r} + json.dumps({{'outcome': 'ok', 'environment': {{'device': 'cpu'}}, "
+            f"'tokens_per_second': 1.0}}))")
+    options = _fake_worker(tmp_path, body)
+    monkeypatch.setattr(runner_module, "missing_packages", lambda: [])
+    configs = _configs({"name": "t", "configs": [{"model": {"name": "tiny", "config": TINY_LLAMA}, "seq_len": n}
+                                                 for n in (32, 64)]})
+    run_sweep(configs, tmp_path / "runs.jsonl", "t", options, log=lambda line: None)
+    assert log.read_text(encoding="utf-8").split() == ["-", "-", "-"]

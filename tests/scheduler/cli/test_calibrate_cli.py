@@ -83,3 +83,14 @@ def test_a_signal_to_the_parent_ends_its_worker(signum: int, exit_code: int, tmp
         if parent.poll() is None:
             parent.kill()
             parent.communicate()
+
+
+def test_only_runs_in_the_order_given(capsys: pytest.CaptureFixture[str]) -> None:
+    """--only is a priority order: a sweep cut short by a device's time limit has measured what came first."""
+    sweep = str(REPO / "bench" / "sweeps" / "default.yaml")
+    assert main(["calibrate", "--sweep", sweep, "--list", "--only", "scaled-layers", "--only", "gpt2-full"]) == 0
+    groups = [line.split()[1] for line in capsys.readouterr().out.strip().splitlines()]
+    assert groups == ["scaled-layers"] * 7 + ["gpt2-full"] * 12
+    assert main(["calibrate", "--sweep", sweep, "--list", "--only", "gpt2-full", "--only", "scaled-layers"]) == 0
+    groups = [line.split()[1] for line in capsys.readouterr().out.strip().splitlines()]
+    assert groups == ["gpt2-full"] * 12 + ["scaled-layers"] * 7
