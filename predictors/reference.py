@@ -56,6 +56,29 @@ class ReferenceRun(BaseModel):
         return self.source_id.split("_", 1)[0]
 
 
+# Extra levels a row may carry beside its primary metric (``vramfit calibrate`` rows record all three).
+EXTRA_LEVEL_FIELDS: dict[str, str] = {"reserved": "peak_reserved_bytes", "nvml": "peak_nvml_bytes"}
+
+
+def with_extra_levels(runs: list[ReferenceRun]) -> list[ReferenceRun]:
+    """``runs`` plus one run per extra measured level (``measured.peak_reserved_bytes`` -> metric ``reserved``,
+    ``measured.peak_nvml_bytes`` -> ``nvml``), id suffixed with the metric, so that one evaluation compares each
+    predicted level with its own measurement. OOM rows and rows whose primary metric is that level add nothing."""
+    out: list[ReferenceRun] = []
+    for run in runs:
+        out.append(run)
+        if run.measured.oom:
+            continue
+        extra = run.measured.model_extra or {}
+        for metric, field in EXTRA_LEVEL_FIELDS.items():
+            value = extra.get(field)
+            if metric == run.measured.metric or not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                continue
+            measured = run.measured.model_copy(update={"peak_bytes": value, "metric": metric})
+            out.append(run.model_copy(update={"id": f"{run.id}-{metric}", "measured": measured}))
+    return out
+
+
 def parse_runs(text: str, source: str = "<runs>") -> list[ReferenceRun]:
     """Parse JSONL reference runs; every bad line is reported with its line number."""
     runs: list[ReferenceRun] = []

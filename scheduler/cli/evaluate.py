@@ -9,7 +9,7 @@ from pathlib import Path
 
 from predictors.errors import SpecError
 from predictors.evaluation import Evaluation, evaluate, select_runs
-from predictors.reference import parse_runs
+from predictors.reference import parse_runs, with_extra_levels
 from predictors.residual_serving import DEFAULT_RUNTIME_UPPER_MARGIN
 from predictors.runtime_eval import RuntimeAccuracy, evaluate_runtime
 
@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--quality", default="high,medium", help="qualities to include (default: high,medium)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--rows", action="store_true", help="also list every run with its error")
+    p.add_argument("--all-levels", action="store_true",
+                   help="also compare the extra levels a run measured (vramfit calibrate rows: reserved and NVML "
+                        "beside allocated); peak VRAM figures only, each level its own row under 'by metric'")
     p.add_argument("--cv", choices=("none", "source"), default="none",
                    help="residual column: the shipped model (none, in-sample on its own training runs) or "
                         "leave-one-source-out refits (source)")
@@ -52,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
         found = ", ".join(sorted({r.quality for r in runs}))
         raise SpecError.one("--quality", f"none of the {len(runs)} runs has quality {', '.join(sorted(qualities))} "
                             f"(they have {found})", f"use --quality {found}")
-    ev = evaluate(select_runs(runs, qualities))
+    selected = select_runs(runs, qualities)
+    ev = evaluate(with_extra_levels(selected) if args.all_levels else selected)
     runtime = evaluate_runtime(r for r in runs if r.quality in qualities)
     side = residual_side_by_side(runs, qualities, args.cv)
     runtime_side = runtime_residual_side_by_side(runs, qualities, args.cv)

@@ -132,3 +132,14 @@ def test_predict_on_a_gpu_without_bf16_warns(tmp_path: Path, capsys: pytest.Capt
     assert "V100-32GB has no bf16: bf16-true cannot run there" in capsys.readouterr().err
     assert main(["predict", str(spec), "--gpu", "A100-80GB"]) == 0
     assert "no bf16" not in capsys.readouterr().err
+
+
+def test_evaluate_all_levels_compares_each_measured_level(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = str(REPO / "predictors" / "data" / "measured" / "H200.jsonl")
+    assert main(["evaluate", "--runs", rows, "--format", "json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert set(one["by_metric"]) == {"allocated"}
+    assert main(["evaluate", "--runs", rows, "--format", "json", "--all-levels"]) == 0
+    every = json.loads(capsys.readouterr().out)
+    assert set(every["by_metric"]) == {"allocated", "reserved", "nvml"}
+    assert every["by_metric"]["nvml"]["n"] == every["by_metric"]["allocated"]["n"] == one["overall"]["n"]
