@@ -79,6 +79,8 @@ class EfficiencyTable(BaseModel):
     host_memory_sources: list[str] = Field(..., min_length=1)
     inter_node_bytes_per_second_per_gpu: float = Field(..., gt=0)
     inter_node_sources: list[str] = Field(..., min_length=1)
+    host_seconds_per_layer_pass: float = Field(..., ge=0)
+    host_sources: list[str] = Field(..., min_length=1)
 
     def family_hfu(self, family: str) -> float:
         for row in self.families:
@@ -297,6 +299,38 @@ def job_tokens(spec: TrainingSpec, gpus: int | None = None) -> float | None:
                  * spec.data_parallel(n_gpus))
 
 
+# Bytes moved per token and per input (output) feature of one fp32 LoRA adapter on a 16-bit linear:
+# forward: cast the input to fp32 (read 2, write 4), dropout (read 4, write 4, mask 1), lora_A reads it (4);
+# backward: lora_A's weight gradient reads it again (4), the gradient flows back through dropout (read 4 + 1,
+# write 4) and the cast (read 4, write 2). Output side, forward: lora_B writes 4, the scaling reads and writes
+# (4 + 4), the fp32 sum with the 16-bit result (read 2 + 4, write 4), the cast back to 16 bits (read 4,
+# write 2); backward: the 16-bit gradient cast to fp32 (read 2, write 4), the scaling (4 + 4), lora_B reads it
+# (4). Without dropout its 9 + 9 bytes go. Counted from peft/tuners/lora/layer.py (Linear.forward).
+_LORA_IN_BYTES = 19.0 + 19.0
+_LORA_IN_DROPOUT_BYTES = 9.0 + 9.0
+_LORA_OUT_BYTES = 28.0 + 18.0
+# Bytes per attention-score element and layer of eager attention (transformers' eager_attention_forward):
+# forward: QK^T writes 16-bit scores (2), the mask add reads and writes them (2 + 2), softmax in fp32 reads 2 and
+# writes 4, the cast back reads 4 and writes 2, the value matmul reads 2 -> 20; backward about as many.
+_EAGER_SCORE_BYTES = 20.0 + 20.0
+
+
+def _lora_elementwise_bytes_per_token(spec: TrainingSpec, arch: Architecture) -> float:
+    """Bytes of the adapters' elementwise passes per token (forward, backward and a recomputed forward)."""
+    lora = spec.resolved_lora
+    if lora is None:
+        return 0.0
+    in_bytes = _LORA_IN_BYTES - (0.0 if lora.dropout > 0 else _LORA_IN_DROPOUT_BYTES)
+    ratio = _decoder_ratio(spec, arch)
+    total = 0.0
+    for g in arch.lora_groups(lora.target_modules):
+        rows = _rows_per_token(arch, g, ratio)
+        total += rows * (in_bytes * g.in_features + _LORA_OUT_BYTES * g.out_features)
+    if spec.gradient_checkpointing == "full":  # the forward half again
+        total *= 1.0 + 0.5
+    return total
+
+
 def _micro_batches_per_step(spec: TrainingSpec) -> int:
     """Micro-batches per optimizer step and data-parallel replica: ``grad_accum_steps``, at least the pipeline
     depth (a pipeline needs that many in flight)."""
@@ -353,7 +387,35 @@ def predict_runtime(
         dequant_bytes = quantizable * (code_bytes + 2.0 + 2.0) * dequant_passes
         dequant_s = dequant_bytes / (gpu.memory_bandwidth_bytes_per_second * table.dequantization_bandwidth_utilization)
     micro_s += dequant_s
+    # LoRA adapters in fp32 (PEFT's default) on a 16-bit base: each adapted linear casts its input to fp32,
+    # applies dropout, and adds the scaled fp32 output back to the 16-bit result, elementwise passes over
+    # activation-sized tensors that no FLOP count sees (all-linear on an 8B model: ~0.1 s per 4k tokens on an H200)
+    lora_traffic_s = 0.0
+    if spec.resolved_lora is not None:
+        lora_traffic_s = (tokens_micro / cp * _lora_elementwise_bytes_per_token(spec, arch) / (tp * pp)
+                          / (gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization))
+    micro_s += lora_traffic_s
+    # eager attention writes the seq x seq scores and reads them back (mask, fp32 softmax, cast, dropout, the
+    # value matmul; the same again in backward); sdpa/flash kernels keep them on chip
+    eager_scores_s = 0.0
+    if spec.attention == "eager":
+        score_elements = (tokens_micro / cp) * arch.num_attention_heads * spec.seq_len / cp \
+            * (arch.num_layers + arch.num_encoder_layers) / (tp * pp)
+        passes_scores = _EAGER_SCORE_BYTES * (1.5 if spec.gradient_checkpointing == "full" else 1.0)
+        eager_scores_s = score_elements * passes_scores / (
+            gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization)
+    micro_s += eager_scores_s
     compute_step_s = micro_s * n_micro
+    # the host: eager PyTorch issues every kernel from Python; a micro-batch cannot run faster than the host
+    # walks the layers (forward, backward, and the recomputed forward under full checkpointing). On small
+    # micro-batches this, not the GPU, sets the step time.
+    passes_host = 2.0 + (1.0 if spec.gradient_checkpointing == "full" else 0.0)
+    layers_gpu = (arch.num_layers + arch.num_encoder_layers) / pp
+    host_step_s = n_micro * layers_gpu * passes_host * table.host_seconds_per_layer_pass
+    if host_step_s > compute_step_s:
+        notes.append("host bound: launching the kernels of each layer takes longer than running them "
+                     "(a larger micro-batch costs little extra time)")
+    host_wait_s = max(host_step_s - compute_step_s, 0.0)
     bubble_s = micro_s * (pp - 1) if pp > 1 else 0.0
 
     # --- optimizer update (memory bound): read param, grad, states; write param, states -----------
@@ -425,7 +487,7 @@ def predict_runtime(
     overlappable = dp_comm_s + offload_transfer_s
     hidden = min(overlappable, table.communication_overlap * compute_step_s)
     exposed_s = overlappable - hidden
-    step_s = compute_step_s + bubble_s + optimizer_s + exposed_s + tp_comm_s + cpu_step_s
+    step_s = compute_step_s + host_wait_s + bubble_s + optimizer_s + exposed_s + tp_comm_s + cpu_step_s
     tokens_per_second = tokens_per_step / step_s
 
     if spec.train_tokens is not None:
@@ -440,6 +502,9 @@ def predict_runtime(
         "compute": compute_s * n_micro,
         "memory_floor": memory_floor_s * n_micro,
         "dequantization": dequant_s * n_micro,
+        "lora_elementwise": lora_traffic_s * n_micro,
+        "eager_attention_scores": eager_scores_s * n_micro,
+        "host_wait": host_wait_s,
         "pipeline_bubble": bubble_s,
         "optimizer_step": optimizer_s,
         "data_parallel_communication": dp_comm_s,

@@ -82,9 +82,12 @@ _ALLOC_FIXED_BYTES = 64 * MIB
 
 # CUDA context with lazy module loading (CUDA >= 11.7) plus the PyTorch kernels touched by training:
 # about 0.3-1.3 GB per shared/reference/README ("What the metrics mean"); older cards and drivers sit at
-# the high end (S17 V100 runs ~1.3 GB).
+# the high end (S17 V100 runs ~1.3 GB). Hopper is measured: vramfit's own calibration rows
+# (predictors/data/measured/H200.jsonl: H200, driver 580.159.04, torch 2.11.0+cu130) read NVML's used memory
+# 1,366-1,382 MiB above torch's peak reserved in 62 of 62 runs (paged optimizers aside), the context, the
+# kernel images and the library handles outside the caching allocator; with the 32 MiB below that is 1,382 MiB.
 _CUDA_CONTEXT_BYTES = {"volta": 1300 * MIB, "turing": 900 * MIB, "ampere": 520 * MIB, "ada": 520 * MIB,
-                       "hopper": 600 * MIB, "blackwell": 650 * MIB}
+                       "hopper": 1350 * MIB, "blackwell": 650 * MIB}
 _CUBLAS_WORKSPACE_BYTES = 32 * MIB  # 4 MiB x 8 (cuBLAS workspace config default on Hopper: 32 MiB)
 # NCCL: NCCL_BUFFSIZE 4 MiB per channel and peer direction; ~2 x 16 channels x (in + out) for
 # ring/tree collectives on one node (NCCL environment-variable docs), plus its own CUDA kernels.
@@ -571,7 +574,9 @@ def _saves_input(role: str, spec: TrainingSpec, targets: set[str]) -> bool:
     """
     if spec.method == "qlora" and spec.resolved_quantization != "gptq-int4":
         return True
-    return spec.method == "full" or role in targets
+    # LoRA: the base weight is frozen, so its matmul keeps no input; what the adapter keeps is its own copy of
+    # the input (counted per adapter in _activations)
+    return spec.method == "full"
 
 
 def _activations(
@@ -643,7 +648,7 @@ def _activations(
         mlp += e * width
     if dropout > 0:
         mlp += 2 * h  # residual-dropout masks (1 byte each) after attention and MLP
-    # LoRA: dropout on the adapter input and the rank-r intermediate
+    # LoRA: each adapter's copy of its input and the rank-r intermediate
     lora_extra = 0.0
     if lora is not None:
         for g in arch.lora_groups(lora.target_modules):
@@ -655,9 +660,12 @@ def _activations(
                 # token, not all of them (Mixtral / Qwen-MoE / DeepSeek-MoE route each token to
                 # num_experts_per_tok experts; HF MixtralSparseMoeBlock gathers each expert's tokens)
                 per_layer *= arch.num_experts_per_tok / arch.num_experts
-            extra = e * lora.rank
-            if lora.dropout > 0:
-                extra += g.in_features * (e + 1)
+            # PEFT casts each adapter's input to the adapter's dtype (Linear.forward, _cast_input_dtype): fp32
+            # adapters (its default) on a 16-bit model keep a 4-byte copy of the input per adapter, after dropout
+            # (+ its 1-byte mask); under autocast with an fp32 model, or FSDP casting the adapters to 16 bits,
+            # lora_A keeps its 16-bit cast instead. q, k and v each keep their own copy.
+            copy_bytes = 4 if (e == 4 or not mixed) else 2
+            extra = copy_bytes * lora.rank + g.in_features * (copy_bytes + (1 if lora.dropout > 0 else 0))
             lora_extra += per_layer * extra
     per_layer = (attn + mlp + lora_extra) / lay.tp
     # residual stream additions keep nothing; the block output is the next block's norm input.

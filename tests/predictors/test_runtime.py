@@ -136,3 +136,51 @@ def test_runtime_eval_scopes_and_implausible_per_gpu_claims() -> None:
     assert acc.rows[1].ape == pytest.approx(0.0, abs=1e-9)
     assert acc.rows[2].scope == "per_job" and len(acc.scope_corrected) == 1
     assert acc.summary()["per_gpu"]["runs"] == 1
+
+
+def test_small_micro_batches_are_host_bound() -> None:
+    """Eager PyTorch walks every block in Python: below some tokens per micro-batch the step time stops shrinking
+    (measured on an H200: 3.4-5.0 ms per block and step, predictors/data/measured/H200.jsonl)."""
+    gpu = lookup_gpu("H100-80GB")
+    per_pass = efficiency_table().host_seconds_per_layer_pass
+    tiny = predict_runtime(_spec(micro_batch_size=1, seq_len=64), ARCH, gpu)
+    assert tiny.step_time_seconds >= ARCH.num_layers * 2 * per_pass  # forward + backward per block
+    assert tiny.components_seconds["host_wait"] > 0
+    assert any("host bound" in n for n in tiny.notes)
+    ckpt = predict_runtime(_spec(micro_batch_size=1, seq_len=64, gradient_checkpointing="full"), ARCH, gpu)
+    assert ckpt.step_time_seconds >= ARCH.num_layers * 3 * per_pass  # + the recomputed forward
+    big = predict_runtime(_spec(micro_batch_size=8, seq_len=4096), ARCH, gpu)
+    assert big.components_seconds["host_wait"] == 0  # the GPU work hides the host
+
+
+def test_lora_adapters_pay_their_elementwise_passes() -> None:
+    """All-linear LoRA at the same FLOPs moves more bytes than q/v only: by the hand count of
+    runtime._LORA_*_BYTES over Llama-2-7B's 32 blocks of (in, out) features."""
+    gpu = lookup_gpu("H100-80GB")
+    qv = predict_runtime(_spec(method="lora", lora={"target_modules": ["q_proj", "v_proj"]}), ARCH, gpu)
+    every = predict_runtime(_spec(method="lora", lora={"target_modules": "all-linear"}), ARCH, gpu)
+    table = efficiency_table()
+    bandwidth = gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization
+    tokens = 4 * 2048
+    # q and v: 4096 -> 4096 each, with dropout: (38 x 4096 + 46 x 4096) bytes per token, block and module
+    expected_qv = tokens * 32 * 2 * (38 * 4096 + 46 * 4096) / bandwidth
+    assert qv.components_seconds["lora_elementwise"] == pytest.approx(expected_qv, rel=1e-9)
+    assert every.components_seconds["lora_elementwise"] > 4 * qv.components_seconds["lora_elementwise"]
+    no_dropout = predict_runtime(_spec(method="lora", lora={"target_modules": ["q_proj", "v_proj"], "dropout": 0}),
+                                 ARCH, gpu)
+    assert no_dropout.components_seconds["lora_elementwise"] == pytest.approx(
+        tokens * 32 * 2 * (20 * 4096 + 46 * 4096) / bandwidth, rel=1e-9)
+    full = predict_runtime(_spec(), ARCH, gpu)
+    assert full.components_seconds["lora_elementwise"] == 0
+
+
+def test_eager_attention_pays_for_its_scores() -> None:
+    gpu = lookup_gpu("H100-80GB")
+    sdpa = predict_runtime(_spec(attention="sdpa"), ARCH, gpu)
+    eager = predict_runtime(_spec(attention="eager"), ARCH, gpu)
+    bandwidth = gpu.memory_bandwidth_bytes_per_second * efficiency_table().memory_bandwidth_utilization
+    # 4 x 2048 tokens x 32 heads x 2048 keys x 32 blocks x 40 bytes
+    expected = 4 * 2048 * 32 * 2048 * 32 * 40 / bandwidth
+    assert eager.components_seconds["eager_attention_scores"] == pytest.approx(expected, rel=1e-9)
+    assert sdpa.components_seconds["eager_attention_scores"] == 0
+    assert eager.step_time_seconds > sdpa.step_time_seconds

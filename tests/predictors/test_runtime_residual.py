@@ -211,7 +211,8 @@ def test_predict_uses_the_shipped_model_and_keeps_the_contract() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         out = predict(spec).to_dict()
-    assert persistence.load_default_runtime_model().metadata["training_rows"] == 63  # type: ignore[union-attr]
+    # the 63 dev runs with a throughput and the 64 measured H200 calibration rows
+    assert persistence.load_default_runtime_model().metadata["training_rows"] == 63 + 64  # type: ignore[union-attr]
     for key in ("peak_vram_bytes", "peak_vram_upper_bytes", "throughput_tokens_per_second", "runtime_seconds"):
         assert key in out
     assert out["runtime_model_version"].startswith("runtime-residual-")
@@ -266,7 +267,9 @@ def test_leave_one_source_out_on_a_small_set(dev_rows: list[RuntimeTrainingRow])
 
 
 # Leave-one-source-out on the 63 dev runs, as measured when this model was written (README, "Runtime residual").
-REPORTED_LOSO = {"median_ape": 0.190, "p90_ape": 0.622, "coverage": 0.937, "median_slack": 0.843}
+# 2026-11-26: the host floor, LoRA elementwise and eager-attention terms took the p90 from 62.2 to 50.0 % and the
+# bound's median slack from 84 to 58 %, at a coverage of 92.1 % (was 93.7 %: one run of 63).
+REPORTED_LOSO = {"median_ape": 0.192, "p90_ape": 0.501, "coverage": 0.921, "median_slack": 0.576}
 
 
 def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[RuntimeTrainingRow]) -> None:

@@ -36,15 +36,16 @@ MOE = {**TINY, "model_type": "mixtral", "num_local_experts": 8, "num_experts_per
 
 
 def test_moe_expert_adapters_only_see_the_tokens_routed_to_them() -> None:
-    """LoRA dropout copies the input of every adapted linear a token passes through: top-k experts per token, not
-    all of them. bf16: the dropped copy (2 bytes) + its mask (1 byte) per input feature."""
+    """Every adapted linear a token passes through keeps its own fp32 copy of the input (PEFT casts it to the
+    adapter's dtype), after dropout when there is one: top-k experts per token, not all of them. Dropout adds its
+    1-byte mask per input feature; the 4-byte copy is there either way."""
     tokens = 256
     fields = {"method": "lora", "precision": "bf16-true", "seq_len": tokens}
     with_dropout = activations(MOE, **fields, lora={"target_modules": "all-linear", "dropout": 0.1})
     without = activations(MOE, **fields, lora={"target_modules": "all-linear", "dropout": 0.0})
     attention_inputs = 4 * H  # q, k, v, o: each reads 64 features
     expert_inputs = 2 * (H + H + 128)  # top-2 experts x (gate 64 + up 64 + down 128)
-    assert with_dropout - without == L * tokens * (attention_inputs + expert_inputs) * 3
+    assert with_dropout - without == L * tokens * (attention_inputs + expert_inputs) * 1
 
 
 def test_moe_dispatch_and_router_terms_only_in_moe_layers() -> None:
@@ -81,7 +82,9 @@ def test_qwen_moe_decoder_sparse_step_counts_from_layer_one() -> None:
 
 def test_real_moe_lora_activations_stay_below_the_dense_equivalent() -> None:
     """Qwen3-30B-A3B with all-linear LoRA at 2k tokens: 190 GiB of activations before the audit (adapters of all
-    128 experts per token), three times Qwen3-32B's (dense, 64 layers, a wider MLP; 62 GiB); 29 GiB after."""
+    128 experts per token), three times Qwen3-32B's (dense, 64 layers, a wider MLP; 62 GiB); 29 GiB after. Since
+    each adapter keeps its own fp32 input copy (2026-11-26: 36.5 GiB against 68.1 GiB) the top-8 experts' copies
+    weigh more, still about half the dense model's."""
     from predictors.catalog import resolve_model
 
     def act(model: str) -> int:
@@ -89,7 +92,7 @@ def test_real_moe_lora_activations_stay_below_the_dense_equivalent() -> None:
                                     "lora": {"target_modules": "all-linear", "dropout": 0.05}})
         return predict_vram(spec, resolve_model(spec).architecture).breakdown_bytes["activations"]
 
-    assert act("qwen3-30b-a3b") < act("qwen3-32b") / 2
+    assert act("qwen3-30b-a3b") < act("qwen3-32b") * 0.6
 
 
 # ---- eager attention ---------------------------------------------------------------------------------------
