@@ -372,6 +372,20 @@ def _load_default_vram() -> LoadedModel | None:
 load_default_model = DefaultModel(_load_default_vram)
 
 
+def configured_model_problems() -> list[str]:
+    """The residual models ``$VRAMFIT_RESIDUAL_MODEL`` / ``$VRAMFIT_RUNTIME_RESIDUAL_MODEL`` name that are not in use
+    (missing, unreadable or trained on another analytic model: predictions fall back to the analytic model), one
+    line each. An unset variable is no problem (the shipped model, or the analytic model without it)."""
+    problems: list[str] = []
+    for variable, loader in ((MODEL_ENV, load_default_model), (RUNTIME_MODEL_ENV, load_default_runtime_model)):
+        path = _configured_path(variable)
+        if path is not None and loader() is None:
+            problems.append(f"${variable} names {path}, which is missing or not a usable model, so predictions use "
+                            "the analytic model alone (the server's log says why); point it at a model file or "
+                            "unset it")
+    return problems
+
+
 def _load_default(path: Path, check: Callable[[dict[str, Any]], None], what: str, hint: str) -> LoadedModel | None:
     if not path.exists():
         configured = {_configured_path(MODEL_ENV): MODEL_ENV, _configured_path(RUNTIME_MODEL_ENV): RUNTIME_MODEL_ENV}

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from predictors import persistence
 from predictors.errors import SpecError
 from scheduler.cli import validation_problems
 from scheduler.cli.server_common import (
@@ -137,7 +138,8 @@ def build_app(args: argparse.Namespace, ledger: Any, forwarder: Any = None) -> A
     metrics.watch_residual_models()
     state = WebhookState(settings=admission_settings(args), pools=pools, on_timing=on_timing,
                          on_decision=on_decision, models=ResidualModelsWatch(on_reload=metrics.on_model_reload))
-    return create_app(ledger, settings, extra_routes=webhook_routes(state), metrics=metrics), state
+    return create_app(ledger, settings, extra_routes=webhook_routes(state), metrics=metrics,
+                      ready_checks=[persistence.configured_model_problems]), state
 
 
 def make_forwarder(args: argparse.Namespace) -> Any:
@@ -201,7 +203,6 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
 
 def _startup_fields(args: argparse.Namespace, state: Any) -> dict[str, Any]:
     """Where it listens and what it loaded: address, TLS files, pools (file and names), residual model versions."""
-    from predictors import persistence
 
     models = {}
     for kind, loader in (("vram", persistence.load_default_model), ("runtime", persistence.load_default_runtime_model)):

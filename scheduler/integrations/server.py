@@ -177,6 +177,10 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
+    for check in request.app.state.ready_checks:  # e.g. a residual model the operator named but that is not in use
+        problems = await run_in_threadpool(check)
+        if problems:
+            return JSONResponse({"status": "not ready", "error": "; ".join(problems)}, status_code=503)
     ledger = request.app.state.ledger
     if ledger is None:  # a stateless webhook replica: nothing to check beyond being up
         return JSONResponse({"status": "ready", "ledger": "none"})
@@ -258,8 +262,10 @@ def create_app(
     settings: ServerSettings | None = None,
     extra_routes: Sequence[BaseRoute] = (),
     metrics: Metrics | None = None,
+    ready_checks: Sequence[Callable[[], list[str]]] = (),
 ) -> Starlette:
-    """The ASGI app over ``ledger``. ``extra_routes`` come before the built-in ones.
+    """The ASGI app over ``ledger``. ``extra_routes`` come before the built-in ones; ``/readyz`` answers 503 with
+    their problems while any of ``ready_checks`` reports one.
 
     Without a ledger (stateless webhook replicas: the decision travels in the object's annotations and the
     collector owns the ledger) the ``/v1`` routes are not mounted, so nothing can be acknowledged and lost.
@@ -298,6 +304,7 @@ def create_app(
         },
     )
     app.state.ledger = ledger
+    app.state.ready_checks = tuple(ready_checks)
     app.state.metrics = metrics
     app.state.settings = settings
     app.add_middleware(AccessLog)

@@ -137,3 +137,44 @@ def test_the_start_up_log_says_where_it_listens_and_what_it_loaded() -> None:
     assert fields["pools_file"] == "embedded" and fields["pools"] == ["l40s", "a100-80gb", "h100-80gb", "b200"]
     assert fields["residual_models"]["vram"].startswith("residual-")
     assert fields["residual_models"]["runtime"].startswith("runtime-residual-")
+
+
+def test_readyz_is_503_while_the_residual_model_it_is_told_to_use_is_missing(
+        certs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$VRAMFIT_RESIDUAL_MODEL naming a missing file used to leave /readyz at 200 while every prediction fell back to
+    the analytic model; now the pod is not ready, says why, and becomes ready once the file is there (the model
+    watch loads it)."""
+    import shutil
+
+    from predictors.persistence import shipped_model_path
+
+    directory = tmp_path / "server"
+    directory.mkdir()
+    for name in ("tls.crt", "tls.key"):
+        (directory / name).write_bytes((certs / name).read_bytes())
+    model = tmp_path / "cluster.skops"
+    monkeypatch.setenv("VRAMFIT_RESIDUAL_MODEL", str(model))
+    port = free_port()
+    process, log_path = start_webhook(directory, port)
+    url = f"https://127.0.0.1:{port}"
+    verify = _client_context(certs)
+
+    def readyz() -> Any:
+        if process.poll() is not None:
+            raise AssertionError(log_path.read_text())
+        try:
+            return httpx.get(url + "/readyz", verify=verify, timeout=2)
+        except httpx.TransportError:
+            return None
+
+    try:
+        reply = wait_until(readyz, 60, "the webhook to answer /readyz")
+        assert reply.status_code == 503, reply.text
+        assert f"$VRAMFIT_RESIDUAL_MODEL names {model}" in reply.json()["error"]
+        assert httpx.get(url + "/healthz", verify=verify, timeout=2).status_code == 200  # alive, not ready
+        shipped = shipped_model_path()
+        shutil.copy(shipped.with_name(shipped.stem + ".serving.npz"), model.with_name(model.stem + ".serving.npz"))
+        shutil.copy(shipped, model)
+        wait_until(lambda: (r := readyz()) is not None and r.status_code == 200, 30, "/readyz 200 after the model")
+    finally:
+        stop(process)
