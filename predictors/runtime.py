@@ -22,9 +22,11 @@ mosaicml/llm-foundry benchmarking README):
   (Korthikanti et al. 2022 recompute the attention core only).
 
 Time of one micro-batch on one GPU = max(FLOPs / (peak x efficiency), weight bytes / bandwidth)
-+ QLoRA dequantization; a step is ``n_micro`` micro-batches (+ the pipeline bubble), the optimizer
-update, the part of data-parallel/FSDP communication that compute does not hide, tensor-parallel
-all-reduces, and CPU offload transfers and the CPU optimizer step.
++ QLoRA dequantization + the elementwise passes of fp32 LoRA adapters + eager attention's score traffic; a
+step is ``n_micro`` micro-batches, at least the host's time to walk every block per pass (eager PyTorch:
+``host_seconds_per_layer_pass`` in ``efficiency.yaml``, measured by ``vramfit calibrate``), plus the pipeline
+bubble, the optimizer update, the part of data-parallel/FSDP communication that compute does not hide,
+tensor-parallel all-reduces, and CPU offload transfers and the CPU optimizer step.
 """
 
 from __future__ import annotations
@@ -401,8 +403,8 @@ def predict_runtime(
     if spec.attention == "eager":
         score_elements = (tokens_micro / cp) * arch.num_attention_heads * spec.seq_len / cp \
             * (arch.num_layers + arch.num_encoder_layers) / (tp * pp)
-        passes_scores = _EAGER_SCORE_BYTES * (1.5 if spec.gradient_checkpointing == "full" else 1.0)
-        eager_scores_s = score_elements * passes_scores / (
+        bytes_per_score = _EAGER_SCORE_BYTES * (1.5 if spec.gradient_checkpointing == "full" else 1.0)
+        eager_scores_s = score_elements * bytes_per_score / (
             gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization)
     micro_s += eager_scores_s
     compute_step_s = micro_s * n_micro

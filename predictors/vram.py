@@ -563,8 +563,9 @@ def predict_vram_without_gpu(
 def _saves_input(role: str, spec: TrainingSpec, targets: set[str]) -> bool:
     """Whether a linear layer keeps its input for backward.
 
-    PyTorch's autograd saves a matmul's input only when the weight needs a gradient, so frozen
-    linears of LoRA keep nothing unless an adapter sits on them. bitsandbytes' 4-bit matmul
+    PyTorch's autograd saves a matmul's input only when the weight needs a gradient, so the frozen base
+    linears of LoRA keep nothing; an adapter on one keeps its own copy of the input (PEFT casts it to the
+    adapter's dtype), counted per adapter in :func:`_activations`. bitsandbytes' 4-bit matmul
     (``MatMul4Bit``) keeps its input whenever the activation needs a gradient: QLoRA saves them all.
     That holds up to bitsandbytes 0.43 (``ctx.tensors = (A, B)`` in autograd/_functions.py); 0.44 keeps
     ``(None, B)``, so newer stacks save less and this errs on the safe side. The old attribute-held input
