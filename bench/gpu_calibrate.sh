@@ -4,10 +4,10 @@
 #
 #   bash bench/gpu_calibrate.sh [BUDGET_SECONDS]        # default 480
 #
-# Python packages the machine lacks (pydantic, skops, bitsandbytes, ...) may be carried as wheels in .whl/ (see
-# predictors/data/measured/README.md); they are installed to /tmp/site. The sweep stops at the budget (SIGTERM:
-# the running worker is killed, its config is not recorded, every finished row is kept), and it stops early if
-# three configs in a row crash (a broken setup, not a measurement).
+# Python packages the machine lacks (pydantic, skops, bitsandbytes, ...) may be carried as wheels in .whl/
+# (bench/fetch_calibration_wheels.sh downloads them); they are installed to /tmp/site. The sweep stops at the
+# budget (SIGTERM: the running worker is killed, its config is not recorded, every finished row is kept), and it
+# stops early if three configs in a row crash (a broken setup, not a measurement).
 set -u
 BUDGET_SECONDS=${1:-480}
 OUT_DIR=${OUT:-$PWD/calibrate-out}
@@ -33,9 +33,10 @@ if [ -s "predictors/data/measured/$GPU.jsonl" ] && [ ! -s "$ROWS" ]; then
   echo "resuming from predictors/data/measured/$GPU.jsonl ($(wc -l < "$ROWS") rows)"
 fi
 # Priority: LoRA on 3B-8B, per-layer depth scaling, sub-2B full fine-tuning, micro-batch, sequence/attention,
-# optimizers, the hand-picked configs, 70B-width LoRA, Gemma-2, QLoRA (slow: checkpoint + quantized reload), GPT-2.
-GROUPS_IN_ORDER=(lora-targets scaled-layers small-full micro-batch seq-attention optimizers configs
-                 scaled-layers-lora scaled-layers-gemma2 qlora gpt2-full)
+# optimizers, QLoRA (slower: checkpoint + quantized reload; the dev set's largest unmeasured method), the
+# hand-picked configs, 70B-width LoRA, Gemma-2, GPT-2. The first six groups are measured on the H200 (2026-11-26).
+GROUPS_IN_ORDER=(lora-targets scaled-layers small-full micro-batch seq-attention optimizers qlora configs
+                 scaled-layers-lora scaled-layers-gemma2 gpt2-full)
 only=()
 for g in "${GROUPS_IN_ORDER[@]}"; do only+=(--only "$g"); done
 left=$((BUDGET_SECONDS - (SECONDS - start)))

@@ -227,7 +227,21 @@ def environment(torch: Any, device: Any) -> dict[str, Any]:
     else:
         env["cpu"] = platform.processor() or platform.machine()
         env["cpu_threads"] = torch.get_num_threads()
+    # the host issues every kernel of eager training: its CPU bounds small micro-batches (efficiency.yaml's
+    # host_seconds_per_layer_pass), so the rows say which CPU they were measured with
+    env["host_cpu"] = cpu_model()
+    env["host_cpu_count"] = os.cpu_count()
     return env
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux), else what ``platform`` knows."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    return platform.processor() or platform.machine()
 
 
 def _pick_device(torch: Any, wanted: str) -> Any:

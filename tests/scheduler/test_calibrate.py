@@ -512,3 +512,10 @@ def test_cpu_sweep_starts_no_spare_worker(tmp_path: Path, monkeypatch: pytest.Mo
                                                  for n in (32, 64)]})
     run_sweep(configs, tmp_path / "runs.jsonl", "t", options, log=lambda line: None)
     assert log.read_text(encoding="utf-8").split() == ["-", "-", "-"]
+
+
+def test_rows_name_the_host_cpu() -> None:
+    """The host bounds small micro-batches (efficiency.yaml's host floor): every row says which CPU it ran on."""
+    from scheduler.calibrate.worker import cpu_model
+
+    assert cpu_model().strip()
