@@ -454,11 +454,15 @@ def predict_vram_without_gpu(
         else:
             logits = 0.0
     head_grad = 0.0
-    # (a tied head's backward also writes a vocab x hidden gradient into the embedding's .grad; not counted: the
-    # dev reference rows with tied heads, torchtune Llama 3.2 full fine-tuning, already sit above the model through
-    # framework features the spec cannot express, and counting it moves the dev median from 13.0 to 13.4 %)
-    if method == "full" and spec.task in ("causal-lm", "masked-lm") and lm_head_params:
-        head_grad = lm_head_params * scale / lay.tp * grad_bytes / (dp if shard_grads else 1)
+    # The output head's weight gradient exists from the first step of backward, while the logits are still alive;
+    # a tied head writes its vocab x hidden gradient into the embedding's .grad just the same. Counted for tied
+    # heads since vramfit's H200 rows (full fine-tuning of Llama-3.2-1B, Qwen2.5-0.5B/1.5B, Qwen3-0.6B, Gemma-3-1B,
+    # all tied) showed it: allocated median 2.7 % -> 1.4 %. The dev set's p90 moves 41.5 -> 42.3 % through
+    # torchtune's tied Llama 3.2 rows (S01/S02), which step the optimizer inside backward and free each gradient at
+    # once (optimizer_in_bwd), what the spec cannot express.
+    head_params = lm_head_params or (arch.vocab_size * arch.hidden_size if arch.tie_word_embeddings else 0)
+    if method == "full" and spec.task in ("causal-lm", "masked-lm") and head_params:
+        head_grad = head_params * scale / lay.tp * grad_bytes / (dp if shard_grads else 1)
 
     # QLoRA dequantizes one weight matrix at a time into the compute dtype (bitsandbytes matmul_4bit)
     quant_work = 0.0
