@@ -431,7 +431,8 @@ def run_sweep(configs: list[SweepConfig], out_path: Path, sweep_name: str, optio
         for number, config in enumerate(pending, start=1):
             proc, spare = spare, (start_worker(options, preimport=True) if prestart and number < len(pending)
                                   else None)
-            _run_config(number, config, proc, pending, out_path, sweep_name, environment, options, summary, log)
+            _run_config(number, len(pending), config, proc, out_path, sweep_name, environment, options, summary,
+                        log)
     finally:
         if spare is not None:
             _kill_group(spare)
@@ -439,11 +440,10 @@ def run_sweep(configs: list[SweepConfig], out_path: Path, sweep_name: str, optio
     return summary
 
 
-def _run_config(number: int, config: SweepConfig, proc: subprocess.Popen[str] | None,
-                pending: list[SweepConfig], out_path: Path, sweep_name: str, environment: dict[str, Any],
-                options: RunnerOptions,
-                summary: SweepSummary, log: Callable[[str], None]) -> None:
-    """Run one config in ``proc`` and append its row."""
+def _run_config(number: int, total: int, config: SweepConfig, proc: subprocess.Popen[str] | None, out_path: Path,
+                sweep_name: str, environment: dict[str, Any], options: RunnerOptions, summary: SweepSummary,
+                log: Callable[[str], None]) -> None:
+    """Run config ``number`` of ``total`` in ``proc`` and append its row."""
     timeout_seconds = config.timeout_seconds or options.timeout_seconds
     job = {"mode": "run", "config_id": config.config_id, "spec": config.spec_dict, "device": options.device,
            "warmup_steps": options.warmup_steps, "measured_steps": options.measured_steps,
@@ -458,7 +458,7 @@ def _run_config(number: int, config: SweepConfig, proc: subprocess.Popen[str] | 
     summary.rows.append(row)
     kind = row["calibration"]["outcome"]
     summary.outcomes[kind] = summary.outcomes.get(kind, 0) + 1
-    log(f"[{number}/{len(pending)}] {config.config_id} {_describe(row)} ({outcome.wall_seconds:.0f} s) "
+    log(f"[{number}/{total}] {config.config_id} {_describe(row)} ({outcome.wall_seconds:.0f} s) "
         f"{config.summary}")
 
 

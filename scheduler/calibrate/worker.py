@@ -234,9 +234,9 @@ def environment(torch: Any, device: Any) -> dict[str, Any]:
     return env
 
 
-def cpu_model() -> str:
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The CPU's model name (``/proc/cpuinfo`` on Linux), else what ``platform`` knows."""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+    with contextlib.suppress(OSError), open(cpuinfo, encoding="utf-8", errors="replace") as handle:
         for line in handle:
             key, _, value = line.partition(":")
             if key.strip() == "model name" and value.strip():

@@ -514,8 +514,15 @@ def test_cpu_sweep_starts_no_spare_worker(tmp_path: Path, monkeypatch: pytest.Mo
     assert log.read_text(encoding="utf-8").split() == ["-", "-", "-"]
 
 
-def test_rows_name_the_host_cpu() -> None:
-    """The host bounds small micro-batches (efficiency.yaml's host floor): every row says which CPU it ran on."""
+def test_rows_name_the_host_cpu(tmp_path: Path) -> None:
+    """The host bounds small micro-batches (efficiency.yaml's host floor): every row says which CPU it ran on, read
+    from /proc/cpuinfo's first "model name", or platform's answer where there is no such file."""
+    import platform
+
     from scheduler.calibrate.worker import cpu_model
 
-    assert cpu_model().strip()
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9654 96-Core Processor\n"
+                       "\nprocessor\t: 1\nmodel name\t: something else\n", encoding="utf-8")
+    assert cpu_model(str(cpuinfo)) == "AMD EPYC 9654 96-Core Processor"
+    assert cpu_model(str(tmp_path / "missing")) == (platform.processor() or platform.machine())
