@@ -39,6 +39,14 @@ _LAYERNORM = {"gpt2", "bert", "roberta", "bloom", "gpt_neox", "phi", "falcon", "
 _KNOWN_DECODERS = {
     *_GATED, *_ALL_BIAS, *_LAYERNORM, "refinedwebmodel", "qwen2_moe",
 }
+# config-class defaults of the activation when config.json names none (GPT2Config.activation_function,
+# GPTJConfig / GPTNeoConfig / CodeGenConfig / PhiConfig hidden_act or activation_function; LlamaConfig and most
+# decoders: silu)
+_ACTIVATION_DEFAULT = {"gpt2": "gelu_new", "gptj": "gelu_new", "gpt_neo": "gelu_new", "codegen": "gelu_new",
+                       "phi": "gelu_new", "gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh",
+                       "gemma3": "gelu_pytorch_tanh", "gemma3_text": "gelu_pytorch_tanh", "falcon": "gelu",
+                       "bloom": "gelu", "opt": "relu", "gpt_neox": "gelu", "gpt_bigcode": "gelu_pytorch_tanh",
+                       "starcoder2": "gelu_pytorch_tanh"}
 # config-class defaults of tie_word_embeddings when config.json has no key (transformers' classes).
 _TIE_DEFAULT = {"gemma": True, "gemma2": True, "gemma3": True, "gemma3_text": True, "gpt2": True,
                 "bert": True, "roberta": True, "bloom": True, "falcon": True, "minicpm": True, "t5": True,
@@ -104,6 +112,11 @@ class Architecture:
     # Gemma 2's tanh soft-capping of the attention scores (config attn_logit_softcapping): in eager attention the
     # tanh keeps its s x s output for backward
     attn_logit_softcapping: bool = False
+    # Gemma 2's soft-capping of the output logits (config final_logit_softcapping: tanh(logits / cap) * cap)
+    final_logit_softcapping: bool = False
+    # the MLP's activation function as config.json names it (hidden_act / activation_function / dense_act_fn);
+    # what it keeps for backward differs (see vram._activation_function_bytes)
+    activation: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
     # what a prediction for this model must say (an unknown family sized by the generic decoder)
     warnings: tuple[str, ...] = field(default_factory=tuple)
@@ -462,6 +475,8 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         v_head_dim=v_head, max_position_embeddings=_int(cfg, "max_position_embeddings", "n_positions", "seq_length",
                                                          default=0, minimum=0),
         attn_logit_softcapping=_softcapping(cfg),
+        final_logit_softcapping=_softcapping(cfg, "final_logit_softcapping"),
+        activation=_activation_name(cfg, _ACTIVATION_DEFAULT.get(model_type, "silu")),
         notes=tuple(notes),
         warnings=() if model_type in _KNOWN_DECODERS else (
             f"model_type {model_type!r} is not a family vramfit knows: sized as a generic decoder from the config's "
@@ -470,13 +485,24 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     )
 
 
-def _softcapping(cfg: dict[str, Any]) -> bool:
-    """Whether attention scores are soft-capped (Gemma 2: ``attn_logit_softcapping: 50.0``; null or absent: no)."""
-    value = cfg.get("attn_logit_softcapping")
+def _activation_name(cfg: dict[str, Any], default: str = "") -> str:
+    """The MLP activation's name: ``hidden_act`` (most families), ``activation_function`` (GPT-2, GPT-J),
+    ``hidden_activation`` (Gemma 2/3), ``dense_act_fn`` (T5); ``default`` when none is given."""
+    for key in ("hidden_activation", "hidden_act", "activation_function", "dense_act_fn"):
+        value = cfg.get(key)
+        if isinstance(value, str) and value:
+            return value.lower()
+    return default
+
+
+def _softcapping(cfg: dict[str, Any], key: str = "attn_logit_softcapping") -> bool:
+    """Whether attention scores (or, with ``key="final_logit_softcapping"``, the output logits) are soft-capped
+    (Gemma 2: ``attn_logit_softcapping: 50.0``, ``final_logit_softcapping: 30.0``; null or absent: no)."""
+    value = cfg.get(key)
     if value is None:
         return False
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise SpecError.one("model.config.attn_logit_softcapping", f"must be a positive number or null; got {value!r}")
+        raise SpecError.one(f"model.config.{key}", f"must be a positive number or null; got {value!r}")
     return value > 0
 
 
@@ -512,7 +538,8 @@ def _bert(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         tie_word_embeddings=True, linears=tuple(linears),
         embedding_params=(vocab + positions + types) * h,
         norm_params=(2 * layers + 1) * 2 * h, is_encoder_only=True, layernorm=True,
-        max_position_embeddings=positions, notes=("encoder-only; counts BertModel with pooler",),
+        max_position_embeddings=positions, activation=_activation_name(cfg, "gelu"),
+        notes=("encoder-only; counts BertModel with pooler",),
     )
 
 
@@ -546,5 +573,8 @@ def _t5(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         num_kv_heads=heads, head_dim=d_kv, intermediate_size=d_ff, gated_mlp=gated, vocab_size=vocab,
         tie_word_embeddings=tie, linears=tuple(linears), embedding_params=vocab * h, norm_params=norms,
         other_params=relative, num_encoder_layers=enc_layers,
+        # T5Config derives dense_act_fn from feed_forward_proj (whatever config.json says): the part after the
+        # last "-", except that "gated-gelu" means gelu_new
+        activation="gelu_new" if proj == "gated-gelu" else proj.split("-")[-1].lower(),
         notes=("encoder-decoder; seq_len is the encoder input, the decoder length min(seq_len, 128)",),
     )

@@ -657,6 +657,7 @@ def _activations(
         mlp += 3 * e * width  # gate output (activation input), activation output, up output
     else:
         mlp += e * width  # activation input
+    mlp += _activation_function_bytes(arch, e, amp_fp32_model) * width
     if _saves_input("down_proj", spec, targets):
         mlp += e * width
     if dropout > 0:
@@ -768,6 +769,31 @@ def _eager_score_bytes(arch: Architecture, e: int, amp_fp32_model: bool, dropout
     return float(per_score)
 
 
+# Activations that transformers writes as a chain of element-wise tensor ops rather than one fused kernel, so that
+# autograd keeps intermediates beyond the input: NewGELUActivation ("gelu_new": GPT-2, GPT-J, GPT-Neo, Phi-1/2,
+# T5 gated-gelu) computes 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))), whose tanh keeps its output and
+# whose last product keeps both factors (0.5 * x and 1 + tanh): three tensors of the MLP's width besides x itself.
+# Fused ones (silu, gelu, gelu_pytorch_tanh, relu) keep only their input, which the MLP term already counts.
+_PYTHON_GELU = frozenset({"gelu_new"})
+# ... in the families trained through transformers' modeling code. Phi-1/2 also name gelu_new, but litgpt, whose
+# runs are the public Phi measurements (shared/reference S07), computes it as one fused F.gelu(approximate="tanh"):
+# Phi gets the fused count, which under-counts a transformers Phi run by 3 tensors of the MLP width.
+_PYTHON_GELU_FAMILIES = frozenset({"gpt2", "gptj", "gpt_neo", "codegen", "t5", "mt5", "umt5"})
+
+
+def _activation_function_bytes(arch: Architecture, e: int, amp_fp32_model: bool) -> float:
+    """Bytes per MLP-width element that the activation function keeps beyond its input (transformers
+    activations.py). Without autocast the three intermediates are in the compute dtype. Under autocast ``pow``
+    runs in fp32 (autocast's fp32 op list), so it keeps an fp32 copy of x in place of the 16-bit x (which nothing
+    else keeps), and everything after it is promoted to fp32 except ``0.5 * x``: (4 - 2) for the copy, 4 (tanh),
+    2 (0.5x), 4 (1 + tanh)."""
+    if arch.activation not in _PYTHON_GELU or arch.model_type not in _PYTHON_GELU_FAMILIES:
+        return 0.0
+    if amp_fp32_model and e != 4:
+        return (4.0 - e) + 4.0 + e + 4.0
+    return 3.0 * e
+
+
 # Target length assumed for encoder-decoder models (the spec's seq_len is the encoder input length,
 # shared/reference/README "How settings were mapped"): fine-tuning targets are short (labels of a few
 # tokens in the PEFT examples; 128 is the default max_target_length of HF's summarization example).
@@ -795,5 +821,9 @@ def _logits(spec: TrainingSpec, arch: Architecture, e: int, lay: _Layout) -> flo
         per_elem = _LOGITS_BYTES_PER_ELEMENT_DEEPSPEED
     else:
         per_elem = _LOGITS_BYTES_PER_ELEMENT_16BIT
+    if arch.final_logit_softcapping:
+        # HF Gemma2ForCausalLM: logits = tanh(logits / cap) * cap in the compute dtype; tanh keeps its output for
+        # backward (its gradient comes after the fp32 loss tensors are freed, so it does not add to the peak)
+        per_elem += min(e, 4)
     # with pipeline parallelism the head lives on the last stage, which holds one micro-batch
     return tokens * arch.vocab_size / lay.tp * per_elem

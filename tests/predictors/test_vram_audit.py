@@ -183,3 +183,56 @@ def test_shard_grad_op_keeps_lora_bases_unsharded_between_forward_and_backward()
     single = predict(TINY, gpus=1, **fields)
     assert "gathered_params" not in single.breakdown_bytes
     assert single.breakdown_bytes["weights"] == arch.params_total * 2
+
+
+# ---- activation functions and the output head ----------------------------------------------------------------
+GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 1000, "n_positions": 1024}
+
+
+@pytest.mark.parametrize(("precision", "per_width"), [
+    ("bf16-true", 3 * 2),  # tanh output, 0.5 * x, 1 + tanh in bf16 (pow keeps x itself, already counted)
+    ("32-true", 3 * 4),
+    ("bf16-mixed", (4 - 2) + 4 + 2 + 4),  # pow's fp32 copy of x replaces x; tanh, 1 + tanh fp32; 0.5 * x bf16
+])
+def test_gpt2_gelu_new_keeps_three_intermediates(precision: str, per_width: int) -> None:
+    """transformers' NewGELUActivation is a chain of element-wise ops; a fused gelu keeps only its input.
+    The difference is per_width bytes per element of the MLP (4 x 64 wide) per layer and token."""
+    seq = 128
+    python_gelu = activations(GPT2, seq_len=seq, precision=precision)  # GPT2Config's default: gelu_new
+    fused = activations({**GPT2, "activation_function": "gelu_pytorch_tanh"}, seq_len=seq, precision=precision)
+    assert python_gelu - fused == L * seq * 4 * 64 * per_width
+
+
+def test_activation_names_from_each_family_config() -> None:
+    assert architecture_from_config({**GPT2, "activation_function": "gelu_new"}, "g").activation == "gelu_new"
+    assert architecture_from_config(GPT2, "g").activation == "gelu_new"  # GPT2Config's default
+    assert architecture_from_config(TINY, "t").activation == "silu"
+    assert architecture_from_config({**TINY, "hidden_act": "SiLU"}, "t").activation == "silu"
+    gemma2 = {**TINY, "model_type": "gemma2", "hidden_act": "gelu", "hidden_activation": "gelu_pytorch_tanh"}
+    assert architecture_from_config(gemma2, "g").activation == "gelu_pytorch_tanh"
+    t5 = {"model_type": "t5", "d_model": 64, "num_layers": 2, "num_heads": 4, "d_ff": 128, "vocab_size": 1000}
+    # T5Config derives the activation from feed_forward_proj, whatever dense_act_fn says
+    assert architecture_from_config({**t5, "feed_forward_proj": "gated-gelu", "dense_act_fn": "relu"},
+                                    "t").activation == "gelu_new"
+    assert architecture_from_config(t5, "t").activation == "relu"
+    bert = {"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "vocab_size": 1000}
+    assert architecture_from_config(bert, "b").activation == "gelu"
+
+
+def test_phi_gelu_new_counts_as_fused() -> None:
+    """Phi's public runs are litgpt's, which fuses gelu_new (F.gelu(approximate="tanh"))."""
+    phi = {**TINY, "model_type": "phi"}
+    assert (activations({**phi, "hidden_act": "gelu_new"}, seq_len=128, precision="bf16-true")
+            == activations({**phi, "hidden_act": "gelu_pytorch_tanh"}, seq_len=128, precision="bf16-true"))
+
+
+@pytest.mark.parametrize(("precision", "e"), [("bf16-true", 2), ("32-true", 4)])
+def test_gemma2_final_logit_softcapping_keeps_the_tanh_output(precision: str, e: int) -> None:
+    gemma2 = {**TINY, "model_type": "gemma2", "head_dim": 16}
+    seq = 128
+    capped = predict({**gemma2, "final_logit_softcapping": 30.0}, seq_len=seq, precision=precision)
+    plain = predict({**gemma2, "final_logit_softcapping": None}, seq_len=seq, precision=precision)
+    assert capped.breakdown_bytes["logits"] - plain.breakdown_bytes["logits"] == seq * 1000 * e
+    with pytest.raises(SpecError, match="final_logit_softcapping"):
+        architecture_from_config({**gemma2, "final_logit_softcapping": -1}, "g")
