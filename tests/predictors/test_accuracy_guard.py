@@ -38,9 +38,9 @@ def test_ape_summary_by_hand() -> None:
     assert ape_summary([])["n"] == 0
 
 
-# vramfit's own calibration rows (predictors/data/measured/H200.jsonl, measured 2026-11-26): peak allocated
-# median 1.4 %, p90 7.0 %; with --all-levels reserved 4.7 % / 16.3 % and NVML 4.6 % / 15.9 %; throughput
-# median 34.2 %, p90 62.4 %
+# vramfit's own calibration rows (predictors/data/measured/H200.jsonl, 105 configs measured 2026-11-25/26): peak
+# allocated median 2.3 %, p90 7.6 %; with --all-levels reserved 4.3 % / 15.7 % and NVML 3.8 % / 13.3 %; throughput
+# median 27.6 %, p90 66.6 %
 MEASURED_DIR = Path(__file__).resolve().parents[2] / "predictors" / "data" / "measured"
 
 
@@ -50,15 +50,15 @@ def test_own_calibration_rows_do_not_regress() -> None:
     from predictors.runtime_eval import evaluate_runtime
 
     runs = select_runs(parse_runs((MEASURED_DIR / "H200.jsonl").read_text()), {"high", "medium"})
-    assert len(runs) >= 65
+    assert len(runs) >= 105
     ev = evaluate_vram(runs)
     s = ev.summary()
-    assert s["median_ape"] <= 0.015 and s["p90_ape"] <= 0.072, s
-    assert ev.oom_right >= 1
+    assert s["median_ape"] <= 0.024 and s["p90_ape"] <= 0.077, s
+    assert ev.oom_right >= 2
     levels = evaluate_vram(with_extra_levels(runs))
     by_metric = levels.by(lambda r: r.run.measured.metric)
     assert by_metric["allocated"]["n"] == by_metric["reserved"]["n"] == by_metric["nvml"]["n"] == s["n"]
-    assert by_metric["reserved"]["median_ape"] <= 0.048 and by_metric["reserved"]["p90_ape"] <= 0.165
-    assert by_metric["nvml"]["median_ape"] <= 0.047 and by_metric["nvml"]["p90_ape"] <= 0.161
+    assert by_metric["reserved"]["median_ape"] <= 0.044 and by_metric["reserved"]["p90_ape"] <= 0.158
+    assert by_metric["nvml"]["median_ape"] <= 0.039 and by_metric["nvml"]["p90_ape"] <= 0.134
     runtime = evaluate_runtime(runs)
-    assert (runtime.median_ape() or 1.0) <= 0.345 and (runtime.p90_ape() or 1.0) <= 0.626
+    assert (runtime.median_ape() or 1.0) <= 0.277 and (runtime.p90_ape() or 1.0) <= 0.667
