@@ -31,6 +31,7 @@ tensor-parallel all-reduces, and CPU offload transfers and the CPU optimizer ste
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -82,6 +83,8 @@ class EfficiencyTable(BaseModel):
     inter_node_bytes_per_second_per_gpu: float = Field(..., gt=0)
     inter_node_sources: list[str] = Field(..., min_length=1)
     host_seconds_per_layer_pass: float = Field(..., ge=0)
+    host_seconds_per_adapter_pass: float = Field(0.0, ge=0)
+    host_seconds_per_quantized_linear_pass: float = Field(0.0, ge=0)
     host_sources: list[str] = Field(..., min_length=1)
 
     def family_hfu(self, family: str) -> float:
@@ -333,6 +336,26 @@ def _lora_elementwise_bytes_per_token(spec: TrainingSpec, arch: Architecture) ->
     return total
 
 
+def _host_seconds_per_layer_pass(spec: TrainingSpec, arch: Architecture, table: EfficiencyTable) -> float:
+    """Host time of one block in one pass: the block's own modules, plus each LoRA adapter's Python path (PEFT's
+    cast, dropout, two matmuls, scale and add) and each 4-bit base layer's (bitsandbytes' quant-state handling and
+    dequantization call) in the block."""
+    blocks = max(arch.num_layers + arch.num_encoder_layers, 1)
+
+    def per_block(groups: Iterable[LinearGroup]) -> float:
+        # routed experts counted as the top-k a token visits (transformers 5 runs the experts fused)
+        return sum(g.count * (arch.num_experts_per_tok / arch.num_experts if g.expert and arch.num_experts else 1)
+                   for g in groups if g.role not in ("lm_head", "router")) / blocks
+
+    seconds = table.host_seconds_per_layer_pass
+    lora = spec.resolved_lora
+    if lora is not None:
+        seconds += per_block(arch.lora_groups(lora.target_modules)) * table.host_seconds_per_adapter_pass
+    if spec.method == "qlora" and spec.resolved_quantization != "gptq-int4":
+        seconds += per_block(arch.linears) * table.host_seconds_per_quantized_linear_pass
+    return seconds
+
+
 def _micro_batches_per_step(spec: TrainingSpec) -> int:
     """Micro-batches per optimizer step and data-parallel replica: ``grad_accum_steps``, at least the pipeline
     depth (a pipeline needs that many in flight)."""
@@ -413,7 +436,7 @@ def predict_runtime(
     # micro-batches this, not the GPU, sets the step time.
     passes_host = 2.0 + (1.0 if spec.gradient_checkpointing == "full" else 0.0)
     layers_gpu = (arch.num_layers + arch.num_encoder_layers) / pp
-    host_step_s = n_micro * layers_gpu * passes_host * table.host_seconds_per_layer_pass
+    host_step_s = n_micro * layers_gpu * passes_host * _host_seconds_per_layer_pass(spec, arch, table)
     if host_step_s > compute_step_s:
         notes.append("host bound: launching the kernels of each layer takes longer than running them "
                      "(a larger micro-batch costs little extra time)")

@@ -153,6 +153,31 @@ def test_small_micro_batches_are_host_bound() -> None:
     assert big.components_seconds["host_wait"] == 0  # the GPU work hides the host
 
 
+def test_adapters_and_4bit_layers_raise_the_host_floor() -> None:
+    """Each LoRA adapter and each 4-bit base layer adds its Python path to every block and pass: Llama-2-7B has 7
+    linears per block; q/v LoRA adds 2 adapters, all-linear QLoRA 7 adapters and 7 4-bit layers (H200 QLoRA rows:
+    3.8-6.2 ms per block and pass at 1,024 tokens)."""
+    gpu = lookup_gpu("H100-80GB")
+    t = efficiency_table()
+    short = {"micro_batch_size": 1, "seq_len": 64, "gradient_checkpointing": "full"}
+    floor = ARCH.num_layers * 3  # block passes per micro-batch with the recomputed forward
+    full = predict_runtime(_spec(**short), ARCH, gpu)
+    qv = predict_runtime(_spec(**short, method="lora", lora={"target_modules": ["q_proj", "v_proj"]}), ARCH, gpu)
+    qlora = predict_runtime(_spec(**short, method="qlora", lora={"target_modules": "all-linear"}), ARCH, gpu)
+
+    def forward_backward(pred: Any) -> float:  # host bound: the micro-batch's time is the host's
+        assert pred.components_seconds["host_wait"] > 0
+        return pred.step_time_seconds - pred.components_seconds["optimizer_step"]
+
+    assert forward_backward(full) == pytest.approx(floor * t.host_seconds_per_layer_pass)
+    assert forward_backward(qv) == pytest.approx(
+        floor * (t.host_seconds_per_layer_pass + 2 * t.host_seconds_per_adapter_pass))
+    assert forward_backward(qlora) == pytest.approx(floor * (
+        t.host_seconds_per_layer_pass + 7 * (t.host_seconds_per_adapter_pass
+                                             + t.host_seconds_per_quantized_linear_pass)))
+    assert t.host_seconds_per_adapter_pass > 0 and t.host_seconds_per_quantized_linear_pass > 0
+
+
 def test_lora_adapters_pay_their_elementwise_passes() -> None:
     """All-linear LoRA at the same FLOPs moves more bytes than q/v only: by the hand count of
     runtime._LORA_*_BYTES over Llama-2-7B's 32 blocks of (in, out) features."""
