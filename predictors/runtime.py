@@ -24,7 +24,8 @@ mosaicml/llm-foundry benchmarking README):
 Time of one micro-batch on one GPU = max(FLOPs / (peak x efficiency), weight bytes / bandwidth)
 + QLoRA dequantization + the elementwise passes of fp32 LoRA adapters + eager attention's score traffic; a
 step is ``n_micro`` micro-batches, at least the host's time to walk every block per pass (eager PyTorch:
-``host_seconds_per_layer_pass`` in ``efficiency.yaml``, measured by ``vramfit calibrate``), plus the pipeline
+``host_seconds_per_layer_pass`` in ``efficiency.yaml``, measured by ``vramfit calibrate``, plus the Python paths of
+each LoRA adapter and bitsandbytes 4-bit layer in the block), plus the pipeline
 bubble, the optimizer update, the part of data-parallel/FSDP communication that compute does not hide,
 tensor-parallel all-reduces, and CPU offload transfers and the CPU optimizer step.
 """
