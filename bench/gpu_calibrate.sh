@@ -34,9 +34,12 @@ if [ -s "predictors/data/measured/$GPU.jsonl" ] && [ ! -s "$ROWS" ]; then
 fi
 # Priority: LoRA on 3B-8B, per-layer depth scaling, sub-2B full fine-tuning, micro-batch, sequence/attention,
 # optimizers, QLoRA (slower: checkpoint + quantized reload; the dev set's largest unmeasured method), the
-# hand-picked configs, 70B-width LoRA, Gemma-2, GPT-2. The first six groups are measured on the H200 (2026-11-26).
-GROUPS_IN_ORDER=(lora-targets scaled-layers small-full micro-batch seq-attention optimizers qlora configs
-                 scaled-layers-lora scaled-layers-gemma2 gpt2-full)
+# the open questions of the H200 rows (checkpointed logits, 4-bit layers' inputs, Phi's GELU), the hand-picked
+# configs, 70B-width LoRA, Gemma-2, GPT-2. On the H200 (2026-11-26) all but the open questions and 7 GPT-2 configs
+# are measured.
+GROUPS_IN_ORDER=(lora-targets scaled-layers small-full micro-batch seq-attention optimizers qlora
+                 open-ckpt-logits open-qlora-inputs open-phi-gelu configs scaled-layers-lora scaled-layers-gemma2
+                 gpt2-full)
 only=()
 for g in "${GROUPS_IN_ORDER[@]}"; do only+=(--only "$g"); done
 left=$((BUDGET_SECONDS - (SECONDS - start)))

@@ -120,6 +120,22 @@ def test_sweep_schema_is_strict(data: dict[str, Any]) -> None:
         parse_sweep(data)
 
 
+def test_gpu_job_script_names_every_group_of_the_default_sweep() -> None:
+    """bench/gpu_calibrate.sh runs the groups it lists, in that order: a group it does not list is never measured
+    on a lent GPU, and a name that is not a group selects nothing."""
+    import re
+    import shlex
+
+    script = (ROOT / "bench" / "gpu_calibrate.sh").read_text(encoding="utf-8")
+    listed = re.search(r"GROUPS_IN_ORDER=\(([^)]*)\)", script)
+    assert listed is not None
+    names = shlex.split(listed.group(1))
+    _, configs = load_sweep(DEFAULT_SWEEP)
+    groups = {c.group for c in configs}
+    assert len(names) == len(set(names))
+    assert set(names) == groups
+
+
 def test_default_sweep_covers_the_issue() -> None:
     _, configs = load_sweep(DEFAULT_SWEEP)
     assert len(configs) >= 60
