@@ -81,6 +81,14 @@ def with_extra_levels(runs: list[ReferenceRun]) -> list[ReferenceRun]:
 
 def parse_runs(text: str, source: str = "<runs>") -> list[ReferenceRun]:
     """Parse JSONL reference runs; every bad line is reported with its line number."""
+    runs, problems = parse_runs_with_problems(text)
+    if problems:
+        raise SpecError(problems, source=source)
+    return runs
+
+
+def parse_runs_with_problems(text: str) -> tuple[list[ReferenceRun], list[FieldProblem]]:
+    """The valid runs of a JSONL text and the problems of every other line (each named by its line number)."""
     runs: list[ReferenceRun] = []
     problems: list[FieldProblem] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
@@ -103,6 +111,4 @@ def parse_runs(text: str, source: str = "<runs>") -> list[ReferenceRun]:
         except ValidationError as exc:
             problems += [FieldProblem(f"line {lineno}: {p.path}", p.message, p.hint)
                          for p in problems_from_validation(exc, prefix="")]
-    if problems:
-        raise SpecError(problems, source=source)
-    return runs
+    return runs, problems

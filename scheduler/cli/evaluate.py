@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 from predictors.errors import SpecError
 from predictors.evaluation import Evaluation, evaluate, select_runs
-from predictors.reference import parse_runs, with_extra_levels
+from predictors.reference import ReferenceRun, parse_runs_with_problems, with_extra_levels
 from predictors.residual_serving import DEFAULT_RUNTIME_UPPER_MARGIN
 from predictors.runtime_eval import RuntimeAccuracy, evaluate_runtime
 
@@ -23,24 +24,39 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--all-levels", action="store_true",
                    help="also compare the extra levels a run measured (vramfit calibrate rows: reserved and NVML "
                         "beside allocated); peak VRAM figures only, each level its own row under 'by metric'")
+    p.add_argument("--strict", action="store_true",
+                   help="fail on any invalid line (default: evaluate the valid runs and list the invalid lines)")
     p.add_argument("--cv", choices=("none", "source"), default="none",
                    help="residual column: the shipped model (none, in-sample on its own training runs) or "
                         "leave-one-source-out refits (source)")
     p.set_defaults(func=run)
 
 
-def load_runs(paths: list[str]):  # type: ignore[no-untyped-def]
-    runs = []
+def load_runs_lenient(paths: list[str], strict: bool = False) -> tuple[list[ReferenceRun], list[str]]:
+    """The valid runs of the files and, for every invalid line, ``"FILE: line N: what is wrong"``. The lines are
+    an input error instead when ``strict``, or when no line of the files is a valid run."""
+    runs: list[ReferenceRun] = []
+    invalid: list[str] = []
+    errors: list[SpecError] = []
     for path in paths:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise SpecError.one("--runs", f"cannot read {path}: {exc}") from None
-        runs += parse_runs(text, source=path)
+        valid, problems = parse_runs_with_problems(text)
+        runs += valid
+        if problems:
+            error = SpecError(problems, source=path)
+            errors.append(error)
+            invalid += [f"{path}: {p.render()}" for p in problems]
+    if errors and (strict or not runs):
+        raise errors[0] if len(errors) == 1 else SpecError([p for e in errors for p in e.problems],
+                                                           source=", ".join(paths))
     if not runs:
         raise SpecError.one("--runs", f"no reference runs in {', '.join(paths)}",
                             "give a JSONL file with one reference run per line")
-    return runs
+    return runs, invalid
+
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,7 +66,12 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError.one("--quality", f"unknown quality {sorted(unknown)}", "use high, medium and/or low")
     if not qualities:
         raise SpecError.one("--quality", f"selects no quality; got {args.quality!r}", "use high, medium and/or low")
-    runs = load_runs(args.runs)
+    runs, invalid = load_runs_lenient(args.runs, strict=args.strict)
+    if invalid:
+        print(f"vramfit evaluate: warning: {len(invalid)} problem{'s' if len(invalid) != 1 else ''} in lines not "
+              "evaluated (--strict makes them an error):", file=sys.stderr)
+        for line in invalid:
+            print(f"  - {line}", file=sys.stderr)
     if not any(r.quality in qualities for r in runs):
         found = ", ".join(sorted({r.quality for r in runs}))
         raise SpecError.one("--quality", f"none of the {len(runs)} runs has quality {', '.join(sorted(qualities))} "
@@ -62,12 +83,15 @@ def run(args: argparse.Namespace) -> int:
     runtime_side = runtime_residual_side_by_side(runs, qualities, args.cv)
     if args.format == "json":
         print(json.dumps({**ev.to_dict(), "runtime": runtime.summary(), "residual": side,
-                          "runtime_residual": runtime_side}, indent=2))
+                          "runtime_residual": runtime_side, "invalid_lines": invalid}, indent=2))
     else:
         print(render(ev, rows=args.rows))
         print(render_side_by_side(side))
         print(render_runtime(runtime))
         print(render_side_by_side(runtime_side, RUNTIME_SIDE_TITLE, RUNTIME_BOUND_NOTE))
+        if invalid:
+            print(f"Not evaluated: {len(invalid)} problem{'s' if len(invalid) != 1 else ''} in invalid lines "
+                  "(listed on stderr)")
     return 0
 
 

@@ -87,6 +87,30 @@ def test_evaluate_reports_bad_lines(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "`line 3` must be a JSON object (one reference run); got list" in err
 
 
+def test_evaluate_reports_invalid_lines_and_evaluates_the_rest(dev_runs_path: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """One bad row of a large file does not throw the others away: they are evaluated and every bad line is
+    named on stderr and in the JSON; --strict makes the bad lines an input error."""
+    good = dev_runs_path.read_text(encoding="utf-8").splitlines()[:5]
+    bad = json.loads(good[0])
+    bad["spec"]["gpu"] = "MI250X"
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join([*good[:2], json.dumps(bad), "not json", *good[2:]]) + "\n")
+    assert main(["evaluate", "--runs", str(runs), "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["overall"]["n"] + len(out["oom"]["wrong"]) + out["oom"]["right"] + len(out["skipped"]) == 5
+    assert len(out["invalid_lines"]) == 2
+    assert "line 3: spec.gpu" in out["invalid_lines"][0] and "MI250X" in out["invalid_lines"][0]
+    assert "line 4" in out["invalid_lines"][1] and "not valid JSON" in out["invalid_lines"][1]
+    assert "2 problems in lines not evaluated" in captured.err and "MI250X" in captured.err
+    assert main(["evaluate", "--runs", str(runs)]) == 0
+    assert "Not evaluated: 2 problems in invalid lines" in capsys.readouterr().out
+    assert main(["evaluate", "--runs", str(runs), "--strict"]) == 2
+    err = capsys.readouterr().err
+    assert "line 3: spec.gpu" in err and "line 4" in err and "Traceback" not in err
+
+
 def test_evaluate_names_a_line_nested_too_deeply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runs = tmp_path / "runs.jsonl"
     runs.write_text("[" * 5000 + "]" * 5000 + "\n" + '{"id": ' + "9" * 5000 + "}\n")
