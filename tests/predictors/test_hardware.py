@@ -74,6 +74,13 @@ def test_memory_matches_reference_nvidia_smi(name: str, mib: int) -> None:
     ("h100", "H100-80GB"),
     ("a100-80gb", "A100-80GB"),
     ("NVIDIA H100 PCIe", "H100-PCIe"),
+    # the GPU Feature Discovery labels (nvidia.com/gpu.product) of the cards added 2026-11-26
+    ("NVIDIA-A10", "A10"),
+    ("NVIDIA-A40", "A40"),
+    ("NVIDIA-L40", "L40"),
+    ("NVIDIA-RTX-A5000", "RTX-A5000"),
+    ("NVIDIA-A800-SXM4-80GB", "A800-80GB"),
+    ("NVIDIA-H800", "H800"),
 ])
 def test_aliases_and_node_labels_resolve(label: str, name: str) -> None:
     assert lookup_gpu(label).name == name

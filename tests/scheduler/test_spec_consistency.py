@@ -134,9 +134,10 @@ def test_an_unknown_family_is_sized_generically_and_says_so() -> None:
 def test_the_gpu_is_checked_against_the_catalog_when_the_spec_is_read() -> None:
     assert spec(gpu=4090).gpu == "4090"  # a YAML number: the catalog knows it as RTX-4090
     assert predict(spec(gpu=4090)).gpu.name == "RTX-4090"  # type: ignore[union-attr]
+    assert spec(gpu="L40").gpu == "L40"  # in the catalog since 2026-11-26, beside the L40S
     with pytest.raises(SpecError) as caught:
-        spec(gpu="L40")
-    assert "`spec.gpu` unknown GPU 'L40'; did you mean L40S" in str(caught.value)
+        spec(gpu="L40X")
+    assert "`spec.gpu` unknown GPU 'L40X'; did you mean L40" in str(caught.value)
 
 
 def test_messages_name_no_internal_classes() -> None:

@@ -36,8 +36,9 @@ from scheduler.pools import MAX_GPUS_PER_NODE, MAX_NAME_LENGTH, NodePool, PoolsC
 ACCELERATOR_LABEL = "ray.io/accelerator-type"
 ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
 
-# Catalog GPU -> the accelerator type Ray reports for it (ray.util.accelerators); used when the cluster is
-# not asked (``discover=False``) and for a decision made without discovery.
+# Catalog GPU -> the accelerator type Ray reports for it (ray.util.accelerators; Ray names an NVIDIA GPU by the
+# word after "NVIDIA"/"Tesla" in the device name: "NVIDIA A40" -> A40, "NVIDIA A800-SXM4-80GB" -> A800); used when
+# the cluster is not asked (``discover=False``) and for a decision made without discovery.
 RAY_ACCELERATOR_TYPES: dict[str, str] = {
     "H100-80GB": "H100",
     "H100-PCIe": "H100",
@@ -50,6 +51,11 @@ RAY_ACCELERATOR_TYPES: dict[str, str] = {
     "L40S": "L40S",
     "L4": "L4",
     "A10G": "A10G",
+    "A10": "A10",
+    "A40": "A40",
+    "L40": "L40",
+    "A800-80GB": "A800",
+    "H800": "H800",
     "T4": "T4",
     "V100-16GB": "V100",
     "V100-32GB": "V100",
