@@ -97,7 +97,15 @@ class ResidualKind:
         (``cv == "source"``) or the shipped model."""
         rows, _ = self.training_rows(runs, qualities)
         if cv == "source":
-            scored = self.leave_one_source_out(rows)
+            sources = {r.source for r in rows}
+            if len(sources) < 2:
+                return {"mode": f"unavailable: leave-one-source-out needs {self.rows_wanted} from at least 2 sources; "
+                                f"these have {len(sources)}", "overall": {}, "by_source": {}}
+            try:
+                scored = self.leave_one_source_out(rows)
+            except ValueError as exc:  # a fold whose other sources hold too few runs to fit on
+                return {"mode": f"unavailable: leave-one-source-out could not fit a fold ({exc})", "overall": {},
+                        "by_source": {}}
             how = "leave-one-source-out (each source predicted by a model fitted on the others)"
         else:
             loaded = self.load_default()
@@ -154,8 +162,16 @@ def train(runs_texts: Sequence[tuple[str, str]], ledger_texts: Sequence[tuple[st
         raise ValueError(f"need at least 2 {kind.rows_wanted} to train; got {len(rows)}")
     model = kind.fit(rows, **params)
     figures: dict[str, Any] = {"in_sample": kind.summarize(kind.score(model, rows))}
+    not_run = ""
     if cv_source:
-        figures["leave_one_source_out"] = kind.summarize(kind.leave_one_source_out(rows, **params))
+        sources = {r.source for r in rows}
+        if len(sources) < 2:
+            not_run = f"the {kind.rows_wanted} come from {len(sources)} source; it needs 2 or more"
+        else:
+            try:
+                figures["leave_one_source_out"] = kind.summarize(kind.leave_one_source_out(rows, **params))
+            except ValueError as exc:  # a fold whose other sources hold too few runs to fit on
+                not_run = f"a fold could not be fitted: {exc}"
     data_sha = sha256_of_texts(text for _, text in texts)
     metadata = kind.build_metadata(
         model_version=f"{kind.name}-{data_sha[:12]}",
@@ -172,6 +188,8 @@ def train(runs_texts: Sequence[tuple[str, str]], ledger_texts: Sequence[tuple[st
     )
     if held_back:
         metadata["site_held_back"] = held_back
+    if not_run:
+        metadata["leave_one_source_out_not_run"] = not_run
     return model, metadata
 
 

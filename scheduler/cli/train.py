@@ -121,6 +121,8 @@ def _report(path: Path, metadata: dict[str, Any], alpha: float, offsets_are: str
         print(f"  {name:22s} median APE {a['median_ape'] * 100:5.1f}% -> {r['median_ape'] * 100:5.1f}%  "
               f"p90 {a['p90_ape'] * 100:5.1f}% -> {r['p90_ape'] * 100:5.1f}%  "
               f"coverage {r['coverage'] * 100:5.1f}%  median slack {r['median_slack'] * 100:5.1f}%")
+    if metadata.get("leave_one_source_out_not_run"):
+        print(f"  leave_one_source_out   not run: {metadata['leave_one_source_out_not_run']}")
 
 
 def _site_line(site: dict[str, Any], offsets_are: str = "offsets") -> str:

@@ -178,6 +178,24 @@ def test_predict_uses_residual_and_breakdown_sums() -> None:
 
 
 @needs_dev
+def test_one_source_trains_and_evaluates_without_leave_one_source_out(tmp_path: Path, runs_subset: RunsSubset,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Leave-one-source-out needs two sources: with one, `train` fits (shuffled folds) and says the held-out
+    figures were not run; `evaluate --cv source` says why the residual column is unavailable. Both crashed."""
+    runs = runs_subset(("S01",))
+    out = tmp_path / "model.skops"
+    assert main(["train", "--runs", str(runs), "--out", str(out)]) == 0
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert set(meta["evaluation"]) == {"in_sample"}
+    assert "1 source" in meta["leave_one_source_out_not_run"]
+    assert "leave_one_source_out   not run: the usable runs come from 1 source" in capsys.readouterr().out
+    assert main(["evaluate", "--runs", str(runs), "--cv", "source", "--format", "json"]) == 0
+    side = json.loads(capsys.readouterr().out)
+    assert side["residual"]["mode"].startswith("unavailable: leave-one-source-out needs usable runs from at least 2")
+    assert side["residual"]["overall"] == {} and side["runtime_residual"]["mode"].startswith("unavailable")
+
+
+@needs_dev
 def test_train_cli_end_to_end(tmp_path: Path, runs_subset: RunsSubset,
         capsys: pytest.CaptureFixture[str]) -> None:
     runs = runs_subset(SMALL_SOURCES)
