@@ -91,6 +91,22 @@ class Prediction:
         return {"component_levels": {name: component_level(name) for name in breakdown},
                 "residual_correction_bytes": level_corrections(self.vram)}
 
+    def runtime_explanation(self) -> dict[str, Any]:
+        """Extensions of ``vramfit predict``'s output that explain the runtime (empty without one): the analytic
+        model's optimizer step (``runtime_step_seconds``: the parts that add up to ``step_time_seconds``;
+        ``runtime_overlapped_seconds``: what runs under them), ``tokens_per_step``, and the runtime model's notes.
+        ``throughput_tokens_per_second`` is ``tokens_per_step / step_time_seconds`` times
+        ``runtime_correction_ratio`` (the runtime residual's correction, 1 when it has none)."""
+        if self.runtime is None:
+            return {}
+        parts, overlapped = self.runtime.step_breakdown()
+        out: dict[str, Any] = {"step_time_seconds": self.runtime.step_time_seconds,
+                               "tokens_per_step": self.runtime.tokens_per_step,
+                               "runtime_step_seconds": parts, "runtime_overlapped_seconds": overlapped}
+        if self.runtime.notes:
+            out["runtime_notes"] = list(self.runtime.notes)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "peak_allocated_bytes": self.vram.peak_allocated_bytes,

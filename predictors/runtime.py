@@ -134,6 +134,25 @@ class RuntimePrediction:
     components_seconds: dict[str, float]
     notes: tuple[str, ...] = field(default_factory=tuple)
 
+    def step_breakdown(self) -> tuple[dict[str, float], dict[str, float]]:
+        """``(parts, overlapped)``: the parts of one optimizer step that add up to ``step_time_seconds`` (the
+        larger of the compute and the weights' memory traffic, the passes added to it, the host's wait, the bubble,
+        the optimizer update, the communication compute does not hide, ...), and what runs under them without
+        adding time (the smaller of compute and memory traffic, the data-parallel communication and offload
+        transfers compute hides). Zero parts are left out."""
+        c = self.components_seconds
+        bound, under = ("compute", "memory_floor") if c["compute"] >= c["memory_floor"] else ("memory_floor", "compute")
+        additive = (bound, "dequantization", "lora_elementwise", "eager_attention_scores", "host_wait",
+                    "pipeline_bubble", "optimizer_step", "communication_exposed", "tensor_parallel_communication",
+                    "cpu_optimizer_step")
+        parts = {name: c[name] for name in additive if c.get(name, 0.0) > 0}
+        hidden = c.get("data_parallel_communication", 0.0) + c.get("offload_transfer", 0.0) \
+            - c.get("communication_exposed", 0.0)
+        overlapped = {under: c[under]} if c[under] > 0 else {}
+        if hidden > 1e-12:
+            overlapped["communication_hidden"] = hidden
+        return parts, overlapped
+
     def to_dict(self) -> dict[str, object]:
         return {
             "throughput_tokens_per_second": self.tokens_per_second,

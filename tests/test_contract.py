@@ -74,6 +74,7 @@ def test_predict_json_keeps_the_output_contract(path: Path, capsys: pytest.Captu
     assert isinstance(out, dict)  # one document: one object
     assert_explained(out)
     assert ("throughput_tokens_per_second" in out) == ("gpu" in out)  # a throughput needs a GPU
+    assert ("runtime_step_seconds" in out) == ("gpu" in out)  # and so does its explanation
     if out["model_version"] != "analytic":  # the shipped residual keeps the analytic levels
         assert out["residual_correction_bytes"] == dict.fromkeys(LEVELS, 0)
 
@@ -88,6 +89,12 @@ def test_predict_json_on_a_gpu_has_throughput_and_runtime(path: Path, capsys: py
     spec = parse_training_spec(yaml.safe_load(path.read_text())) if path.parent.name == "examples" else None
     if spec is not None and spec.train_tokens is not None:  # runtime = the job's tokens / the job's throughput
         assert out["runtime_seconds"] == pytest.approx(spec.train_tokens / out["throughput_tokens_per_second"])
+    # the runtime explained: the step's parts add up to its time, which with the tokens of a step and the runtime
+    # residual's correction gives the throughput
+    assert sum(out["runtime_step_seconds"].values()) == pytest.approx(out["step_time_seconds"])
+    assert out["throughput_tokens_per_second"] == pytest.approx(
+        out["tokens_per_step"] / out["step_time_seconds"] * out.get("runtime_correction_ratio", 1.0))
+    assert "compute" in out["runtime_step_seconds"] or "memory_floor" in out["runtime_step_seconds"]
 
 
 def test_predict_json_names_each_document_of_a_multi_document_file(

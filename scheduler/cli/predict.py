@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     outputs: list[dict[str, Any]] = []
     for job, (pred, elapsed_ms) in zip(jobs, answers, strict=True):
         # the contract's fields, then the extensions that say which level each breakdown component counts in
-        out = {**pred.to_dict(), **pred.level_explanation()}
+        out = {**pred.to_dict(), **pred.level_explanation(), **pred.runtime_explanation()}
         if len(jobs) > 1 or job.kind != "TrainingSpec":
             # a plain TrainingSpec of a multi-document file is named by its document, as in the error messages
             out["job"] = job.label
@@ -87,6 +87,15 @@ def render_table(pred: Prediction, title: str = "") -> str:
         lines.append(f"  {label:28s} {n_bytes:>16,d} {format_bytes(n_bytes):>12s}")
     if pred.throughput_tokens_per_second is not None and pred.gpu is not None:
         lines.append(f"  throughput on {pred.gpu.name}: {pred.throughput_tokens_per_second:,.0f} tokens/s")
+    if pred.runtime is not None:
+        rt = pred.runtime
+        parts, overlapped = rt.step_breakdown()
+        shown = ", ".join(f"{name} {_seconds(t)}" for name, t in sorted(parts.items(), key=lambda kv: -kv[1]))
+        lines.append(f"  step: {_seconds(rt.step_time_seconds)} for {rt.tokens_per_step:,.0f} tokens = {shown}")
+        if overlapped:
+            lines.append("    under it: " + ", ".join(f"{name} {_seconds(t)}" for name, t in overlapped.items()))
+        if pred.runtime_correction_ratio not in (None, 1.0):
+            lines.append(f"    x {pred.runtime_correction_ratio:.3f} throughput by the runtime residual")
     if pred.runtime_seconds is not None:
         upper = (f" (upper bound {format_duration(pred.runtime_upper_seconds)})"
                  if pred.runtime_upper_seconds is not None else "")
@@ -96,4 +105,11 @@ def render_table(pred: Prediction, title: str = "") -> str:
     lines.append("  fits on: " + (", ".join(fits) if fits else "no single catalog GPU (shard it or change the method)"))
     for note in v.notes:
         lines.append(f"  note: {note}")
+    for note in pred.runtime.notes if pred.runtime is not None else ():
+        lines.append(f"  note (runtime): {note}")
     return "\n".join(lines)
+
+
+def _seconds(t: float) -> str:
+    """A step part: milliseconds below a second, else seconds."""
+    return f"{t * 1000:.1f} ms" if t < 1 else f"{t:.2f} s"

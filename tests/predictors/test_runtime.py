@@ -153,6 +153,27 @@ def test_small_micro_batches_are_host_bound() -> None:
     assert big.components_seconds["host_wait"] == 0  # the GPU work hides the host
 
 
+@pytest.mark.parametrize("kw", [
+    {},  # one GPU, compute bound
+    {"micro_batch_size": 1, "seq_len": 64},  # host bound
+    {"method": "qlora", "lora": {"target_modules": "all-linear"}, "gradient_checkpointing": "full"},
+    {"gpus": 16, "sharding": "fsdp"},  # communication partly hidden
+    {"gpus": 8, "tensor_parallel": 2, "pipeline_parallel": 2, "grad_accum_steps": 4, "sharding": "fsdp"},
+    {"gpus": 2, "sharding": "zero3", "offload": "params+optimizer"},
+    {"attention": "eager", "method": "lora"},
+])
+def test_step_breakdown_adds_up_to_the_step(kw: dict[str, Any]) -> None:
+    """The parts `vramfit predict` shows add up to the step time; what they hide is listed apart, never added."""
+    pred = predict_runtime(_spec(**kw), ARCH, lookup_gpu("H100-80GB"))
+    parts, overlapped = pred.step_breakdown()
+    assert sum(parts.values()) == pytest.approx(pred.step_time_seconds, rel=1e-12)
+    assert all(t > 0 for t in parts.values()) and not set(parts) & set(overlapped)
+    c = pred.components_seconds
+    assert max(c["compute"], c["memory_floor"]) in parts.values()
+    hidden = c["data_parallel_communication"] + c["offload_transfer"] - c["communication_exposed"]
+    assert overlapped.get("communication_hidden", 0.0) == pytest.approx(hidden if hidden > 1e-12 else 0.0)
+
+
 def test_adapters_and_4bit_layers_raise_the_host_floor() -> None:
     """Each LoRA adapter and each 4-bit base layer adds its Python path to every block and pass: Llama-2-7B has 7
     linears per block; q/v LoRA adds 2 adapters, all-linear QLoRA 7 adapters and 7 4-bit layers (H200 QLoRA rows:

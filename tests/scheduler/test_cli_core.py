@@ -32,6 +32,16 @@ def test_predict_table(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for word in ("weights", "activations", "logits", "peak device", "upper bound", "fits on:"):
         assert word in out
+    assert "step:" not in out  # no GPU, no runtime
+
+
+def test_predict_table_explains_the_step(capsys: pytest.CaptureFixture[str]) -> None:
+    """With a GPU the table shows what one optimizer step is made of, and what runs under it."""
+    assert main(["predict", str(REPO / "examples" / "bert-large-classification.yaml"), "--gpu", "H100-80GB"]) == 0
+    out = capsys.readouterr().out
+    step = next(line for line in out.splitlines() if line.startswith("  step: "))
+    assert " tokens = " in step and "host_wait" in step  # a small BERT batch waits for the host
+    assert "note (runtime): host bound" in out
 
 
 @pytest.mark.parametrize(
