@@ -74,9 +74,12 @@ def run(args: argparse.Namespace) -> int:
     decisions = answer_each(jobs, args.spec if args.spec != "-" else "<stdin>", decide)
     if args.format == "json":
         out = [d.to_dict() for d in decisions]
-        for job, entry in zip(jobs, out, strict=True):  # which job each decision is for, named as predict names it
-            if len(out) > 1 or job.kind != "TrainingSpec":
+        for job, entry, d in zip(jobs, out, decisions, strict=True):
+            if len(out) > 1 or job.kind != "TrainingSpec":  # which job each decision is for, named as predict names it
                 entry["job"] = job.label
+            pred = d.chosen_prediction
+            if pred is not None:  # the chosen pool's prediction, explained as `vramfit predict --format json` does
+                entry["prediction"] = {**pred.to_dict(), **pred.level_explanation(), **pred.runtime_explanation()}
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
     else:
         for job, d in zip(jobs, decisions, strict=True):

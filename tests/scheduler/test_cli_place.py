@@ -18,6 +18,14 @@ def test_place_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     out = json.loads(capsys.readouterr().out)
     assert out["decision"] == "placed" and out["gpus"] == 1
     assert out["predicted_cost_usd"] > 0 and len(out["alternatives"]) == 4
+    # the chosen pool's prediction, explained as `vramfit predict --format json` explains it
+    pred = out["prediction"]
+    assert pred["gpu"] == out["gpu"] and pred["peak_vram_upper_bytes"] == out["peak_vram_upper_bytes"]
+    assert pred["runtime_seconds"] == out["predicted_runtime_seconds"]
+    assert sum(pred["breakdown_bytes"].values()) == pred["peak_vram_bytes"]
+    assert sum(pred["runtime_step_seconds"].values()) == pytest.approx(pred["step_time_seconds"])
+    assert main(["place", str(EXAMPLES / "llama-3.1-70b-too-big.yaml"), "--format", "json"]) == 1
+    assert "prediction" not in json.loads(capsys.readouterr().out)  # no pool chosen, no prediction of one
 
 
 def test_place_table_unschedulable_is_an_answer_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
