@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--runs", action="append", required=True, help="reference runs JSONL (repeatable)")
     p.add_argument("--quality", default="high,medium", help="qualities to include (default: high,medium)")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--rows", action="store_true", help="also list every run with its error")
+    p.add_argument("--rows", action="store_true",
+                   help="also list every run with its error (JSON: `rows` and `runtime_rows`)")
     p.add_argument("--all-levels", action="store_true",
                    help="also compare the extra levels a run measured (vramfit calibrate rows: reserved and NVML "
                         "beside allocated); peak VRAM figures only, each level its own row under 'by metric'")
@@ -82,8 +83,18 @@ def run(args: argparse.Namespace) -> int:
     side = residual_side_by_side(runs, qualities, args.cv)
     runtime_side = runtime_residual_side_by_side(runs, qualities, args.cv)
     if args.format == "json":
-        print(json.dumps({**ev.to_dict(), "runtime": runtime.summary(), "residual": side,
-                          "runtime_residual": runtime_side, "invalid_lines": invalid}, indent=2))
+        out = {**ev.to_dict(), "runtime": runtime.summary(), "residual": side, "runtime_residual": runtime_side,
+               "invalid_lines": invalid}
+        if args.rows:
+            out["rows"] = [{"id": r.run.id, "source": r.run.source, "method": r.run.spec.method,
+                            "metric": r.run.measured.metric, "level": r.level, "predicted_bytes": r.predicted_bytes,
+                            "measured_bytes": r.measured_bytes, "error": r.error} for r in ev.results]
+            out["runtime_rows"] = [{"id": r.run_id, "gpu": r.gpu, "scope": r.scope,
+                                    "predicted_tokens_per_second": r.predicted_tokens_per_second,
+                                    "measured_tokens_per_second": r.measured_tokens_per_second,
+                                    "error": r.predicted_tokens_per_second / r.measured_tokens_per_second - 1}
+                                   for r in runtime.rows]
+        print(json.dumps(out, indent=2))
     else:
         print(render(ev, rows=args.rows))
         print(render_side_by_side(side))

@@ -88,6 +88,20 @@ def test_evaluate_table_and_json(dev_runs_path: Path, capsys: pytest.CaptureFixt
     assert "median" in capsys.readouterr().out
 
 
+def test_evaluate_json_lists_every_run_with_rows(dev_runs_path: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(dev_runs_path.read_text(encoding="utf-8").splitlines()[:20]) + "\n")
+    assert main(["evaluate", "--runs", str(runs), "--format", "json"]) == 0
+    assert "rows" not in json.loads(capsys.readouterr().out)
+    assert main(["evaluate", "--runs", str(runs), "--format", "json", "--rows"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["rows"]) == out["overall"]["n"] and len(out["runtime_rows"]) == out["runtime"]["runs"]
+    row = out["rows"][0]
+    assert row["error"] == pytest.approx(row["predicted_bytes"] / row["measured_bytes"] - 1)
+    assert {"id", "source", "method", "metric", "level"} <= set(row)
+
+
 def test_evaluate_reports_bad_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runs = tmp_path / "runs.jsonl"
     runs.write_text('{"id": "a"}\nnot json\n[1, 2]\n')
