@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(ev, rows=args.rows))
         print(render_side_by_side(side))
-        print(render_runtime(runtime))
+        print(render_runtime(runtime, rows=args.rows))
         print(render_side_by_side(runtime_side, RUNTIME_SIDE_TITLE, RUNTIME_BOUND_NOTE))
         if invalid:
             print(f"Not evaluated: {len(invalid)} problem{'s' if len(invalid) != 1 else ''} in invalid lines "
@@ -106,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_runtime(acc: RuntimeAccuracy) -> str:
-    """Throughput accuracy (tokens/s) on the runs that report one."""
+def render_runtime(acc: RuntimeAccuracy, rows: bool = False) -> str:
+    """Throughput accuracy (tokens/s) on the runs that report one (``rows``: and every run's error)."""
     if not acc.rows:
         return "Throughput: no runs with tokens_per_second"
     out = ["Throughput (tokens/s): absolute percentage error",
@@ -119,6 +119,12 @@ def render_runtime(acc: RuntimeAccuracy) -> str:
                        f"{_pct(acc.p90_ape(scope) or math.nan):>8s}")
     if acc.scope_corrected:
         out.append(f"  compared per job (per-GPU figure above the GPU's peak): {len(acc.scope_corrected)} runs")
+    if rows:
+        out.append("rows (error = predicted/measured tokens/s - 1):")
+        for r in sorted(acc.rows, key=lambda r: r.predicted_tokens_per_second / r.measured_tokens_per_second):
+            error = r.predicted_tokens_per_second / r.measured_tokens_per_second - 1
+            out.append(f"  {r.run_id:10s} {r.gpu:12s} {r.scope:8s} {error * 100:7.1f}%  "
+                       f"pred {r.predicted_tokens_per_second:12,.0f}  measured {r.measured_tokens_per_second:12,.0f}")
     return "\n".join(out)
 
 

@@ -100,6 +100,10 @@ def test_evaluate_json_lists_every_run_with_rows(dev_runs_path: Path, tmp_path: 
     row = out["rows"][0]
     assert row["error"] == pytest.approx(row["predicted_bytes"] / row["measured_bytes"] - 1)
     assert {"id", "source", "method", "metric", "level"} <= set(row)
+    assert main(["evaluate", "--runs", str(runs), "--rows"]) == 0
+    table = capsys.readouterr().out
+    assert "rows (error = predicted/measured - 1):" in table
+    assert "rows (error = predicted/measured tokens/s - 1):" in table
 
 
 def test_evaluate_reports_bad_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
