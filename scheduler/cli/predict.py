@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     answers = answer_each(jobs, args.spec if args.spec != "-" else "<stdin>", timed)
     outputs: list[dict[str, Any]] = []
     for job, (pred, elapsed_ms) in zip(jobs, answers, strict=True):
-        # the contract's fields, then the extensions that say which level each breakdown component counts in
+        # the contract's fields, then the extensions: the level each breakdown component counts in, the runtime's parts
         out = {**pred.to_dict(), **pred.level_explanation(), **pred.runtime_explanation()}
         if len(jobs) > 1 or job.kind != "TrainingSpec":
             # a plain TrainingSpec of a multi-document file is named by its document, as in the error messages
