@@ -27,7 +27,8 @@ step is ``n_micro`` micro-batches, at least the host's time to walk every block 
 ``host_seconds_per_layer_pass`` in ``efficiency.yaml``, measured by ``vramfit calibrate``, plus the Python paths of
 each LoRA adapter and bitsandbytes 4-bit layer in the block), plus the pipeline
 bubble, the optimizer update, the part of data-parallel/FSDP communication that compute does not hide,
-tensor-parallel all-reduces, and CPU offload transfers and the CPU optimizer step.
+tensor-parallel all-reduces, the part of context parallelism's ring K/V transfers that the attention does not hide,
+and CPU offload transfers and the CPU optimizer step.
 """
 
 from __future__ import annotations
@@ -144,13 +145,15 @@ class RuntimePrediction:
         bound, under = ("compute", "memory_floor") if c["compute"] >= c["memory_floor"] else ("memory_floor", "compute")
         additive = (bound, "dequantization", "lora_elementwise", "eager_attention_scores", "host_wait",
                     "pipeline_bubble", "optimizer_step", "communication_exposed", "tensor_parallel_communication",
-                    "cpu_optimizer_step")
+                    "context_parallel_exposed", "cpu_optimizer_step")
         parts = {name: c[name] for name in additive if c.get(name, 0.0) > 0}
         hidden = c.get("data_parallel_communication", 0.0) + c.get("offload_transfer", 0.0) \
             - c.get("communication_exposed", 0.0)
         overlapped = {under: c[under]} if c[under] > 0 else {}
         if hidden > 1e-12:
             overlapped["communication_hidden"] = hidden
+        if c.get("context_parallel_hidden", 0.0) > 0:
+            overlapped["context_parallel_hidden"] = c["context_parallel_hidden"]
         return parts, overlapped
 
     def to_dict(self) -> dict[str, object]:
@@ -376,6 +379,31 @@ def _host_seconds_per_layer_pass(spec: TrainingSpec, arch: Architecture, table: 
     return seconds
 
 
+def _context_parallel_ring_seconds(spec: TrainingSpec, arch: Architecture, gpu: GpuSpec, link: Interconnect,
+                                   table: EfficiencyTable, tokens_micro: int, flops_per_second: float,
+                                   weight_bytes: float) -> tuple[float, float]:
+    """(exposed, hidden) seconds of ring attention's K/V traffic in one micro-batch (0, 0 without context
+    parallelism). Each of the ``cp`` ranks holds ``1/cp`` of the sequence; the K and V blocks go round the ring in
+    ``cp - 1`` steps, each overlapping the attention of the block at hand (ring attention, Liu et al. 2023; PyTorch's
+    context_parallel in torchtitan, Megatron-LM's CP), so a step costs extra only where its transfer outlasts that
+    attention. Backward moves K, V and their gradients (twice the bytes) under twice the FLOPs; a recomputed forward
+    moves them again. A cp group spans ``cp x tp`` consecutive GPUs (tensor parallel innermost)."""
+    cp, tp, pp = spec.context_parallel, spec.tensor_parallel, spec.pipeline_parallel
+    if cp <= 1:
+        return 0.0, 0.0
+    cp_link = _link_bytes_per_second(gpu, cp * tp, link, table)
+    layers = (arch.num_layers + arch.num_encoder_layers) / pp
+    local_tokens = tokens_micro / cp
+    # one ring step, all layers of the stage: one K and one V block of the local tokens (kv heads: GQA sends them
+    # unrepeated) against the attention of the local queries over one block of keys
+    transfer_s = 2.0 * arch.num_kv_heads * arch.head_dim / tp * local_tokens * weight_bytes * layers / cp_link
+    attention_s = (local_tokens * _attention_forward_flops(arch, spec.seq_len, _decoder_ratio(spec, arch)) / cp
+                   / (tp * pp) / flops_per_second)
+    forward_equivalents = 1.0 + 2.0 + (1.0 if spec.gradient_checkpointing == "full" else 0.0)
+    steps = (cp - 1) * forward_equivalents
+    return steps * max(transfer_s - attention_s, 0.0), steps * min(transfer_s, attention_s)
+
+
 def _micro_batches_per_step(spec: TrainingSpec) -> int:
     """Micro-batches per optimizer step and data-parallel replica: ``grad_accum_steps``, at least the pipeline
     depth (a pipeline needs that many in flight)."""
@@ -532,7 +560,12 @@ def predict_runtime(
     overlappable = dp_comm_s + offload_transfer_s
     hidden = min(overlappable, table.communication_overlap * compute_step_s)
     exposed_s = overlappable - hidden
-    step_s = compute_step_s + host_wait_s + bubble_s + optimizer_s + exposed_s + tp_comm_s + cpu_step_s
+    cp_exposed_s, cp_hidden_s = _context_parallel_ring_seconds(spec, arch, gpu, link, table, tokens_micro,
+                                                               peak * efficiency, weight_bytes)
+    cp_exposed_s *= n_micro
+    cp_hidden_s *= n_micro
+    step_s = (compute_step_s + host_wait_s + bubble_s + optimizer_s + exposed_s + tp_comm_s + cpu_step_s
+              + cp_exposed_s)
     tokens_per_second = tokens_per_step / step_s
 
     if spec.train_tokens is not None:
@@ -541,8 +574,9 @@ def predict_runtime(
         runtime = spec.steps * step_s
     else:
         runtime = None
-    if cp > 1:
-        notes.append("context-parallel ring exchange of K/V not modelled (assumed hidden)")
+    if cp_exposed_s > 0:
+        notes.append("context parallel: passing K/V blocks round the ring takes longer than the attention of a block, "
+                     "which hides it only in part")
     components = {
         "compute": compute_s * n_micro,
         "memory_floor": memory_floor_s * n_micro,
@@ -557,6 +591,8 @@ def predict_runtime(
         "offload_transfer": offload_transfer_s,
         "cpu_optimizer_step": cpu_step_s,
         "communication_exposed": exposed_s,
+        "context_parallel_exposed": cp_exposed_s,
+        "context_parallel_hidden": cp_hidden_s,
         "step": step_s,
     }
     return RuntimePrediction(

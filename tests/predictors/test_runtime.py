@@ -161,6 +161,7 @@ def test_small_micro_batches_are_host_bound() -> None:
     {"gpus": 8, "tensor_parallel": 2, "pipeline_parallel": 2, "grad_accum_steps": 4, "sharding": "fsdp"},
     {"gpus": 2, "sharding": "zero3", "offload": "params+optimizer"},
     {"attention": "eager", "method": "lora"},
+    {"gpus": 8, "context_parallel": 8, "sharding": "fsdp", "seq_len": 32768},
 ])
 def test_step_breakdown_adds_up_to_the_step(kw: dict[str, Any]) -> None:
     """The parts `vramfit predict` shows add up to the step time; what they hide is listed apart, never added."""
@@ -172,6 +173,38 @@ def test_step_breakdown_adds_up_to_the_step(kw: dict[str, Any]) -> None:
     assert max(c["compute"], c["memory_floor"]) in parts.values()
     hidden = c["data_parallel_communication"] + c["offload_transfer"] - c["communication_exposed"]
     assert overlapped.get("communication_hidden", 0.0) == pytest.approx(hidden if hidden > 1e-12 else 0.0)
+
+
+def test_context_parallel_ring_costs_only_what_attention_does_not_hide() -> None:
+    """Ring attention: cp - 1 steps per pass, each moving one K and one V block of the local tokens (Llama-2-7B:
+    32 kv heads x 128 x 2 bytes per layer and token) under the attention of one block; backward counts twice,
+    a recomputed forward once more. On NVLink at 128k tokens the attention hides it; over a 1 GB/s link at 4k it
+    does not, and what shows is exactly the transfers' excess."""
+    from predictors.runtime import _attention_forward_flops, matmul_efficiency
+
+    gpu = lookup_gpu("H100-80GB")
+    t = efficiency_table()
+    cp = 8
+
+    def run(seq: int, link: Interconnect | None) -> Any:
+        spec = _spec(micro_batch_size=1, seq_len=seq, gpus=cp, context_parallel=cp, sharding="fsdp",
+                     gradient_checkpointing="full")
+        return spec, predict_runtime(spec, ARCH, gpu, gpus=cp, interconnect=link)
+
+    _, long_nvlink = run(131072, None)
+    assert long_nvlink.components_seconds["context_parallel_exposed"] == 0
+    assert long_nvlink.components_seconds["context_parallel_hidden"] > 0
+    assert "context_parallel_hidden" in long_nvlink.step_breakdown()[1]
+    slow = Interconnect(gpus_per_node=1, inter_node_bytes_per_second=1e9)
+    spec, short_slow = run(4096, slow)
+    local = 4096 / cp
+    transfer = 2 * 32 * 128 * local * 2 * 32 / (1e9 * t.collective_bandwidth_utilization)
+    attention = (local * _attention_forward_flops(ARCH, 4096) / cp
+                 / (gpu.dense_flops("bf16-true") * matmul_efficiency(spec, ARCH, gpu)))
+    expected = (cp - 1) * (1 + 2 + 1) * (transfer - attention)
+    assert short_slow.components_seconds["context_parallel_exposed"] == pytest.approx(expected)
+    assert short_slow.step_breakdown()[0]["context_parallel_exposed"] == pytest.approx(expected)
+    assert any("context parallel" in n for n in short_slow.notes)
 
 
 def test_adapters_and_4bit_layers_raise_the_host_floor() -> None:
