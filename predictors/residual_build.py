@@ -92,20 +92,26 @@ class ResidualKind:
     default_path: Callable[[], Path]
     extra_metadata: Callable[[Any], dict[str, Any]] = lambda model: {}
 
+    def held_out_scores(self, rows: Sequence[Any], **params: Any) -> tuple[list[Any] | None, str]:
+        """``(scored, "")``: each source's rows scored by a model fitted on the other sources; ``(None, why)`` when
+        that cannot be done (one source, or a fold whose other sources hold too few runs to fit on)."""
+        sources = {r.source for r in rows}
+        if len(sources) < 2:
+            return None, f"needs {self.rows_wanted} from at least 2 sources; these have {len(sources)}"
+        try:
+            return self.leave_one_source_out(rows, **params), ""
+        except ValueError as exc:
+            return None, f"could not fit a fold: {exc}"
+
     def side_by_side(self, runs: Iterable[ReferenceRun], qualities: Iterable[str], cv: str) -> dict[str, Any]:
         """Analytic vs analytic+residual figures, overall and by source: leave-one-source-out refits
         (``cv == "source"``) or the shipped model."""
         rows, _ = self.training_rows(runs, qualities)
         if cv == "source":
-            sources = {r.source for r in rows}
-            if len(sources) < 2:
-                return {"mode": f"unavailable: leave-one-source-out needs {self.rows_wanted} from at least 2 sources; "
-                                f"these have {len(sources)}", "overall": {}, "by_source": {}}
-            try:
-                scored = self.leave_one_source_out(rows)
-            except ValueError as exc:  # a fold whose other sources hold too few runs to fit on
-                return {"mode": f"unavailable: leave-one-source-out could not fit a fold ({exc})", "overall": {},
-                        "by_source": {}}
+            held_out, why_not = self.held_out_scores(rows)
+            if held_out is None:
+                return {"mode": f"unavailable: leave-one-source-out {why_not}", "overall": {}, "by_source": {}}
+            scored = held_out
             how = "leave-one-source-out (each source predicted by a model fitted on the others)"
         else:
             loaded = self.load_default()
@@ -164,14 +170,9 @@ def train(runs_texts: Sequence[tuple[str, str]], ledger_texts: Sequence[tuple[st
     figures: dict[str, Any] = {"in_sample": kind.summarize(kind.score(model, rows))}
     not_run = ""
     if cv_source:
-        sources = {r.source for r in rows}
-        if len(sources) < 2:
-            not_run = f"the {kind.rows_wanted} come from {len(sources)} source; it needs 2 or more"
-        else:
-            try:
-                figures["leave_one_source_out"] = kind.summarize(kind.leave_one_source_out(rows, **params))
-            except ValueError as exc:  # a fold whose other sources hold too few runs to fit on
-                not_run = f"a fold could not be fitted: {exc}"
+        held_out, not_run = kind.held_out_scores(rows, **params)
+        if held_out is not None:
+            figures["leave_one_source_out"] = kind.summarize(held_out)
     data_sha = sha256_of_texts(text for _, text in texts)
     metadata = kind.build_metadata(
         model_version=f"{kind.name}-{data_sha[:12]}",
