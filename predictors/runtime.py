@@ -88,6 +88,9 @@ class EfficiencyTable(BaseModel):
     host_seconds_per_adapter_pass: float = Field(0.0, ge=0)
     host_seconds_per_quantized_linear_pass: float = Field(0.0, ge=0)
     host_sources: list[str] = Field(..., min_length=1)
+    eager_elementwise_bytes_per_hidden: float = Field(0.0, ge=0)
+    eager_elementwise_bytes_per_mlp_width: float = Field(0.0, ge=0)
+    eager_elementwise_sources: list[str] = Field(default_factory=list)
 
     def family_hfu(self, family: str) -> float:
         for row in self.families:
@@ -143,7 +146,8 @@ class RuntimePrediction:
         transfers compute hides). Zero parts are left out."""
         c = self.components_seconds
         bound, under = ("compute", "memory_floor") if c["compute"] >= c["memory_floor"] else ("memory_floor", "compute")
-        additive = (bound, "dequantization", "lora_elementwise", "eager_attention_scores", "host_wait",
+        additive = (bound, "dequantization", "lora_elementwise", "eager_elementwise", "eager_attention_scores",
+                    "host_wait",
                     "pipeline_bubble", "optimizer_step", "communication_exposed", "tensor_parallel_communication",
                     "context_parallel_exposed", "cpu_optimizer_step")
         parts = {name: c[name] for name in additive if c.get(name, 0.0) > 0}
@@ -359,6 +363,13 @@ def _lora_elementwise_bytes_per_token(spec: TrainingSpec, arch: Architecture) ->
     return total
 
 
+def _mlp_width(arch: Architecture) -> float:
+    """Intermediate width one token goes through per block (MoE: its routed experts and the shared one)."""
+    if arch.is_moe:
+        return float(arch.moe_intermediate_size * arch.num_experts_per_tok + arch.shared_expert_intermediate_size)
+    return float(arch.intermediate_size)
+
+
 def _host_seconds_per_layer_pass(spec: TrainingSpec, arch: Architecture, table: EfficiencyTable) -> float:
     """Host time of one block in one pass: the block's own modules, plus each LoRA adapter's Python path (PEFT's
     cast, dropout, two matmuls, scale and add) and each 4-bit base layer's (bitsandbytes' quant-state handling and
@@ -478,6 +489,19 @@ def predict_runtime(
         eager_scores_s = score_elements * bytes_per_score / (
             gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization)
     micro_s += eager_scores_s
+    # framework: transformers runs each block's element-wise ops one kernel at a time (RMSNorm's fp32 upcast and
+    # scaling, rotary embeddings, the k/v repeat, SiLU-and-multiply, residual adds): passes over activation-sized
+    # tensors in memory that the FLOP count does not see, and that fused or compiled frameworks (the published
+    # runs' efficiency figures) do not have. Bytes per token, block and pass (backward = 2 passes).
+    elementwise_s = 0.0
+    if spec.framework == "transformers":
+        per_token = (table.eager_elementwise_bytes_per_hidden * arch.hidden_size
+                     + table.eager_elementwise_bytes_per_mlp_width * _mlp_width(arch))
+        ew_passes = 3.0 + (1.0 if spec.gradient_checkpointing == "full" else 0.0)
+        elementwise_s = (tokens_micro / cp * per_token * ew_passes
+                         * (arch.num_layers + arch.num_encoder_layers) / (tp * pp)
+                         / (gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization))
+    micro_s += elementwise_s
     compute_step_s = micro_s * n_micro
     # the host: eager PyTorch issues every kernel from Python; a micro-batch cannot run faster than the host
     # walks the layers (forward, backward, and the recomputed forward under full checkpointing). On small
@@ -582,6 +606,7 @@ def predict_runtime(
         "memory_floor": memory_floor_s * n_micro,
         "dequantization": dequant_s * n_micro,
         "lora_elementwise": lora_traffic_s * n_micro,
+        "eager_elementwise": elementwise_s * n_micro,
         "eager_attention_scores": eager_scores_s * n_micro,
         "host_wait": host_wait_s,
         "pipeline_bubble": bubble_s,

@@ -37,6 +37,12 @@ Checkpointing = Literal["none", "full", "selective"]
 Attention = Literal["sdpa", "flash", "eager"]
 Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op"]
 Offload = Literal["none", "optimizer", "params+optimizer"]
+# Extension of v1: the framework whose memory and time behaviour the model assumes where frameworks differ
+# (README, "What the model assumes about the training framework"). Unset: the blend the published runs of many
+# frameworks fit. "transformers": the Hugging Face stack (Trainer, Accelerate, TRL, axolotl, LLaMA-Factory) with
+# PEFT and bitsandbytes >= 0.44, as vramfit calibrate measures it.
+Framework = Literal["transformers"]
+_FRAMEWORK_ALIASES = {"hf": "transformers", "huggingface": "transformers", "hugging-face": "transformers"}
 # Parameter offload is a feature of the sharded data-parallel engines: DeepSpeed's offload_param needs ZeRO
 # stage 3, FSDP's CPUOffload(offload_params=True) an FSDP sharding strategy. Optimizer offload alone also runs
 # unsharded (DeepSpeed ZeRO-Offload at stage 1/2, torchao's CPUOffloadOptimizer on one GPU).
@@ -52,6 +58,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "attention": Attention.__args__,  # type: ignore[attr-defined]
     "sharding": Sharding.__args__,  # type: ignore[attr-defined]
     "offload": Offload.__args__,  # type: ignore[attr-defined]
+    "framework": Framework.__args__,  # type: ignore[attr-defined]
 }
 
 
@@ -226,6 +233,10 @@ class TrainingSpec(BaseModel):
     deadline_seconds: Annotated[float, Field(gt=0)] | None = Field(
         None, description="vramfit extension: the job must finish within this many seconds"
     )
+    framework: Framework | None = Field(
+        None, description="vramfit extension: transformers (HF Trainer/Accelerate/TRL/axolotl/LLaMA-Factory with "
+                          "PEFT and bitsandbytes >= 0.44), or unset for the blend of published runs"
+    )
 
     @field_validator("gradient_checkpointing", mode="before")
     @classmethod
@@ -233,6 +244,22 @@ class TrainingSpec(BaseModel):
         if isinstance(value, bool):
             return "full" if value else "none"
         return value
+
+    @field_validator("framework", mode="before")
+    @classmethod
+    def _framework_known(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        name = value.strip().lower()
+        if name in ("", "unknown", "any", "auto"):
+            return None
+        name = _FRAMEWORK_ALIASES.get(name, name)
+        if name not in ALLOWED["framework"]:
+            raise ValueError(
+                f"framework {value!r} has no framework-specific model: only transformers (the Hugging Face stack "
+                "vramfit calibrate measures) changes an assumption. To fix: leave framework out (the model then "
+                "assumes what the published runs of many frameworks fit), or use transformers")
+        return name
 
     @field_validator("offload")
     @classmethod

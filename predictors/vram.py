@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from predictors.architecture import (
     ATTENTION_ROLES,
@@ -72,6 +73,16 @@ _LOGITS_BYTES_PER_ELEMENT_32BIT = 4 + 4
 # DeepSpeed's fp16/bf16 engine runs the whole model in 16-bit without autocast, so the logits and the
 # log-softmax stay 16-bit unless the model's own loss upcasts (checked against the S14 ZeRO-2 sweeps).
 _LOGITS_BYTES_PER_ELEMENT_DEEPSPEED = 2 + 2
+# framework: transformers, full checkpointing. Backward frees the loss tensors before it recomputes the last
+# block, so the peak is the larger of the logits phase and the recompute phase, not their sum (the sum stays the
+# default: the published runs, torchtune's chunked loss among them, fit it better). vramfit's H200 rows hold
+# ~12 bytes per logit beyond the layers' inputs and the embeddings in the logits phase, whatever the width (LoRA on
+# 70B-width blocks at 2/4/6 layers, 8B-width at 4/16; predictors/data/measured/H200.jsonl): the loss tensors above
+# plus the gradient of the logits in the compute dtype.
+# In the recompute phase the block in backward holds, besides its recomputed activations and its output's
+# gradient, the gradients of the MLP's width that its backward makes (of the activation output, the gate and the
+# up projection): its classification runs, which have no logits phase, sat 8-9 % under without them.
+_CKPT_BACKWARD_WIDTH_GRADIENTS = 3
 
 # Caching allocator: block rounding (2 MiB large-pool segments, 512-byte rounding) and fragmentation
 # of large transient tensors. PyTorch CUDA semantics docs ("memory management"); the fractions are
@@ -443,16 +454,30 @@ def predict_vram_without_gpu(
         gathered = params_gpu * float(e) if method != "qlora" else weights_unsharded
 
     # ---- activations ----------------------------------------------------------------------------
-    act = _activations(spec, arch, e, mixed, lay)
+    acts = _activations(spec, arch, e, mixed, lay)
+    act = acts.total
     logits = _logits(spec, arch, e, lay)
+    cached_logits = logits  # what the allocator still holds of them at an optimizer-step peak
     if lay.pp > 1:
         # the first stage holds pp micro-batches of activations, the last stage one micro-batch and the
         # logits: the most loaded GPU is whichever end holds more (not both at once)
-        last = _activations(spec, arch, e, mixed, lay, first_stage=False) + logits
+        last = _activations(spec, arch, e, mixed, lay, first_stage=False).total + logits
         if last > act:
             act, logits = last - logits, logits
         else:
             logits = 0.0
+        cached_logits = logits
+    elif spec.framework == "transformers" and spec.gradient_checkpointing == "full" and logits > 0:
+        # the larger of the logits phase (+ the logits' gradient) and the recompute phase (_CKPT_... above)
+        logits_phase = logits + _logit_elements(spec, arch, lay) * e
+        cached_logits = logits_phase
+        if logits_phase >= acts.recompute:
+            act, logits = acts.kept, logits_phase
+            notes.append("framework transformers: backward peaks with the logits; the recomputed block comes after "
+                         "they are freed")
+        else:
+            logits = 0.0
+            notes.append("framework transformers: backward peaks in a recomputed block, after the logits are freed")
     head_grad = 0.0
     # The output head's weight gradient exists from the first step of backward, while the logits are still alive;
     # a tied head writes its vocab x hidden gradient into the embedding's .grad just the same. Counted for tied
@@ -543,7 +568,7 @@ def predict_vram_without_gpu(
         # reserved 0.4-7.7 GiB above allocated, the most with large vocabularies (Qwen 152k, Gemma-3 262k);
         # counting the logits took their reserved median error from 7.0 % to 5.3 % and the dev set's `unknown`
         # (reserved) rows from 16.7 % to 13.8 %.
-        overhead += logits
+        overhead += cached_logits
     reserved = allocated + overhead
 
     nccl = _NCCL_BYTES if n_gpus > 1 else 0.0
@@ -580,21 +605,35 @@ def _saves_input(role: str, spec: TrainingSpec, targets: set[str]) -> bool:
     adapter's dtype), counted per adapter in :func:`_activations`. bitsandbytes' 4-bit matmul
     (``MatMul4Bit``) keeps its input whenever the activation needs a gradient: QLoRA saves them all.
     That holds up to bitsandbytes 0.43 (``ctx.tensors = (A, B)`` in autograd/_functions.py); 0.44 keeps
-    ``(None, B)``, so newer stacks save less and this errs on the safe side. The old attribute-held input
+    ``(None, B)``, so newer stacks save less and this errs on the safe side; with ``framework: transformers``
+    (bitsandbytes >= 0.44: vramfit's H200 QLoRA rows without checkpointing sat 8-12 % over with the inputs counted)
+    they keep none. The old attribute-held input
     also outlives backward when a training loop keeps the previous step's outputs (litgpt), which this
     model does not count: litgpt QLoRA rows of the dev set sit 11-27 % above it.
     GPTQ kernels dequantize into a temporary that needs no gradient, so plain autograd rules apply.
     """
-    if spec.method == "qlora" and spec.resolved_quantization != "gptq-int4":
+    if spec.method == "qlora" and spec.resolved_quantization != "gptq-int4" and spec.framework != "transformers":
         return True
     # LoRA: the base weight is frozen, so its matmul keeps no input; what the adapter keeps is its own copy of
     # the input (counted per adapter in _activations)
     return spec.method == "full"
 
 
+class _Activations(NamedTuple):
+    """Activation bytes of one GPU in backward: ``kept`` (saved through the forward) and ``recompute`` (what the
+    block that full checkpointing recomputes holds while backward runs through it; 0 without checkpointing)."""
+
+    kept: float
+    recompute: float
+
+    @property
+    def total(self) -> float:
+        return self.kept + self.recompute
+
+
 def _activations(
     spec: TrainingSpec, arch: Architecture, e: int, mixed: bool, lay: _Layout, first_stage: bool = True
-) -> float:
+) -> _Activations:
     """Saved activations of one pipeline stage's GPU at the start of the backward pass, in bytes.
 
     ``first_stage`` picks the first pipeline stage (pp micro-batches in flight under 1F1B); otherwise the
@@ -657,7 +696,7 @@ def _activations(
         mlp += 3 * e * width  # gate output (activation input), activation output, up output
     else:
         mlp += e * width  # activation input
-    mlp += _activation_function_bytes(arch, e, amp_fp32_model) * width
+    mlp += _activation_function_bytes(arch, e, amp_fp32_model, spec.framework == "transformers") * width
     if _saves_input("down_proj", spec, targets):
         mlp += e * width
     if dropout > 0:
@@ -722,6 +761,8 @@ def _activations(
         if arch.is_encoder_decoder:  # decoder block inputs at the decoder length, + the shared encoder output
             act_per_token = ((layers * decoder_tokens(spec) / spec.seq_len + enc_layers) * res_bytes + e) * h / lay.tp
         recompute = biggest + 2 * e * h / lay.tp
+        if spec.framework == "transformers":
+            recompute += _CKPT_BACKWARD_WIDTH_GRADIENTS * e * width / lay.tp
     elif ckpt == "selective":
         # recompute the cheap element-wise ops; keep matmul inputs/outputs (Korthikanti et al. 2022). The attention
         # core (scores, softmax, dropout: their 5as/h term) is always among what is recomputed, so eager attention's
@@ -732,10 +773,10 @@ def _activations(
         act_per_token = stack
     if lay.pp > 1 and first_stage:
         # the first stage ends at a block boundary: no final norm; its input is the next stage's
-        return (act_per_token * lay.pp + recompute) * tokens
+        return _Activations(act_per_token * lay.pp * tokens, recompute * tokens)
     # final norm: its input and fp32 copy (sequence-parallel shards under tensor parallelism)
     act_per_token += (res_bytes * h + (4 * h if spec.task != "seq-classification" else 0)) / lay.tp
-    return (act_per_token + recompute) * tokens
+    return _Activations(act_per_token * tokens, recompute * tokens)
 
 
 # Families whose eager attention runs softmax in the scores' own dtype (HF modeling_gpt2 eager_attention_forward
@@ -777,17 +818,19 @@ def _eager_score_bytes(arch: Architecture, e: int, amp_fp32_model: bool, dropout
 _PYTHON_GELU = frozenset({"gelu_new"})
 # ... in the families trained through transformers' modeling code. Phi-1/2 also name gelu_new, but litgpt, whose
 # runs are the public Phi measurements (shared/reference S07), computes it as one fused F.gelu(approximate="tanh"):
-# Phi gets the fused count, which under-counts a transformers Phi run by 3 tensors of the MLP width.
+# Phi gets the fused count, which under-counts a transformers Phi run by 3 tensors of the MLP width (vramfit's H200
+# Phi-2 LoRA row: 14.5 % under), unless the spec says framework: transformers, where every gelu_new is the chain.
 _PYTHON_GELU_FAMILIES = frozenset({"gpt2", "gptj", "gpt_neo", "codegen", "t5", "mt5", "umt5"})
 
 
-def _activation_function_bytes(arch: Architecture, e: int, amp_fp32_model: bool) -> float:
+def _activation_function_bytes(arch: Architecture, e: int, amp_fp32_model: bool, transformers: bool = False
+                                ) -> float:
     """Bytes per MLP-width element that the activation function keeps beyond its input (transformers
     activations.py). Without autocast the three intermediates are in the compute dtype. Under autocast ``pow``
     runs in fp32 (autocast's fp32 op list), so it keeps an fp32 copy of x in place of the 16-bit x (which nothing
     else keeps), and everything after it is promoted to fp32 except ``0.5 * x``: (4 - 2) for the copy, 4 (tanh),
     2 (0.5x), 4 (1 + tanh)."""
-    if arch.activation not in _PYTHON_GELU or arch.model_type not in _PYTHON_GELU_FAMILIES:
+    if arch.activation not in _PYTHON_GELU or not (transformers or arch.model_type in _PYTHON_GELU_FAMILIES):
         return 0.0
     if amp_fp32_model and e != 4:
         return (4.0 - e) + 4.0 + e + 4.0
@@ -809,21 +852,28 @@ def _dropout(arch: Architecture) -> float:
     return 0.1 if arch.model_type in ("gpt2", "bert", "roberta", "t5", "mt5", "bloom_train") else 0.0
 
 
+def _logits_bytes_per_element(e: int, lay: _Layout) -> float:
+    if e == 4:
+        return _LOGITS_BYTES_PER_ELEMENT_32BIT
+    if lay.sharding.startswith("zero"):
+        return _LOGITS_BYTES_PER_ELEMENT_DEEPSPEED
+    return _LOGITS_BYTES_PER_ELEMENT_16BIT
+
+
 def _logits(spec: TrainingSpec, arch: Architecture, e: int, lay: _Layout) -> float:
     """Logits and cross-entropy tensors (vocab-sized, fp32 upcast) at the end of the forward pass."""
     if spec.task in ("seq-classification", "token-classification"):
         return 0.0
-    length = decoder_tokens(spec) if arch.is_encoder_decoder else spec.seq_len
-    tokens = spec.micro_batch_size * length / lay.cp
-    if e == 4:
-        per_elem = _LOGITS_BYTES_PER_ELEMENT_32BIT
-    elif lay.sharding.startswith("zero"):
-        per_elem = _LOGITS_BYTES_PER_ELEMENT_DEEPSPEED
-    else:
-        per_elem = _LOGITS_BYTES_PER_ELEMENT_16BIT
+    per_elem = _logits_bytes_per_element(e, lay)
     if arch.final_logit_softcapping:
         # HF Gemma2ForCausalLM: logits = tanh(logits / cap) * cap in the compute dtype; tanh keeps its output for
         # backward (its gradient comes after the fp32 loss tensors are freed, so it does not add to the peak)
         per_elem += min(e, 4)
     # with pipeline parallelism the head lives on the last stage, which holds one micro-batch
-    return tokens * arch.vocab_size / lay.tp * per_elem
+    return _logit_elements(spec, arch, lay) * per_elem
+
+
+def _logit_elements(spec: TrainingSpec, arch: Architecture, lay: _Layout) -> float:
+    """Logits of one micro-batch on one GPU (tokens x vocab, split by tensor and context parallelism)."""
+    length = decoder_tokens(spec) if arch.is_encoder_decoder else spec.seq_len
+    return spec.micro_batch_size * length / lay.cp * arch.vocab_size / lay.tp

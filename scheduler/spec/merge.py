@@ -32,6 +32,7 @@ from scheduler.spec.trainer_args import (
     Setting,
     Settings,
     config_flavour,
+    framework_setting,
     looks_like_trainer_config,
     read_command,
     read_mapping,
@@ -318,6 +319,9 @@ def _inline_configs(env: Mapping[str, str], where: str, budget: TextBudget) -> R
             raw.update({**implied, **read_mapping(data, label, at)})
             notes += implied_notes
     reading = resolve(raw)
+    framework = framework_setting("", raw, where)
+    if framework is not None and reading.settings:
+        reading.settings.setdefault("framework", framework)
     reading.notes = notes + reading.notes
     return reading
 

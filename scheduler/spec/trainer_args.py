@@ -1020,6 +1020,26 @@ def _trainer_label(tokens: Sequence[str]) -> str:
     return names[0] if names else ""
 
 
+# Tools that train on the Hugging Face stack (transformers, PEFT, bitsandbytes), and what only transformers'
+# TrainingArguments (which HF Trainer / TRL scripts parse) or those tools' configs name: a command with them runs on
+# transformers, whose memory and time the model knows (TrainingSpec ``framework``); torchtune, torchtitan and plain
+# torchrun scripts say nothing of the kind and keep the model's framework-neutral assumptions.
+_HF_TRAINERS = ("axolotl", "LLaMA-Factory", "TRL")
+
+
+def framework_setting(trainer: str, raw: Mapping[str, Setting], where: str) -> Setting | None:
+    if trainer in _HF_TRAINERS:
+        return Setting("transformers", f"{trainer} (trains with transformers and PEFT)", where)
+    for setting in raw.values():
+        for tool in ("axolotl", "LLaMA-Factory"):
+            if f"{tool} config" in setting.source:  # "axolotl config PATH key K": the config, not the key
+                config = setting.source.split(" key ")[0]
+                return Setting("transformers", f"{config} ({tool} trains with transformers and PEFT)", where)
+        if "per_device_train_batch_size" in setting.source:
+            return Setting("transformers", f"{setting.source} (transformers' TrainingArguments)", where)
+    return None
+
+
 def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
                    env: Mapping[str, str] | None = None) -> Reading:
     """HF Trainer / TRL / accelerate / torchrun / deepspeed / axolotl / LLaMA-Factory command lines."""
@@ -1066,6 +1086,9 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         raw["_finetuning_type"] = Setting("lora", "LLaMA-Factory (finetuning_type default lora)", where)
         notes.append("llamafactory-cli sets no finetuning_type: LLaMA-Factory's default lora")
     reading = resolve(raw, files)
+    framework = framework_setting(trainer, raw, where)
+    if framework is not None and reading.settings:
+        reading.settings.setdefault("framework", framework)
     reading.notes = notes + reading.notes
     reading.trainer = trainer if reading.settings else ""
     reading.launch = launch_layout(tokens, accelerate, env)
