@@ -192,6 +192,9 @@ def build_row(config: SweepConfig, outcome: WorkerOutcome, environment: dict[str
     on_gpu = env.get("device") == "cuda"
     gpu = gpu_label(env)
     spec = dict(config.spec_dict)
+    # the worker trains with transformers, PEFT and bitsandbytes: the row says so, and is predicted under that
+    # framework's assumptions (the config id stays that of the sweep's spec, so --resume matches older rows)
+    spec["framework"] = "transformers"
     if gpu != "unknown":
         spec["gpu"] = gpu
     else:  # a GPU pinned by the sweep is not the device this row ran on

@@ -290,6 +290,10 @@ def test_gpu_row_is_high_quality_with_memory_and_catalog_gpu() -> None:
     assert run.measured.tokens_per_second_scope == "per_gpu"
     assert row["id"].startswith("CAL-") and len(row["id"]) == 12
     assert row["environment"]["driver"] == "550.54.15"
+    # the worker trains with transformers: the row's spec says so, while the config id stays the sweep spec's
+    config = _one_config()
+    assert run.spec.framework == "transformers" and "framework" not in config.spec_dict
+    assert row["calibration"]["config_id"] == config.config_id
 
 
 @pytest.mark.parametrize(("env", "result", "quality", "oom", "tokens"), [
