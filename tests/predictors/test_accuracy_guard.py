@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from predictors.accuracy import ape_summary
 from predictors.evaluation import evaluate, select_runs
 from predictors.reference import parse_runs
@@ -38,27 +40,37 @@ def test_ape_summary_by_hand() -> None:
     assert ape_summary([])["n"] == 0
 
 
-# vramfit's own calibration rows (predictors/data/measured/H200.jsonl, 105 configs measured 2026-11-25/26): peak
-# allocated median 2.3 %, p90 7.6 %; with --all-levels reserved 4.3 % / 15.7 % and NVML 3.8 % / 13.3 %; throughput
-# median 24.3 %, p90 54.5 %
+# vramfit's own calibration rows (predictors/data/measured/, measured 2026-11-25/26 with transformers 5.17, PEFT
+# 0.21, bitsandbytes 0.50; their specs say framework: transformers). H200, 119 configs + 2 OOM: peak allocated
+# median 2.2 %, p90 6.1 %; with --all-levels reserved 5.3 % / 13.0 % and NVML 5.0 % / 12.5 %; throughput 14.4 % /
+# 41.9 %. H100 80GB HBM3, 38 configs: allocated 1.4 % / 7.5 %, reserved 6.1 % / 18.5 %, NVML 6.3 % / 16.6 %,
+# throughput 17.6 % / 48.3 %.
 MEASURED_DIR = Path(__file__).resolve().parents[2] / "predictors" / "data" / "measured"
+OWN_ROWS = {
+    # file: (rows at least, OOM rows at least, allocated, reserved, nvml, throughput as (median, p90) ceilings)
+    "H200.jsonl": (121, 2, (0.023, 0.061), (0.054, 0.131), (0.050, 0.125), (0.145, 0.420)),
+    "H100-80GB.jsonl": (38, 0, (0.014, 0.075), (0.061, 0.185), (0.063, 0.166), (0.176, 0.484)),
+}
 
 
-def test_own_calibration_rows_do_not_regress() -> None:
+@pytest.mark.parametrize("name", sorted(OWN_ROWS))
+def test_own_calibration_rows_do_not_regress(name: str) -> None:
     from predictors.evaluation import evaluate as evaluate_vram
     from predictors.reference import with_extra_levels
     from predictors.runtime_eval import evaluate_runtime
 
-    runs = select_runs(parse_runs((MEASURED_DIR / "H200.jsonl").read_text()), {"high", "medium"})
-    assert len(runs) >= 105
+    rows, ooms, allocated, reserved, nvml, throughput = OWN_ROWS[name]
+    runs = select_runs(parse_runs((MEASURED_DIR / name).read_text()), {"high", "medium"})
+    assert len(runs) >= rows
+    assert all(run.spec.framework == "transformers" for run in runs)
     ev = evaluate_vram(runs)
     s = ev.summary()
-    assert s["median_ape"] <= 0.024 and s["p90_ape"] <= 0.077, s
-    assert ev.oom_right >= 2
+    assert s["median_ape"] <= allocated[0] and s["p90_ape"] <= allocated[1], s
+    assert ev.oom_right >= ooms
     levels = evaluate_vram(with_extra_levels(runs))
     by_metric = levels.by(lambda r: r.run.measured.metric)
     assert by_metric["allocated"]["n"] == by_metric["reserved"]["n"] == by_metric["nvml"]["n"] == s["n"]
-    assert by_metric["reserved"]["median_ape"] <= 0.044 and by_metric["reserved"]["p90_ape"] <= 0.158
-    assert by_metric["nvml"]["median_ape"] <= 0.039 and by_metric["nvml"]["p90_ape"] <= 0.134
+    assert by_metric["reserved"]["median_ape"] <= reserved[0] and by_metric["reserved"]["p90_ape"] <= reserved[1]
+    assert by_metric["nvml"]["median_ape"] <= nvml[0] and by_metric["nvml"]["p90_ape"] <= nvml[1]
     runtime = evaluate_runtime(runs)
-    assert (runtime.median_ape() or 1.0) <= 0.244 and (runtime.p90_ape() or 1.0) <= 0.546
+    assert (runtime.median_ape() or 1.0) <= throughput[0] and (runtime.p90_ape() or 1.0) <= throughput[1]
