@@ -584,6 +584,12 @@ def predict_vram_without_gpu(
     peak_vram = sum(breakdown.values())
     if spec.offload != "none":
         notes.append(f"offload={spec.offload}: those states live in CPU memory")
+    if spec.framework == "transformers":
+        if method == "qlora" and spec.resolved_quantization != "gptq-int4":
+            notes.append("framework transformers: 4-bit layers keep no input for backward (bitsandbytes >= 0.44)")
+        if arch.activation in _PYTHON_GELU and arch.model_type not in _PYTHON_GELU_FAMILIES:
+            notes.append(f"framework transformers: {arch.activation} runs unfused and keeps 3 tensors of the MLP's "
+                         "width per block")
     return VramPrediction(
         peak_allocated_bytes=int(round(allocated)),
         peak_reserved_bytes=int(round(reserved)),

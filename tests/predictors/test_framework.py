@@ -53,12 +53,15 @@ def test_qlora_4bit_layers_keep_no_input_on_transformers() -> None:
     # width), 2 bytes each under bf16 autocast, are no longer kept in each of the 2 blocks
     unset, hf = both(LLAMA, method="qlora")
     assert unset.breakdown_bytes["activations"] - hf.breakdown_bytes["activations"] == TOKENS * 2 * 2 * (64 + 64 + 128)
+    assert any("4-bit layers keep no input" in n for n in hf.notes)
+    assert not any("framework" in n for n in unset.notes)
 
 
 def test_phi_gelu_new_keeps_three_intermediates_on_transformers() -> None:
     # NewGELUActivation's tanh output, 0.5 * x and 1 + tanh: 3 x 2 bytes per MLP unit, per token and block
     unset, hf = both(PHI, precision="bf16-true")
     assert hf.breakdown_bytes["activations"] - unset.breakdown_bytes["activations"] == TOKENS * 2 * 3 * 2 * 256
+    assert any("gelu_new runs unfused" in n for n in hf.notes)
 
 
 def test_checkpointed_backward_takes_the_larger_phase_on_transformers() -> None:
