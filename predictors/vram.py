@@ -99,6 +99,11 @@ _ALLOC_FIXED_BYTES = 64 * MIB
 # kernel images and the library handles outside the caching allocator; with the 32 MiB below that is 1,382 MiB.
 _CUDA_CONTEXT_BYTES = {"volta": 1300 * MIB, "turing": 900 * MIB, "ampere": 520 * MIB, "ada": 520 * MIB,
                        "hopper": 1350 * MIB, "blackwell": 650 * MIB}
+# On the H100 80GB HBM3 (predictors/data/measured/H100-80GB.jsonl, same driver and stack) the gap is 1,247 MiB in
+# 38 of 38 runs, on the same configs whose allocated and reserved peaks equal the H200's byte for byte: the context
+# grows with the card's memory (135 MiB for 62,212 MiB more). Hopper cards take the line through the two.
+_HOPPER_CONTEXT_REFERENCE = (81559 * MIB, 1215 * MIB)  # H100 80GB: NVML total, context without cuBLAS workspace
+_HOPPER_CONTEXT_PER_MEMORY_BYTE = (1350 - 1215) / (143771 - 81559)  # to the H200 (143,771 MiB, 1,350 MiB)
 _CUBLAS_WORKSPACE_BYTES = 32 * MIB  # 4 MiB x 8 (cuBLAS workspace config default on Hopper: 32 MiB)
 # NCCL: NCCL_BUFFSIZE 4 MiB per channel and peer direction; ~2 x 16 channels x (in + out) for
 # ring/tree collectives on one node (NCCL environment-variable docs), plus its own CUDA kernels.
@@ -219,7 +224,11 @@ def predict_vram(
 
 def _context_bytes(gpu: GpuSpec | None) -> int:
     family = gpu.family if gpu is not None else "ampere"
-    return int(round(_CUDA_CONTEXT_BYTES[family] + _CUBLAS_WORKSPACE_BYTES))
+    context = _CUDA_CONTEXT_BYTES[family]
+    if gpu is not None and family == "hopper":
+        memory, at_memory = _HOPPER_CONTEXT_REFERENCE
+        context = at_memory + _HOPPER_CONTEXT_PER_MEMORY_BYTE * (gpu.memory_bytes - memory)
+    return int(round(context + _CUBLAS_WORKSPACE_BYTES))
 
 
 def device_peak_on_gpu(vram: VramPrediction, gpu: GpuSpec | None) -> int:
