@@ -33,7 +33,7 @@ from predictors.architecture import (
 )
 from predictors.errors import SpecError
 from predictors.hardware import GpuSpec
-from predictors.spec import TrainingSpec
+from predictors.spec import LoraSpec, TrainingSpec
 
 MIB = 2**20
 
@@ -529,8 +529,16 @@ def predict_vram_without_gpu(
     # optimizer-step temporaries: torch.optim's foreach AdamW allocates one state-sized buffer
     # (torch/optim/adamw.py, _multi_tensor_adamw: exp_avg_sq_sqrt); 8-bit/paged/fused kernels do not.
     step_tmp = 0.0
-    if opt in ("adamw", "lion", "adafactor") and not offload_states:
+    if opt in ("adamw", "lion") and not offload_states:
         step_tmp = trainable_gpu * state_dtype_bytes / (dp if shard_states else 1)
+    elif opt == "adafactor" and not offload_states:
+        # transformers' Adafactor (what HF Trainer's optim="adafactor" runs) steps one parameter at a time: for the
+        # largest it holds fp32 copies of a 16-bit parameter and its gradient, the squared update and the scaled
+        # update, 16 bytes per element (12 for fp32 parameters, which it uses as they are). vramfit's H200 rows:
+        # Llama-3.2-1B and Qwen2.5-1.5B full bf16 (largest: the tied embedding) peak 8.59 / 9.30 GiB, weights +
+        # gradients + 16 bytes x the embedding = 8.5 / 9.2 GiB (one state-sized buffer for all, the foreach rule
+        # of AdamW above, gave 6.9 / 8.6)
+        step_tmp = _largest_trainable_matrix(arch, lora, saved) * (12.0 if e == 4 or mixed else 16.0) / lay.tp
     if deepspeed and not offload_states:
         # DeepSpeed converts the 16-bit gradient partition into an fp32 copy for the optimizer
         # (stage 1/2 ``single_partition_of_fp32_groups`` grads, stage 3 fp32 partitioned grads)
@@ -618,6 +626,16 @@ def predict_vram_without_gpu(
         gpus=n_gpus,
         notes=tuple(notes),
     )
+
+
+def _largest_trainable_matrix(arch: Architecture, lora: LoraSpec | None, saved: dict[str, float]) -> float:
+    """Elements of the largest parameter an optimizer steps: a weight matrix or the embedding in full fine-tuning;
+    an adapter's A or B (or a saved module's full copy) with LoRA."""
+    if lora is None:
+        return float(max([g.in_features * g.out_features for g in arch.linears]
+                         + [arch.vocab_size * arch.hidden_size]))
+    adapters = [lora.rank * max(g.in_features, g.out_features) for g in arch.lora_groups(lora.target_modules)]
+    return float(max(adapters + list(saved.values()), default=0))
 
 
 def _saves_input(role: str, spec: TrainingSpec, targets: set[str]) -> bool:

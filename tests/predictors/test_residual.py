@@ -226,11 +226,12 @@ def test_evaluate_cv_source_output(runs_subset: RunsSubset, capsys: pytest.Captu
 # Leave-one-source-out on the dev runs, as measured when this model was written (see the commit message).
 # 2026-11-26 (PEFT adapters' own input copies, cached logits at an optimizer-step peak, a tied head's gradient):
 # 11.7 % / 42.3 %, coverage 94.8 % at a median slack of 52.6 % (2026-11-25: 13.0 % / 41.2 %, 94.8 % at 51.8 %);
-# with the GELU and soft-capping terms (the S15 T5 and S07 Gemma 2 rows moved): slack 54.6 %
-LOSO_MEDIAN_APE = 0.117
+# with the GELU and soft-capping terms (the S15 T5 and S07 Gemma 2 rows moved): slack 54.6 %; with transformers'
+# Adafactor stepping one parameter at a time (S17-306 +13.5 % -> -7.8 %): 11.4 % / 42.3 %, 94.8 % at 53.4 %
+LOSO_MEDIAN_APE = 0.115
 LOSO_P90_APE = 0.423
 LOSO_COVERAGE = 0.948
-LOSO_MEDIAN_SLACK = 0.546
+LOSO_MEDIAN_SLACK = 0.535
 
 
 def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[TrainingRow]) -> None:

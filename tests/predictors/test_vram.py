@@ -310,3 +310,12 @@ def test_with_breakdown_keeps_every_other_field() -> None:
     new = {"weights": 3, "x": 0}
     assert with_breakdown(vram, new) == dataclasses.replace(vram, breakdown_bytes=new)
     assert with_breakdown(vram, new, 7) == dataclasses.replace(vram, breakdown_bytes=new, peak_vram_bytes=7)
+
+
+@pytest.mark.parametrize(("precision", "bytes_per_element"), [("bf16-true", 16), ("bf16-mixed", 12)])
+def test_adafactor_steps_one_parameter_at_a_time(precision: str, bytes_per_element: int) -> None:
+    # transformers' Adafactor: fp32 copies of a 16-bit parameter and its gradient, the squared and the scaled
+    # update, for the largest parameter only (the 1000 x 64 embedding / head), not a buffer for every parameter
+    p = run(precision=precision, optimizer="adafactor", seq_len=16)
+    assert p.peak_phase == "optimizer_step"
+    assert p.breakdown_bytes["optimizer_step_workspace"] == V * H * bytes_per_element
