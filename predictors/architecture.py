@@ -100,6 +100,7 @@ class Architecture:
     num_encoder_layers: int = 0  # encoder blocks of an encoder-decoder model
     is_encoder_only: bool = False
     norms_per_layer: int = 2
+    qk_norm: bool = False  # an RMSNorm over each head of q and k (Qwen3, Gemma 3, OLMo 2)
     layernorm: bool = False
     num_experts: int = 0
     num_experts_per_tok: int = 0
@@ -378,7 +379,8 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         per_layer_norms = 2
     norm_width = 2 * h if layernorm else h
     norm_params = (layers * per_layer_norms + 1) * norm_width
-    if model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2"):
+    qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2")
+    if qk_norm:
         norm_params += layers * 2 * head_dim  # q_norm and k_norm over the head dimension
         notes.append("q/k RMSNorm per head")
     if model_type == "bloom":
@@ -469,7 +471,8 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         name=name, model_type=model_type, hidden_size=h, num_layers=layers, num_attention_heads=heads,
         num_kv_heads=kv, head_dim=head_dim, intermediate_size=inter, gated_mlp=gated, vocab_size=vocab,
         tie_word_embeddings=tie, linears=tuple(linears), embedding_params=embedding, norm_params=norm_params,
-        other_params=other, norms_per_layer=per_layer_norms, layernorm=layernorm, num_experts=n_experts,
+        other_params=other, norms_per_layer=per_layer_norms, qk_norm=qk_norm, layernorm=layernorm,
+        num_experts=n_experts,
         num_experts_per_tok=top_k, moe_intermediate_size=moe_inter if n_experts else 0,
         num_moe_layers=moe_layers, shared_expert_intermediate_size=shared_inter, kv_lora_rank=kv_lora,
         v_head_dim=v_head, max_position_embeddings=_int(cfg, "max_position_embeddings", "n_positions", "seq_length",

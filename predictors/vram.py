@@ -761,7 +761,15 @@ def _activations(
             copy_bytes = 4 if (e == 4 or not mixed) else 2
             extra = copy_bytes * lora.rank + g.in_features * (copy_bytes + (1 if lora.dropout > 0 else 0))
             lora_extra += per_layer * extra
-    per_layer = (attn + mlp + lora_extra) / lay.tp
+    # Blocks with other than two norms: Gemma 2/3 also normalise each sublayer's output before the residual add
+    # (post-attention and post-feedforward norms, four per block); Phi-1/2 and GPT-J run attention and MLP in
+    # parallel from one norm. Each norm keeps what the two counted above keep.
+    norms = norm * (arch.norms_per_layer - 2)
+    if arch.qk_norm:
+        # q_norm / k_norm (an RMSNorm over each head of q and k, before rotary): the fp32 copy of their input (+ the
+        # normalised output when their weights train), at q's and k's widths
+        norms += (4 + ((4 if amp_fp32_model else e) if full else 0)) * (heads + kv) * hd
+    per_layer = (attn + mlp + lora_extra + norms) / lay.tp
     # residual stream additions keep nothing; the block output is the next block's norm input.
 
     # 1F1B pipeline: the first stage holds the activations of pp micro-batches, the last stage one

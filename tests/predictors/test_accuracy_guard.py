@@ -43,15 +43,15 @@ def test_ape_summary_by_hand() -> None:
 
 # vramfit's own calibration rows (predictors/data/measured/, measured 2026-11-25/26 with transformers 5.17, PEFT
 # 0.21, bitsandbytes 0.50; their specs say framework: transformers). H200, 119 configs + 2 OOM: peak allocated
-# median 2.1 %, p90 4.4 %; with --all-levels reserved 4.7 % / 13.3 % and NVML 4.4 % / 12.6 %; throughput 14.4 % /
-# 41.9 %. H100 80GB HBM3, 38 configs: allocated 1.4 % / 7.5 %, reserved 6.1 % / 18.5 %, NVML 5.9 % / 17.1 % (its own
+# median 1.8 %, p90 4.1 %; with --all-levels reserved 4.7 % / 12.9 % and NVML 4.4 % / 12.2 %; throughput 14.4 % /
+# 41.9 %. H100 80GB HBM3, 38 configs: allocated 1.2 % / 3.9 %, reserved 6.6 % / 18.0 %, NVML 6.4 % / 17.0 % (its own
 # measured context; 6.3 % / 16.6 % with the H200's),
 # throughput 17.6 % / 48.3 %.
 MEASURED_DIR = Path(__file__).resolve().parents[2] / "predictors" / "data" / "measured"
 OWN_ROWS = {
     # file: (rows at least, OOM rows at least, allocated, reserved, nvml, throughput as (median, p90) ceilings)
-    "H200.jsonl": (121, 2, (0.022, 0.045), (0.048, 0.134), (0.044, 0.126), (0.145, 0.420)),
-    "H100-80GB.jsonl": (38, 0, (0.014, 0.075), (0.061, 0.185), (0.059, 0.171), (0.176, 0.484)),
+    "H200.jsonl": (121, 2, (0.019, 0.041), (0.048, 0.130), (0.044, 0.123), (0.145, 0.420)),
+    "H100-80GB.jsonl": (38, 0, (0.012, 0.039), (0.067, 0.180), (0.064, 0.171), (0.176, 0.484)),
 }
 
 

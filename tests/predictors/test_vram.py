@@ -319,3 +319,21 @@ def test_adafactor_steps_one_parameter_at_a_time(precision: str, bytes_per_eleme
     p = run(precision=precision, optimizer="adafactor", seq_len=16)
     assert p.peak_phase == "optimizer_step"
     assert p.breakdown_bytes["optimizer_step_workspace"] == V * H * bytes_per_element
+
+
+def test_extra_norms_keep_their_fp32_inputs() -> None:
+    """Gemma 2's post-attention and post-feedforward norms (four per block) and Qwen3's per-head q/k norms keep the
+    fp32 copy of their input, as the two norms of a Llama block do (LoRA: frozen norm weights, nothing more)."""
+    def activations(model_type: str, **extra: Any) -> int:
+        config = {**TINY, "model_type": model_type, **extra}
+        spec = parse_training_spec({"model": {"name": "t", "config": config}, "method": "lora",
+                                    "precision": "bf16-true"})
+        vram = predict_vram(spec, architecture_from_config(config, "t"), lookup_gpu("A100-80GB"))
+        return vram.breakdown_bytes["activations"]
+
+    llama = activations("llama")
+    tokens = 2048
+    # two more norms per block, 4 bytes per hidden unit each, in each of the 2 blocks
+    assert activations("gemma2", head_dim=16) - llama == tokens * L * 2 * 4 * H
+    # q (4 heads) and k (2 kv heads) of head_dim 16, 4 bytes each
+    assert activations("qwen3", head_dim=16) - llama == tokens * L * 4 * (4 + 2) * 16
