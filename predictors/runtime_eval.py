@@ -30,8 +30,13 @@ class RuntimeError_:
     predicted_tokens_per_second: float
 
     @property
+    def error(self) -> float:
+        """Signed relative error of the predicted tokens/s (> 0: predicted faster than measured)."""
+        return self.predicted_tokens_per_second / self.measured_tokens_per_second - 1
+
+    @property
     def ape(self) -> float:
-        return abs(self.predicted_tokens_per_second - self.measured_tokens_per_second) / self.measured_tokens_per_second
+        return abs(self.error)
 
 
 @dataclass(frozen=True)

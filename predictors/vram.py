@@ -103,7 +103,9 @@ _CUDA_CONTEXT_BYTES = {"volta": 1300 * MIB, "turing": 900 * MIB, "ampere": 520 *
 # 38 of 38 runs, on the same configs whose allocated and reserved peaks equal the H200's byte for byte: the context
 # grows with the card's memory (135 MiB for 62,212 MiB more). Hopper cards take the line through the two.
 _HOPPER_CONTEXT_REFERENCE = (81559 * MIB, 1215 * MIB)  # H100 80GB: NVML total, context without cuBLAS workspace
-_HOPPER_CONTEXT_PER_MEMORY_BYTE = (1350 - 1215) / (143771 - 81559)  # to the H200 (143,771 MiB, 1,350 MiB)
+# to the H200 (143,771 MiB), whose context is the family's figure above
+_HOPPER_CONTEXT_PER_MEMORY_BYTE = ((_CUDA_CONTEXT_BYTES["hopper"] - _HOPPER_CONTEXT_REFERENCE[1])
+                                   / (143771 * MIB - _HOPPER_CONTEXT_REFERENCE[0]))
 _CUBLAS_WORKSPACE_BYTES = 32 * MIB  # 4 MiB x 8 (cuBLAS workspace config default on Hopper: 32 MiB)
 # NCCL: NCCL_BUFFSIZE 4 MiB per channel and peer direction; ~2 x 16 channels x (in + out) for
 # ring/tree collectives on one node (NCCL environment-variable docs), plus its own CUDA kernels.

@@ -59,7 +59,6 @@ def load_runs_lenient(paths: list[str], strict: bool = False) -> tuple[list[Refe
     return runs, invalid
 
 
-
 def run(args: argparse.Namespace) -> int:
     qualities = {q.strip() for q in args.quality.split(",") if q.strip()}
     unknown = qualities - {"high", "medium", "low"}
@@ -92,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             out["runtime_rows"] = [{"id": r.run_id, "gpu": r.gpu, "scope": r.scope,
                                     "predicted_tokens_per_second": r.predicted_tokens_per_second,
                                     "measured_tokens_per_second": r.measured_tokens_per_second,
-                                    "error": r.predicted_tokens_per_second / r.measured_tokens_per_second - 1}
+                                    "error": r.error}
                                    for r in runtime.rows]
         print(json.dumps(out, indent=2))
     else:
@@ -121,9 +120,8 @@ def render_runtime(acc: RuntimeAccuracy, rows: bool = False) -> str:
         out.append(f"  compared per job (per-GPU figure above the GPU's peak): {len(acc.scope_corrected)} runs")
     if rows:
         out.append("rows (error = predicted/measured tokens/s - 1):")
-        for r in sorted(acc.rows, key=lambda r: r.predicted_tokens_per_second / r.measured_tokens_per_second):
-            error = r.predicted_tokens_per_second / r.measured_tokens_per_second - 1
-            out.append(f"  {r.run_id:10s} {r.gpu:12s} {r.scope:8s} {error * 100:7.1f}%  "
+        for r in sorted(acc.rows, key=lambda r: r.error):
+            out.append(f"  {r.run_id:10s} {r.gpu:12s} {r.scope:8s} {r.error * 100:7.1f}%  "
                        f"pred {r.predicted_tokens_per_second:12,.0f}  measured {r.measured_tokens_per_second:12,.0f}")
     return "\n".join(out)
 

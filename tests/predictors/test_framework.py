@@ -86,14 +86,6 @@ def test_classifier_recompute_holds_the_mlp_gradients_on_transformers() -> None:
     assert "logits" not in hf.breakdown_bytes
 
 
-def test_dev_assumptions_are_unchanged_without_a_framework() -> None:
-    spec = {"method": "qlora", "gradient_checkpointing": "full"}
-    unset, _ = both(LLAMA, **spec)
-    again = predict_vram(parse_training_spec({"model": {"name": "tiny", "config": LLAMA}, **spec}),
-                         architecture_from_config(LLAMA, "tiny"), lookup_gpu("A100-80GB"))
-    assert again == unset
-
-
 def test_transformers_adds_the_eager_elementwise_passes_to_the_step() -> None:
     base = {"model": "llama-2-7b", "method": "lora", "precision": "bf16-true", "micro_batch_size": 4,
             "seq_len": 2048, "train_tokens": 1e9}
