@@ -492,9 +492,10 @@ def predict_runtime(
     # framework: transformers runs each block's element-wise ops one kernel at a time (RMSNorm's fp32 upcast and
     # scaling, rotary embeddings, the k/v repeat, SiLU-and-multiply, residual adds): passes over activation-sized
     # tensors in memory that the FLOP count does not see, and that fused or compiled frameworks (the published
-    # runs' efficiency figures) do not have. Bytes per token, block and pass (backward = 2 passes).
+    # runs' efficiency figures) do not have. Bytes per token, block and pass (backward = 2 passes). torch_compile
+    # fuses them into the kernels around them.
     elementwise_s = 0.0
-    if spec.framework == "transformers":
+    if spec.framework == "transformers" and not spec.torch_compile:
         per_token = (table.eager_elementwise_bytes_per_hidden * arch.hidden_size
                      + table.eager_elementwise_bytes_per_mlp_width * _mlp_width(arch))
         ew_passes = 3.0 + (1.0 if spec.gradient_checkpointing == "full" else 0.0)

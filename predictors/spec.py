@@ -43,6 +43,15 @@ Offload = Literal["none", "optimizer", "params+optimizer"]
 # PEFT and bitsandbytes >= 0.44, as vramfit calibrate measures it.
 Framework = Literal["transformers"]
 _FRAMEWORK_ALIASES = {"hf": "transformers", "huggingface": "transformers", "hugging-face": "transformers"}
+# Extension of v1: how the loss is computed over the vocabulary. Unset or "full": the logits of the whole micro-batch
+# in the compute dtype, their fp32 upcast and log-softmax. "chunked": the head and the loss run chunk by chunk
+# (torchtune's CEWithChunkedOutputLoss, 8 chunks): one chunk is upcast at a time. "fused-linear": the head and the
+# loss are one kernel that never holds the whole batch's logits (Liger's FusedLinearCrossEntropy, Apple's Cut
+# Cross-Entropy).
+CrossEntropy = Literal["full", "chunked", "fused-linear"]
+_CROSS_ENTROPY_ALIASES = {"standard": "full", "chunked-output": "chunked", "fused": "fused-linear",
+                          "liger": "fused-linear", "flce": "fused-linear", "cut": "fused-linear",
+                          "cce": "fused-linear", "fused_linear": "fused-linear"}
 # Parameter offload is a feature of the sharded data-parallel engines: DeepSpeed's offload_param needs ZeRO
 # stage 3, FSDP's CPUOffload(offload_params=True) an FSDP sharding strategy. Optimizer offload alone also runs
 # unsharded (DeepSpeed ZeRO-Offload at stage 1/2, torchao's CPUOffloadOptimizer on one GPU).
@@ -59,6 +68,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "sharding": Sharding.__args__,  # type: ignore[attr-defined]
     "offload": Offload.__args__,  # type: ignore[attr-defined]
     "framework": Framework.__args__,  # type: ignore[attr-defined]
+    "cross_entropy": CrossEntropy.__args__,  # type: ignore[attr-defined]
 }
 
 
@@ -237,6 +247,22 @@ class TrainingSpec(BaseModel):
         None, description="vramfit extension: transformers (HF Trainer/Accelerate/TRL/axolotl/LLaMA-Factory with "
                           "PEFT and bitsandbytes >= 0.44), or unset for the blend of published runs"
     )
+    optimizer_in_backward: bool | None = Field(
+        None, description="vramfit extension: the optimizer updates each parameter during backward as soon as its "
+                          "gradient is ready and frees it (torchtune optimizer_in_bwd): no step with all gradients"
+    )
+    activation_offloading: bool | None = Field(
+        None, description="vramfit extension: saved activations move to CPU memory after the forward and come back "
+                          "layer by layer in backward (torchtune/axolotl enable_activation_offloading)"
+    )
+    torch_compile: bool | None = Field(
+        None, description="vramfit extension: the model's blocks (and the loss) run through torch.compile, which fuses "
+                          "norms and the gated activation (torchtune compile=True)"
+    )
+    cross_entropy: CrossEntropy | None = Field(
+        None, description="vramfit extension: full (default) | chunked (torchtune CEWithChunkedOutputLoss) | "
+                          "fused-linear (Liger FusedLinearCrossEntropy, Cut Cross-Entropy)"
+    )
 
     @field_validator("gradient_checkpointing", mode="before")
     @classmethod
@@ -260,6 +286,21 @@ class TrainingSpec(BaseModel):
                 "vramfit calibrate measures) changes an assumption. To fix: leave framework out (the model then "
                 "assumes what the published runs of many frameworks fit), or use transformers")
         return name
+
+    @field_validator("optimizer_in_backward", "activation_offloading", "torch_compile", mode="before")
+    @classmethod
+    def _extension_bool(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+            return value.strip().lower() in ("true", "yes", "on", "1")
+        return value
+
+    @field_validator("cross_entropy", mode="before")
+    @classmethod
+    def _cross_entropy_alias(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        name = value.strip().lower()
+        return _CROSS_ENTROPY_ALIASES.get(name, name)
 
     @field_validator("offload")
     @classmethod
@@ -312,6 +353,27 @@ class TrainingSpec(BaseModel):
             raise ValueError("`quantization` is set but method is lora. To fix: use method: qlora")
         if self.method == "full" and self.lora is not None:
             raise ValueError("`lora` settings given but method is full. To fix: set method: lora or qlora")
+        if self.optimizer_in_backward:
+            # the update needs the whole step's gradient, so nothing may accumulate across micro-batches (torchtune
+            # refuses optimizer_in_bwd with gradient accumulation); DeepSpeed runs its own optimizer step
+            if self.grad_accum_steps > 1:
+                raise ValueError(
+                    f"optimizer_in_backward frees each gradient when its parameter is updated, so gradients cannot "
+                    f"accumulate over grad_accum_steps {self.grad_accum_steps}. To fix: set grad_accum_steps: 1, or "
+                    "drop optimizer_in_backward")
+            if self.pipeline_parallel > 1:
+                raise ValueError(
+                    "optimizer_in_backward cannot run under pipeline_parallel > 1: a pipeline stage accumulates "
+                    "gradients over its micro-batches. To fix: drop optimizer_in_backward or pipeline_parallel")
+            if self.sharding in ("zero1", "zero2", "zero3"):
+                raise ValueError(
+                    f"optimizer_in_backward needs sharding none, ddp, fsdp or fsdp-grad-op; DeepSpeed "
+                    f"({self.sharding}) runs its own optimizer step after backward. To fix: drop "
+                    "optimizer_in_backward")
+        if self.cross_entropy is not None and self.task in ("seq-classification", "token-classification"):
+            raise ValueError(
+                f"cross_entropy applies to the vocabulary-sized loss of causal-lm and masked-lm; task {self.task} "
+                "has a classifier head. To fix: drop cross_entropy")
         if isinstance(self.gpus, int):
             model_parallel = self.model_parallel()
             if self.gpus % model_parallel:

@@ -138,6 +138,13 @@ def skip_reason(spec: TrainingSpec, config: dict[str, Any], device_type: str,
         return "multi-GPU configs are not supported: the harness trains in one process on one device"
     if spec.resolved_sharding() not in ("none", "ddp") or spec.offload != "none":
         return "sharding and CPU offload are not supported by the harness"
+    extensions = [name for name in ("optimizer_in_backward", "activation_offloading", "torch_compile")
+                  if getattr(spec, name)]
+    if spec.cross_entropy not in (None, "full"):
+        extensions.append(f"cross_entropy {spec.cross_entropy}")
+    if extensions:
+        return (f"{', '.join(extensions)}: the harness runs the Hugging Face loop as it is (eager, whole-batch loss, "
+                "one optimizer step after backward)")
     if spec.gradient_checkpointing == "selective":
         return "selective activation checkpointing has no Hugging Face switch; use none or full"
     if spec.method == "qlora":

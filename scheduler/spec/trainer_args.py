@@ -126,8 +126,8 @@ def optimizer_note(value: Any, source: str) -> str | None:
     if "lion" in text and "8bit" in text:
         return f"optimizer {value} ({source}) keeps 8-bit states; read as lion with 32-bit states (an over-estimate)"
     if "lomo" in text:
-        return (f"optimizer {value} ({source}) fuses the update into the backward pass; read as {mapped}, which "
-                "keeps whole gradients (an over-estimate)")
+        return (f"optimizer {value} ({source}) fuses the update into the backward pass; read as {mapped} with "
+                "optimizer_in_backward")
     if mapped == "sgd-momentum":
         return f"optimizer {value} ({source}) keeps one state per parameter; read as sgd-momentum"
     return None
@@ -161,6 +161,13 @@ def _positive(value: Any) -> Any:
         return None if float(value) <= 0 else value
     except (TypeError, ValueError):
         return value
+
+
+def _offloading(value: Any) -> Any:
+    """axolotl's ``activation_offloading`` also takes ``legacy`` and ``disk`` (offloaded either way)."""
+    if str(value).strip().lower() in ("legacy", "disk"):
+        return True
+    return to_bool(value)
 
 
 KEYS: dict[str, tuple[str, Convert]] = {
@@ -248,6 +255,16 @@ KEYS: dict[str, tuple[str, Convert]] = {
     ),
     **dict.fromkeys(("pipeline_parallel_size", "pipeline_model_parallel_size"), ("pipeline_parallel", _same)),
     "context_parallel_size": ("context_parallel", _same),
+    # vramfit extensions: HF TrainingArguments --torch_compile / axolotl torch_compile; Liger's fused linear
+    # cross-entropy (HF --use_liger_kernel, LLaMA-Factory enable_liger_kernel, axolotl
+    # liger_fused_linear_cross_entropy) and Cut Cross-Entropy (axolotl cut_cross_entropy); activation offloading
+    # (axolotl activation_offloading: true | legacy | disk, torchtune enable_activation_offloading)
+    "torch_compile": ("torch_compile", to_bool),
+    **dict.fromkeys(
+        ("use_liger_kernel", "enable_liger_kernel", "liger_fused_linear_cross_entropy", "cut_cross_entropy"),
+        ("cross_entropy", lambda v: "fused-linear" if to_bool(v) is True else None),
+    ),
+    **dict.fromkeys(("activation_offloading", "enable_activation_offloading"), ("activation_offloading", _offloading)),
     "task_type": (
         "task",
         lambda v: {
@@ -767,6 +784,9 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     name = raw.get("_optimizer_name")
     if name is not None and (note := optimizer_note(name.value, name.source)) is not None:
         notes.append(note)
+    if name is not None and "lomo" in str(name.value).lower() and "optimizer_in_backward" not in out:
+        # LOMO / AdaLomo update each parameter in its gradient hook (Lv et al. 2023, arXiv:2306.09782)
+        out["optimizer_in_backward"] = Setting(True, f"{name.source} (LOMO updates in backward)", name.where)
     return Reading(out, notes)
 
 
@@ -1235,6 +1255,13 @@ def _tune_model_from_component(component: str) -> tuple[str | None, str | None]:
     return (torchtune_model(match.group(1), match.group(2)) if match else None), method
 
 
+def _tune_loss(component: Any) -> str | None:
+    """torchtune's loss component as a cross_entropy value: CEWithChunkedOutputLoss is chunked, torch's
+    CrossEntropyLoss the full loss; others (LinearCrossEntropyLoss, KD losses) are not read."""
+    name = str(component).strip().rsplit(".", 1)[-1]
+    return {"CEWithChunkedOutputLoss": "chunked", "CrossEntropyLoss": "full"}.get(name)
+
+
 _TUNE_KEYS: dict[str, tuple[str, Convert]] = {
     "batch_size": ("micro_batch_size", _same),
     "gradient_accumulation_steps": ("grad_accum_steps", _same),
@@ -1250,6 +1277,10 @@ _TUNE_KEYS: dict[str, tuple[str, Convert]] = {
         lambda v: {"bf16": "bf16-true", "fp32": "32-true", "fp16": "16-true"}.get(str(v), v),
     ),
     "fsdp_cpu_offload": ("offload", lambda v: "params+optimizer" if to_bool(v) is True else "none"),
+    "optimizer_in_bwd": ("optimizer_in_backward", to_bool),
+    "compile": ("torch_compile", to_bool),
+    "enable_activation_offloading": ("activation_offloading", to_bool),
+    **dict.fromkeys(("loss", "loss._component_"), ("cross_entropy", _tune_loss)),
     "max_steps_per_epoch": ("steps", _positive),
 }
 

@@ -250,6 +250,11 @@ ALL_INSTALLED = {"bitsandbytes": "0.45", "flash_attn": "2.7", "torchao": "0.9"}
     ({"gpus": 2}, "cuda", ALL_INSTALLED, "multi-GPU"),
     ({"offload": "optimizer"}, "cuda", ALL_INSTALLED, "offload"),
     ({"precision": "16-mixed"}, "cpu", {}, "CUDA"),
+    ({"optimizer_in_backward": True}, "cuda", ALL_INSTALLED, "optimizer_in_backward"),
+    ({"torch_compile": True, "activation_offloading": True}, "cuda", ALL_INSTALLED,
+     "activation_offloading, torch_compile"),
+    ({"cross_entropy": "chunked"}, "cuda", ALL_INSTALLED, "cross_entropy chunked"),
+    ({"cross_entropy": "full", "optimizer_in_backward": False}, "cuda", ALL_INSTALLED, None),
 ])
 def test_skip_reasons(fields: dict[str, Any], device: str, installed: dict[str, str], expect: str | None) -> None:
     reason = skip_reason(_spec(**fields), TINY_LLAMA, device, installed)

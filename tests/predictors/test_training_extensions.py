@@ -1,0 +1,213 @@
+"""TrainingSpec extensions for memory-saving training switches: optimizer_in_backward, activation_offloading,
+torch_compile and cross_entropy. Each effect on a small case computed by hand, the input errors, and where the
+switches are read from a job (torchtune overrides, Hugging Face / axolotl / LLaMA-Factory settings)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from predictors.architecture import architecture_from_config
+from predictors.catalog import resolve_model
+from predictors.errors import SpecError
+from predictors.hardware import lookup_gpu
+from predictors.runtime import predict_runtime
+from predictors.spec import TrainingSpec, parse_training_spec, spec_to_dict
+from predictors.vram import VramPrediction, predict_vram
+from scheduler.spec.document import ParsedJob
+from tests.scheduler.spec.helpers import one_job, pod, scan
+
+LLAMA: dict[str, Any] = {
+    "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 1000, "tie_word_embeddings": False,
+}
+TOKENS = 2048  # micro_batch_size 1 x seq_len 2048 (the spec defaults)
+
+
+def vram(config: dict[str, Any] = LLAMA, **fields: Any) -> VramPrediction:
+    spec = parse_training_spec({"model": {"name": "tiny", "config": config}, **fields})
+    return predict_vram(spec, architecture_from_config(config, "tiny"), lookup_gpu("A100-80GB"))
+
+
+# ---- the spec --------------------------------------------------------------------------------------------------
+
+
+def test_fields_aliases_and_v1_serialization() -> None:
+    spec = parse_training_spec({"model": "gpt2", "optimizer_in_backward": "yes", "activation_offloading": "on",
+                                "torch_compile": "true", "cross_entropy": "Liger"})
+    assert (spec.optimizer_in_backward, spec.activation_offloading, spec.torch_compile) == (True, True, True)
+    assert spec.cross_entropy == "fused-linear"
+    assert parse_training_spec({"model": "gpt2", "cross_entropy": "cce"}).cross_entropy == "fused-linear"
+    assert parse_training_spec({"model": "gpt2", "cross_entropy": "standard"}).cross_entropy == "full"
+    dumped = spec_to_dict(spec)
+    assert dumped["cross_entropy"] == "fused-linear" and dumped["torch_compile"] is True
+    plain = spec_to_dict(parse_training_spec({"model": "gpt2"}))
+    for name in ("optimizer_in_backward", "activation_offloading", "torch_compile", "cross_entropy"):
+        assert name not in plain  # a v1 spec serializes as before
+
+
+@pytest.mark.parametrize(("fields", "parts"), [
+    ({"optimizer_in_backward": True, "grad_accum_steps": 4}, ["grad_accum_steps 4", "grad_accum_steps: 1"]),
+    ({"optimizer_in_backward": True, "pipeline_parallel": 2, "gpus": 2}, ["pipeline_parallel"]),
+    ({"optimizer_in_backward": True, "sharding": "zero2", "gpus": 2}, ["DeepSpeed (zero2)"]),
+    ({"cross_entropy": "chunked", "task": "seq-classification"}, ["classifier head", "drop cross_entropy"]),
+    ({"cross_entropy": "sampled"}, ["spec.cross_entropy", "full, chunked, fused-linear"]),
+    ({"torch_compile": "maybe"}, ["spec.torch_compile"]),
+], ids=["accumulation", "pipeline", "deepspeed", "classifier", "unknown-loss", "not-a-bool"])
+def test_inconsistent_switches_are_input_errors(fields: dict[str, Any], parts: list[str]) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_training_spec({"model": "gpt2", **fields})
+    text = str(err.value)
+    assert all(p in text for p in parts), text
+
+
+# ---- memory ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("precision", "grad_bytes", "state_bytes"), [("bf16-true", 2, 2), ("bf16-mixed", 4, 4)])
+def test_optimizer_in_backward_holds_one_gradient_and_has_no_step_peak(precision: str, grad_bytes: int,
+                                                                      state_bytes: int) -> None:
+    base = vram(precision=precision)
+    fused = vram(precision=precision, optimizer_in_backward=True)
+    largest = 1000 * 64  # the untied head / embedding: vocab x hidden, larger than any block matrix
+    assert fused.peak_phase == "backward"
+    assert fused.breakdown_bytes["gradients"] == largest * grad_bytes
+    # one parameter's foreach-free AdamW temporary, in the state dtype
+    assert fused.breakdown_bytes["optimizer_step_workspace"] == largest * state_bytes
+    # this tiny model peaks at the start of backward either way, where the head's gradient already exists: the
+    # update of that one parameter is all that is added
+    assert base.peak_phase == "backward" and base.breakdown_bytes["gradients"] == largest * grad_bytes
+    assert fused.peak_allocated_bytes - base.peak_allocated_bytes == largest * state_bytes
+    assert any("optimizer_in_backward" in n for n in fused.notes)
+
+
+def test_optimizer_in_backward_on_a_large_model_drops_the_whole_gradient() -> None:
+    spec = {"model": "llama-3.1-8b", "precision": "bf16-true", "optimizer": "adamw", "micro_batch_size": 1,
+            "seq_len": 512, "gradient_checkpointing": "full"}
+    base = predict_vram(TrainingSpec.model_validate(spec), resolve_model(TrainingSpec.model_validate(spec))
+                        .architecture, lookup_gpu("H100-80GB"))
+    arch = resolve_model(TrainingSpec.model_validate(spec)).architecture
+    fused = predict_vram(TrainingSpec.model_validate({**spec, "optimizer_in_backward": True}), arch,
+                         lookup_gpu("H100-80GB"))
+    assert base.peak_phase == "optimizer_step" and fused.peak_phase == "backward"
+    # the step peak held all 8.0 B bf16 gradients and a state-sized foreach buffer; in backward only the embedding's
+    saved = base.peak_allocated_bytes - fused.peak_allocated_bytes
+    assert 2 * 2 * 8.03e9 * 0.85 < saved < 2 * 2 * 8.03e9
+
+
+def test_activation_offloading_keeps_two_blocks_of_checkpointed_inputs() -> None:
+    deep = {**LLAMA, "num_hidden_layers": 8}
+    base = vram(deep, precision="bf16-true", gradient_checkpointing="full")
+    off = vram(deep, precision="bf16-true", gradient_checkpointing="full", activation_offloading=True)
+    # each block's input, 2 bytes x hidden 64 per token: 8 blocks kept on the GPU, then 2
+    assert base.breakdown_bytes["activations"] - off.breakdown_bytes["activations"] == 6 * 2 * 64 * TOKENS
+    assert any("activation_offloading" in n for n in off.notes)
+    # with two blocks there is nothing to take off
+    two = vram(precision="bf16-true", gradient_checkpointing="full", activation_offloading=True)
+    assert two.breakdown_bytes["activations"] == vram(precision="bf16-true", gradient_checkpointing="full"
+                                                      ).breakdown_bytes["activations"]
+
+
+def test_activation_offloading_without_checkpointing_keeps_two_whole_blocks() -> None:
+    deep = {**LLAMA, "num_hidden_layers": 8}
+    base = vram(deep, precision="bf16-true")
+    off = vram(deep, precision="bf16-true", activation_offloading=True)
+    final_norm = (2 * 64 + 4 * 64) * TOKENS  # the final norm's input and fp32 copy stay
+    blocks = base.breakdown_bytes["activations"] - final_norm
+    assert off.breakdown_bytes["activations"] - final_norm == blocks * 2 // 8
+
+
+def test_torch_compile_keeps_the_inputs_of_the_fused_norm_and_gated_activation() -> None:
+    eager = vram(precision="bf16-true")
+    compiled = vram(precision="bf16-true", torch_compile=True)
+    # per block and token: two norms keep their 2-byte input (128) instead of the fp32 copy and the normalised
+    # output (4 x 64 + 2 x 64 = 384): 2 x 256; the SiLU-and-multiply keeps gate and up, not its output: 2 x 128
+    per_block = 2 * 256 + 2 * 128
+    assert eager.breakdown_bytes["activations"] - compiled.breakdown_bytes["activations"] == 2 * per_block * TOKENS
+    assert any("torch_compile" in n for n in compiled.notes)
+
+
+def test_cross_entropy_variants_hold_less_of_the_logits() -> None:
+    logits = 1000 * TOKENS
+    assert vram(precision="bf16-true").breakdown_bytes["logits"] == logits * (2 + 4 + 4)
+    chunked = vram(precision="bf16-true", cross_entropy="chunked")
+    assert chunked.breakdown_bytes["logits"] == logits * (2 + 4 + 4 / 8)  # eager: every chunk's fp32 log-probs
+    compiled = vram(precision="bf16-true", cross_entropy="chunked", torch_compile=True)
+    assert compiled.breakdown_bytes["logits"] == logits * (2 + 8 / 8)
+    # fp32 training: no upcast to save, so chunking changes nothing
+    assert vram(precision="32-true", cross_entropy="chunked").breakdown_bytes["logits"] == logits * (4 + 4)
+    # Liger's chunk: ceil(1000 / 64) = 16 chunks' worth of tokens, 2048 / 16 = 128 rows of logits (a power of two)
+    fused = vram(precision="bf16-true", cross_entropy="fused-linear")
+    inc = math.ceil(1000 / 64)
+    rows = 2 ** math.ceil(math.log2(math.ceil(TOKENS / inc)))
+    assert rows == 128
+    assert fused.breakdown_bytes["logits"] == TOKENS * 64 * 2 + rows * 1000 * 2
+    assert any("fused-linear" in n for n in fused.notes)
+    assert vram(precision="bf16-true", cross_entropy="full").breakdown_bytes == vram(
+        precision="bf16-true").breakdown_bytes
+
+
+def test_transformers_checkpointed_logits_phase_uses_the_chunked_gradient() -> None:
+    fields = {"precision": "bf16-true", "gradient_checkpointing": "full", "framework": "transformers",
+              "micro_batch_size": 8}
+    full = vram(**fields)
+    fused = vram(**fields, cross_entropy="fused-linear")
+    assert fused.peak_allocated_bytes < full.peak_allocated_bytes
+
+
+def test_torch_compile_drops_the_eager_elementwise_time() -> None:
+    base = {"model": "llama-2-7b", "method": "lora", "precision": "bf16-true", "micro_batch_size": 4,
+            "seq_len": 2048, "train_tokens": 1e9, "framework": "transformers"}
+    arch = resolve_model(TrainingSpec.model_validate(base)).architecture
+    gpu = lookup_gpu("H100-80GB")
+    eager = predict_runtime(TrainingSpec.model_validate(base), arch, gpu)
+    compiled = predict_runtime(TrainingSpec.model_validate({**base, "torch_compile": True}), arch, gpu)
+    assert eager.components_seconds["eager_elementwise"] > 0
+    assert compiled.components_seconds["eager_elementwise"] == 0.0
+
+
+# ---- reading the switches from jobs ------------------------------------------------------------------------------
+
+
+def test_torchtune_overrides_set_the_switches_with_provenance() -> None:
+    job = one_job(pod(["tune", "run", "full_finetune_single_device", "--config", "llama3_2/3B_full_single_device",
+                       "compile=True", "optimizer_in_bwd=True", "enable_activation_offloading=True",
+                       "loss=torchtune.modules.loss.CEWithChunkedOutputLoss"]))
+    spec = job.spec
+    assert (spec.torch_compile, spec.optimizer_in_backward, spec.activation_offloading) == (True, True, True)
+    assert spec.cross_entropy == "chunked"
+    assert job.provenance["optimizer_in_backward"] == "torchtune override optimizer_in_bwd=True"
+    assert job.provenance["cross_entropy"] == "torchtune override loss=torchtune.modules.loss.CEWithChunkedOutputLoss"
+    off = one_job(pod(["tune", "run", "full_finetune_single_device", "--config", "llama3_2/3B_full_single_device",
+                       "compile=False", "loss._component_=torch.nn.CrossEntropyLoss"])).spec
+    assert off.torch_compile is False and off.cross_entropy == "full"
+
+
+def test_torchtune_optimizer_in_backward_with_accumulation_is_refused() -> None:
+    outcomes = scan(pod(["tune", "run", "full_finetune_single_device", "--config", "llama3_2/3B_full_single_device",
+                         "optimizer_in_bwd=True", "gradient_accumulation_steps=8"]))
+    assert not any(isinstance(o, ParsedJob) for o in outcomes)
+    assert "grad_accum_steps 8" in str(outcomes[0])
+
+
+M = "meta-llama/Llama-3.1-8B"
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["python", "train.py", "--model_name_or_path", M, "--use_liger_kernel", "--torch_compile"],
+     {"cross_entropy": "fused-linear", "torch_compile": True}),
+    (["llamafactory-cli", "train", "--model_name_or_path", M, "--enable_liger_kernel", "true"],
+     {"cross_entropy": "fused-linear"}),
+    (["bash", "-c", f"cat > /tmp/a.yml <<EOF\nbase_model: {M}\nactivation_offloading: legacy\n"
+                    "cut_cross_entropy: true\nEOF\naxolotl train /tmp/a.yml"],
+     {"activation_offloading": True, "cross_entropy": "fused-linear"}),
+    (["python", "train.py", "--model_name_or_path", M, "--optim", "adalomo"],
+     {"optimizer_in_backward": True, "optimizer": "adafactor"}),
+], ids=["hf-trainer", "llamafactory", "axolotl", "adalomo"])
+def test_trainer_settings_set_the_switches(argv: list[str], expected: dict[str, Any]) -> None:
+    job = one_job(pod(argv))
+    for name, value in expected.items():
+        assert getattr(job.spec, name) == value, name
+        assert name in job.provenance
