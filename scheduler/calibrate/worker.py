@@ -10,7 +10,9 @@ What a run does: build the model from its config with random weights (``AutoConf
 apply LoRA with PEFT, set dtypes per precision (``*-true``: weights, adapters and optimizer states in that
 dtype; ``*-mixed``: fp32 weights and autocast), train full copies of ``lora.modules_to_save``, enable gradient
 checkpointing, and run warm-up then measured optimizer steps, each of ``grad_accum_steps`` forward/backward passes
-on random token ids of shape (micro_batch_size, seq_len). On CUDA it reports
+on random token ids of shape (micro_batch_size, seq_len); ``optimizer_in_backward`` steps one optimizer per
+parameter in its gradient hook, ``cross_entropy`` chunked / fused-linear computes the loss as torchtune's chunked
+loss / Liger's fused kernel do (``activation_offloading`` and ``torch_compile`` are skipped). On CUDA it reports
 ``max_memory_allocated``/``max_memory_reserved`` since just before the first step (the weights are
 resident then, so they are in the peak) and the device peak from NVML; tokens/s comes from the measured
 steps only. A CUDA out-of-memory is an outcome (``oom``), not a failure.
@@ -94,7 +96,8 @@ def package_versions() -> dict[str, str | None]:
     versions: dict[str, str | None] = {}
     for key, dist in (("torch", "torch"), ("transformers", "transformers"), ("peft", "peft"),
                       ("bitsandbytes", "bitsandbytes"), ("flash_attn", "flash-attn"),
-                      ("accelerate", "accelerate"), ("torchao", "torchao"), ("nvidia_ml_py", "nvidia-ml-py")):
+                      ("accelerate", "accelerate"), ("torchao", "torchao"), ("nvidia_ml_py", "nvidia-ml-py"),
+                      ("liger_kernel", "liger-kernel")):
         try:
             versions[key] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -138,13 +141,16 @@ def skip_reason(spec: TrainingSpec, config: dict[str, Any], device_type: str,
         return "multi-GPU configs are not supported: the harness trains in one process on one device"
     if spec.resolved_sharding() not in ("none", "ddp") or spec.offload != "none":
         return "sharding and CPU offload are not supported by the harness"
-    extensions = [name for name in ("optimizer_in_backward", "activation_offloading", "torch_compile")
-                  if getattr(spec, name)]
-    if spec.cross_entropy not in (None, "full"):
-        extensions.append(f"cross_entropy {spec.cross_entropy}")
-    if extensions:
-        return (f"{', '.join(extensions)}: the harness runs the Hugging Face loop as it is (eager, whole-batch loss, "
-                "one optimizer step after backward)")
+    unsupported = [name for name in ("activation_offloading", "torch_compile") if getattr(spec, name)]
+    if unsupported:
+        return (f"{', '.join(unsupported)}: not run by the harness (it trains eagerly and keeps saved activations on "
+                "the GPU)")
+    if spec.optimizer_in_backward and spec.precision.startswith("16"):
+        return "optimizer_in_backward with 16-mixed: loss scaling needs every gradient before the step"
+    if spec.cross_entropy in ("chunked", "fused-linear") and spec.task != "causal-lm":
+        return f"cross_entropy {spec.cross_entropy} is run for causal-lm only"
+    if spec.cross_entropy == "fused-linear" and (device_type != "cuda" or installed.get("liger_kernel") is None):
+        return "cross_entropy fused-linear needs liger-kernel on a CUDA GPU: pip install liger-kernel"
     if spec.gradient_checkpointing == "selective":
         return "selective activation checkpointing has no Hugging Face switch; use none or full"
     if spec.method == "qlora":
@@ -404,6 +410,52 @@ def _optimizer(torch: Any, transformers: Any, spec: TrainingSpec, params: list[A
     raise ValueError(f"optimizer {name} is not supported")
 
 
+def _in_backward_optimizers(torch: Any, transformers: Any, spec: TrainingSpec, params: list[Any]) -> list[Any]:
+    """optimizer_in_backward: one optimizer per parameter, stepped in the parameter's post-accumulate-grad hook, its
+    gradient freed right after (PyTorch's tutorial "How to save memory by fusing the optimizer step into the
+    backward pass"; torchtune's optimizer_in_bwd does the same)."""
+    optimizers = {param: _optimizer(torch, transformers, spec, [param]) for param in params}
+
+    def step_and_free(param: Any) -> None:
+        optimizers[param].step()
+        optimizers[param].zero_grad(set_to_none=True)
+
+    for param in params:
+        param.register_post_accumulate_grad_hook(step_and_free)
+    return list(optimizers.values())
+
+
+# torchtune's CEWithChunkedOutputLoss splits the sequence into 8 chunks (num_output_chunks in its recipes)
+CHUNKED_LOSS_CHUNKS = 8
+
+
+def _loss(torch: Any, model: Any, spec: TrainingSpec, batch: dict[str, Any]) -> Any:
+    """The micro-batch's loss as ``spec.cross_entropy`` computes it: the model's own (full); the head applied to
+    chunks of the sequence, every chunk's logits kept until each is upcast and scored on its own (chunked, as
+    torchtune's recipes with CEWithChunkedOutputLoss); or Liger's fused linear cross-entropy (fused-linear)."""
+    if spec.cross_entropy in (None, "full"):
+        return model(**batch).loss
+    causal = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT: the LoRA-injected model
+    hidden = causal.base_model(input_ids=batch["input_ids"])[0][:, :-1]
+    labels = batch["labels"][:, 1:]
+    head = causal.get_output_embeddings()
+    if spec.cross_entropy == "fused-linear":
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss  # type: ignore[import-not-found]
+
+        weight = head.weight
+        return LigerFusedLinearCrossEntropyLoss()(weight, hidden.reshape(-1, hidden.shape[-1]).to(weight.dtype),
+                                                  labels.reshape(-1))
+    cap = getattr(causal.config, "final_logit_softcapping", None)
+    chunks = [head(part) for part in hidden.chunk(CHUNKED_LOSS_CHUNKS, dim=1)]
+    if cap:
+        chunks = [torch.tanh(c / cap) * cap for c in chunks]
+    total = sum(torch.nn.functional.cross_entropy(c.float().reshape(-1, c.shape[-1]), y.reshape(-1),
+                                                  reduction="sum")
+                for c, y in zip(chunks, labels.chunk(CHUNKED_LOSS_CHUNKS, dim=1), strict=True))
+    del chunks
+    return total / labels.numel()
+
+
 def _batch(torch: Any, spec: TrainingSpec, vocab_size: int, device: Any) -> dict[str, Any]:
     shape = (spec.micro_batch_size, spec.seq_len)
     input_ids = torch.randint(0, vocab_size, shape, device=device)
@@ -439,12 +491,13 @@ def _nvml_sampler(torch: Any, device: Any) -> Iterator[Any]:
         yield sampler
 
 
-def _train(torch: Any, spec: TrainingSpec, model: Any, optimizer: Any, batch: dict[str, Any], device: Any,
+def _train(torch: Any, spec: TrainingSpec, model: Any, optimizer: Any | None, batch: dict[str, Any], device: Any,
            warmup_steps: int, measured_steps: int, deadline: float) -> tuple[list[float], float | None, int]:
     """Run the steps; returns the measured steps' durations, the last loss and the micro-batches run.
 
     An optimizer step is ``spec.grad_accum_steps`` forward/backward passes (gradients accumulate across them,
-    as a trainer with gradient accumulation does), then one optimizer update.
+    as a trainer with gradient accumulation does), then one optimizer update (none with ``optimizer`` None: the
+    gradient hooks of optimizer_in_backward updated every parameter during backward).
     """
     _, autocast_dtype = _dtypes(torch, spec.precision)
     scaler = None
@@ -465,10 +518,12 @@ def _train(torch: Any, spec: TrainingSpec, model: Any, optimizer: Any, batch: di
             context = (torch.autocast(device_type=device.type, dtype=autocast_dtype) if autocast_dtype is not None
                        else contextlib.nullcontext())
             with context:
-                loss = model(**batch).loss / accum_steps
+                loss = _loss(torch, model, spec, batch) / accum_steps
             (scaler.scale(loss) if scaler is not None else loss).backward()
             total = total + loss.detach()
             micro_batches += 1
+        if optimizer is None:  # optimizer_in_backward: every parameter was updated in its gradient hook
+            return float(total)
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
@@ -525,7 +580,13 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         params = [p for p in model.parameters() if p.requires_grad]
         result["params_total"] = int(sum(p.numel() for p in model.parameters()))
         result["params_trainable"] = int(sum(p.numel() for p in params))
-        optimizer = _optimizer(torch, transformers, spec, params)
+        if spec.optimizer_in_backward:
+            in_backward = _in_backward_optimizers(torch, transformers, spec, params)
+            result["notes"].append(f"optimizer_in_backward: {len(in_backward)} per-parameter optimizers stepped in "
+                                   "gradient hooks")
+            optimizer = None
+        else:
+            optimizer = _optimizer(torch, transformers, spec, params)
         batch = _batch(torch, spec, int(model.config.vocab_size), device)
         if on_cuda:
             torch.cuda.synchronize(device)

@@ -250,11 +250,13 @@ ALL_INSTALLED = {"bitsandbytes": "0.45", "flash_attn": "2.7", "torchao": "0.9"}
     ({"gpus": 2}, "cuda", ALL_INSTALLED, "multi-GPU"),
     ({"offload": "optimizer"}, "cuda", ALL_INSTALLED, "offload"),
     ({"precision": "16-mixed"}, "cpu", {}, "CUDA"),
-    ({"optimizer_in_backward": True}, "cuda", ALL_INSTALLED, "optimizer_in_backward"),
+    ({"optimizer_in_backward": True, "cross_entropy": "chunked"}, "cpu", {}, None),
+    ({"optimizer_in_backward": True, "precision": "16-mixed"}, "cuda", ALL_INSTALLED, "loss scaling"),
     ({"torch_compile": True, "activation_offloading": True}, "cuda", ALL_INSTALLED,
      "activation_offloading, torch_compile"),
-    ({"cross_entropy": "chunked"}, "cuda", ALL_INSTALLED, "cross_entropy chunked"),
-    ({"cross_entropy": "full", "optimizer_in_backward": False}, "cuda", ALL_INSTALLED, None),
+    ({"cross_entropy": "fused-linear"}, "cuda", ALL_INSTALLED, "liger-kernel"),
+    ({"cross_entropy": "fused-linear"}, "cuda", {**ALL_INSTALLED, "liger_kernel": "0.6"}, None),
+    ({"cross_entropy": "chunked", "task": "masked-lm"}, "cuda", ALL_INSTALLED, "causal-lm only"),
 ])
 def test_skip_reasons(fields: dict[str, Any], device: str, installed: dict[str, str], expect: str | None) -> None:
     reason = skip_reason(_spec(**fields), TINY_LLAMA, device, installed)
@@ -551,3 +553,58 @@ def test_rows_name_the_host_cpu(tmp_path: Path) -> None:
                        "\nprocessor\t: 1\nmodel name\t: something else\n", encoding="utf-8")
     assert cpu_model(str(cpuinfo)) == "AMD EPYC 9654 96-Core Processor"
     assert cpu_model(str(tmp_path / "missing")) == (platform.processor() or platform.machine())
+
+
+# --- the memory-saving switches the harness runs (CPU torch, in this process) ----------------------------------
+
+def _tiny_causal(config: dict[str, Any], **fields: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    spec = parse_training_spec({"model": {"name": "t", "config": config}, "precision": "32-true", **fields})
+    torch.manual_seed(0)
+    model = build_dense_model(torch, transformers, spec, config, torch.device("cpu"), torch.float32)
+    model.eval()  # no dropout: two forward passes see the same network
+    batch = worker_module._batch(torch, spec, 256, torch.device("cpu"))
+    return torch, spec, model, batch
+
+
+@pytest.mark.parametrize(("config", "attention"), [
+    (TINY_LLAMA, "sdpa"), (TINY_GPT2, "sdpa"),
+    ({**TINY_LLAMA, "model_type": "gemma2", "head_dim": 16, "final_logit_softcapping": 30.0}, "eager"),
+], ids=["llama", "gpt2", "gemma2-softcap"])
+def test_chunked_loss_equals_the_models_own_loss(config: dict[str, Any], attention: str) -> None:
+    torch, spec, model, batch = _tiny_causal(config, cross_entropy="chunked", seq_len=64, attention=attention)
+    expected = model(**batch).loss
+    chunked = worker_module._loss(torch, model, spec, batch)
+    assert float(chunked.detach()) == pytest.approx(float(expected.detach()), rel=1e-5)
+    chunked.backward()
+    assert model.get_output_embeddings().weight.grad is not None
+
+
+def test_optimizer_in_backward_updates_every_parameter_and_keeps_no_gradient() -> None:
+    torch, spec, model, batch = _tiny_causal(TINY_LLAMA, optimizer_in_backward=True, optimizer="adamw")
+    params = [p for p in model.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in params]
+    optimizers = worker_module._in_backward_optimizers(torch, pytest.importorskip("transformers"), spec, params)
+    assert len(optimizers) == len(params)
+    worker_module._loss(torch, model, spec, batch).backward()
+    assert all(p.grad is None for p in params), "each gradient is freed once its parameter is updated"
+    assert all(int(opt.state[p]["step"]) == 1 for opt, p in zip(optimizers, params, strict=True))
+    assert all(not torch.equal(p, b) for p, b in zip(params, before, strict=True)), "every parameter moved"
+
+
+@pytest.mark.slow
+def test_worker_runs_the_switches_end_to_end_on_cpu() -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    spec = {"model": {"name": "t", "config": TINY_LLAMA}, "method": "full", "precision": "bf16-true",
+            "micro_batch_size": 2, "seq_len": 32, "optimizer_in_backward": True, "cross_entropy": "chunked",
+            "gradient_checkpointing": "full"}
+    result = worker_module.run_job({"spec": spec, "device": "cpu", "warmup_steps": 1, "measured_steps": 1})
+    assert result["outcome"] == "ok", result
+    assert result["tokens_per_second"] > 0 and result["loss"] > 0
+    assert any("per-parameter optimizers" in n for n in result["notes"])
+    lora = {**spec, "method": "lora", "optimizer_in_backward": False}
+    assert worker_module.run_job({"spec": lora, "device": "cpu", "warmup_steps": 1, "measured_steps": 1}
+                                 )["outcome"] == "ok"
