@@ -57,6 +57,9 @@ _CROSS_ENTROPY_ALIASES = {"standard": "full", "chunked-output": "chunked", "fuse
 # unsharded (DeepSpeed ZeRO-Offload at stage 1/2, torchao's CPUOffloadOptimizer on one GPU).
 PARAM_OFFLOAD_SHARDING = ("zero3", "fsdp", "fsdp-grad-op")
 
+# torch.optim's fused implementations (fused=True) of the TrainingSpec optimizers
+FUSABLE_OPTIMIZERS = ("adamw", "sgd", "sgd-momentum")
+
 ALLOWED: dict[str, tuple[str, ...]] = {
     "task": Task.__args__,  # type: ignore[attr-defined]
     "method": Method.__args__,  # type: ignore[attr-defined]
@@ -255,6 +258,10 @@ class TrainingSpec(BaseModel):
         None, description="vramfit extension: saved activations move to CPU memory after the forward and come back "
                           "layer by layer in backward (torchtune/axolotl enable_activation_offloading)"
     )
+    fused_optimizer: bool | None = Field(
+        None, description="vramfit extension: AdamW/SGD run as one fused kernel (torch.optim.AdamW(fused=True), HF "
+                          "adamw_torch_fused) with no step temporaries"
+    )
     torch_compile: bool | None = Field(
         None, description="vramfit extension: the model's blocks (and the loss) run through torch.compile, which fuses "
                           "norms and the gated activation (torchtune compile=True)"
@@ -287,7 +294,8 @@ class TrainingSpec(BaseModel):
                 "assumes what the published runs of many frameworks fit), or use transformers")
         return name
 
-    @field_validator("optimizer_in_backward", "activation_offloading", "torch_compile", mode="before")
+    @field_validator("optimizer_in_backward", "activation_offloading", "torch_compile", "fused_optimizer",
+                     mode="before")
     @classmethod
     def _extension_bool(cls, value: Any) -> Any:
         if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
@@ -370,6 +378,10 @@ class TrainingSpec(BaseModel):
                     f"optimizer_in_backward needs sharding none, ddp, fsdp or fsdp-grad-op; DeepSpeed "
                     f"({self.sharding}) runs its own optimizer step after backward. To fix: drop "
                     "optimizer_in_backward")
+        if self.fused_optimizer and self.optimizer not in FUSABLE_OPTIMIZERS:
+            raise ValueError(
+                f"fused_optimizer applies to {', '.join(FUSABLE_OPTIMIZERS)} (PyTorch's fused kernels); optimizer "
+                f"{self.optimizer} runs its own kernels. To fix: drop fused_optimizer")
         if self.cross_entropy is not None and self.task in ("seq-classification", "token-classification"):
             raise ValueError(
                 f"cross_entropy applies to the vocabulary-sized loss of causal-lm and masked-lm; task {self.task} "

@@ -544,9 +544,13 @@ def predict_vram_without_gpu(
         amp_copies = (body + head) * scale / lay.tp * e
 
     # optimizer-step temporaries: torch.optim's foreach AdamW allocates one state-sized buffer
-    # (torch/optim/adamw.py, _multi_tensor_adamw: exp_avg_sq_sqrt); 8-bit/paged/fused kernels do not.
+    # (torch/optim/adamw.py, _multi_tensor_adamw: exp_avg_sq_sqrt); 8-bit/paged/fused kernels do not (the fused
+    # implementation, fused_optimizer, is transformers' default optim adamw_torch_fused with torch >= 2.8 and what
+    # torchtune's configs ask for with fused: True; a spec without the extension keeps the foreach count).
     step_tmp = 0.0
-    if opt in ("adamw", "lion") and not offload_states:
+    if spec.fused_optimizer:
+        pass  # one fused kernel per parameter group (torch.optim.AdamW(fused=True)): no state-sized temporaries
+    elif opt in ("adamw", "lion") and not offload_states:
         step_tmp = trainable_gpu * state_dtype_bytes / (dp if shard_states else 1)
     elif opt == "adafactor" and not offload_states:
         # transformers' Adafactor (what HF Trainer's optim="adafactor" runs) steps one parameter at a time: for the
@@ -599,7 +603,7 @@ def predict_vram_without_gpu(
         one_grad = largest * grad_bytes / (dp if shard_grads else 1)
         if opt == "adafactor":
             in_backward_step = step_tmp
-        elif opt in ("adamw", "lion") and not offload_states:
+        elif opt in ("adamw", "lion") and not offload_states and not spec.fused_optimizer:
             in_backward_step = largest * state_dtype_bytes / (dp if shard_states else 1)
         backward_phase["gradients"] = one_grad
         backward_phase["optimizer_step_workspace"] = in_backward_step

@@ -118,8 +118,8 @@ class SweepConfig:
     @property
     def summary(self) -> str:
         s = self.spec
-        switches = "".join(f" {name}" for name in ("optimizer_in_backward", "activation_offloading", "torch_compile")
-                           if getattr(s, name))
+        switches = "".join(f" {name}" for name in ("optimizer_in_backward", "fused_optimizer", "activation_offloading",
+                                                   "torch_compile") if getattr(s, name))
         loss = f" ce={s.cross_entropy}" if s.cross_entropy not in (None, "full") else ""
         return (f"{s.model_name} {s.task} {s.method} {s.precision} {s.optimizer} mbs={s.micro_batch_size} "
                 f"seq={s.seq_len} ckpt={s.gradient_checkpointing} attn={s.attention}{switches}{loss}")

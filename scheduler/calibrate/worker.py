@@ -387,12 +387,13 @@ def _apply_lora(torch: Any, model: Any, spec: TrainingSpec) -> tuple[Any, list[s
 def _optimizer(torch: Any, transformers: Any, spec: TrainingSpec, params: list[Any]) -> Any:
     lr = 1e-5
     name = spec.optimizer
+    fused = {"fused": True} if spec.fused_optimizer else {}  # torch's fused kernels (fused_optimizer)
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr)
+        return torch.optim.AdamW(params, lr=lr, **fused)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
+        return torch.optim.SGD(params, lr=lr, **fused)
     if name == "sgd-momentum":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, **fused)
     if name == "adafactor":
         return transformers.optimization.Adafactor(params, lr=lr, scale_parameter=False, relative_step=False)
     if name == "adamw-4bit":

@@ -784,6 +784,10 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     name = raw.get("_optimizer_name")
     if name is not None and (note := optimizer_note(name.value, name.source)) is not None:
         notes.append(note)
+    if name is not None and str(name.value).strip().lower().endswith("_fused") and "fused_optimizer" not in out \
+            and out.get("optimizer") is not None and out["optimizer"].value in ("adamw", "sgd", "sgd-momentum"):
+        # adamw_torch_fused (transformers' default optim with torch >= 2.8), adamw_apex_fused: one fused kernel
+        out["fused_optimizer"] = Setting(True, name.source, name.where)
     if name is not None and "lomo" in str(name.value).lower() and "optimizer_in_backward" not in out:
         # LOMO / AdaLomo update each parameter in its gradient hook (Lv et al. 2023, arXiv:2306.09782)
         out["optimizer_in_backward"] = Setting(True, f"{name.source} (LOMO updates in backward)", name.where)
@@ -1278,6 +1282,7 @@ _TUNE_KEYS: dict[str, tuple[str, Convert]] = {
     ),
     "fsdp_cpu_offload": ("offload", lambda v: "params+optimizer" if to_bool(v) is True else "none"),
     "optimizer_in_bwd": ("optimizer_in_backward", to_bool),
+    "optimizer.fused": ("fused_optimizer", to_bool),
     "compile": ("torch_compile", to_bool),
     "enable_activation_offloading": ("activation_offloading", to_bool),
     **dict.fromkeys(("loss", "loss._component_"), ("cross_entropy", _tune_loss)),

@@ -97,6 +97,23 @@ def test_optimizer_in_backward_on_a_large_model_drops_the_whole_gradient() -> No
     assert 2 * 2 * 8.03e9 * 0.85 < saved < 2 * 2 * 8.03e9
 
 
+def test_fused_adamw_has_no_step_temporary() -> None:
+    spec = {"model": "llama-3.2-1b", "precision": "bf16-true", "micro_batch_size": 1, "seq_len": 512,
+            "gradient_checkpointing": "full"}
+    arch = resolve_model(TrainingSpec.model_validate(spec)).architecture
+    foreach = predict_vram(TrainingSpec.model_validate(spec), arch, lookup_gpu("H100-80GB"))
+    fused = predict_vram(TrainingSpec.model_validate({**spec, "fused_optimizer": True}), arch, lookup_gpu("H100-80GB"))
+    assert foreach.peak_phase == fused.peak_phase == "optimizer_step"
+    # foreach AdamW: one bf16 buffer the size of the parameters (exp_avg_sq's square root)
+    assert foreach.breakdown_bytes["optimizer_step_workspace"] == 2 * foreach.params_trainable
+    assert "optimizer_step_workspace" not in fused.breakdown_bytes
+    assert foreach.peak_allocated_bytes - fused.peak_allocated_bytes == 2 * foreach.params_trainable
+    in_backward = vram(precision="bf16-true", optimizer_in_backward=True, fused_optimizer=True)
+    assert "optimizer_step_workspace" not in in_backward.breakdown_bytes
+    with pytest.raises(SpecError, match="fused_optimizer applies to adamw, sgd, sgd-momentum"):
+        parse_training_spec({"model": "gpt2", "optimizer": "adafactor", "fused_optimizer": True})
+
+
 def test_activation_offloading_keeps_two_blocks_of_checkpointed_inputs() -> None:
     deep = {**LLAMA, "num_hidden_layers": 8}
     base = vram(deep, precision="bf16-true", gradient_checkpointing="full")
@@ -205,7 +222,11 @@ M = "meta-llama/Llama-3.1-8B"
      {"activation_offloading": True, "cross_entropy": "fused-linear"}),
     (["python", "train.py", "--model_name_or_path", M, "--optim", "adalomo"],
      {"optimizer_in_backward": True, "optimizer": "adafactor"}),
-], ids=["hf-trainer", "llamafactory", "axolotl", "adalomo"])
+    (["python", "train.py", "--model_name_or_path", M, "--optim", "adamw_torch_fused"],
+     {"optimizer": "adamw", "fused_optimizer": True}),
+    (["tune", "run", "full_finetune_single_device", "--config", "llama3_2/3B_full_single_device",
+      "optimizer.fused=True"], {"fused_optimizer": True}),
+], ids=["hf-trainer", "llamafactory", "axolotl", "adalomo", "adamw-fused", "torchtune-fused"])
 def test_trainer_settings_set_the_switches(argv: list[str], expected: dict[str, Any]) -> None:
     job = one_job(pod(argv))
     for name, value in expected.items():

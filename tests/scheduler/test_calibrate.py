@@ -250,7 +250,7 @@ ALL_INSTALLED = {"bitsandbytes": "0.45", "flash_attn": "2.7", "torchao": "0.9"}
     ({"gpus": 2}, "cuda", ALL_INSTALLED, "multi-GPU"),
     ({"offload": "optimizer"}, "cuda", ALL_INSTALLED, "offload"),
     ({"precision": "16-mixed"}, "cpu", {}, "CUDA"),
-    ({"optimizer_in_backward": True, "cross_entropy": "chunked"}, "cpu", {}, None),
+    ({"optimizer_in_backward": True, "cross_entropy": "chunked", "fused_optimizer": True}, "cpu", {}, None),
     ({"optimizer_in_backward": True, "precision": "16-mixed"}, "cuda", ALL_INSTALLED, "loss scaling"),
     ({"torch_compile": True, "activation_offloading": True}, "cuda", ALL_INSTALLED,
      "activation_offloading, torch_compile"),
