@@ -1,6 +1,6 @@
 """What-if: the dev reference runs predicted with the settings their sources state but a TrainingSpec v1 cannot
-express (torchtune's compile, chunked cross-entropy, optimizer in backward, activation offloading), given as
-vramfit's extension fields in ``bench/data/stated_settings.yaml``.
+express (torchtune's compile, chunked cross-entropy, optimizer in backward, activation offloading; PEFT's
+modules_to_save), given as vramfit's extension fields in ``bench/data/stated_settings.yaml``.
 
     python bench/stated_settings.py [--runs ../shared/reference/runs-dev.jsonl] [--rows]
 
@@ -47,7 +47,11 @@ def with_settings(runs: list[ReferenceRun], settings: dict[str, dict[str, Any]])
     for run in runs:
         extra = settings.get(run.id)
         if extra:
-            spec = parse_training_spec({**spec_to_dict(run.spec), **extra}, prefix=f"{run.id}.spec")
+            merged = spec_to_dict(run.spec)
+            for key, value in extra.items():  # a mapping (lora) is merged into the run's own
+                both_maps = isinstance(value, dict) and isinstance(merged.get(key), dict)
+                merged[key] = {**merged[key], **value} if both_maps else value
+            spec = parse_training_spec(merged, prefix=f"{run.id}.spec")
             run = run.model_copy(update={"spec": spec})
         out.append(run)
     return out
@@ -76,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         s = ev.summary() if keep is None else Evaluation([r for r in ev.results if r.run.id in keep]).summary()
         print(f"{label:28s} {s['n']:4d} {_pct(s['median_ape'])} {_pct(s['p90_ape'])} {_pct(s['max_ape'])} "
               f"{_pct(s['bias'])}")
+    print("by source, stated settings (v1 spec):")
+    v1_sources = v1.by(lambda r: r.run.source)
+    for source, st in stated.by(lambda r: r.run.source).items():
+        print(f"  {source:6s} {st['n']:4d} median {_pct(st['median_ape'])} ({_pct(v1_sources[source]['median_ape'])})"
+              f"  p90 {_pct(st['p90_ape'])} ({_pct(v1_sources[source]['p90_ape'])})")
     if args.rows:
         before = {r.run.id: r for r in v1.results}
         for r in stated.results:

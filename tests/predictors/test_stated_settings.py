@@ -14,10 +14,10 @@ from predictors.evaluation import Evaluation
 
 REPO = Path(__file__).resolve().parents[2]
 
-# measured 2026-11-26: the 19 named rows 42.7 % / 102.2 % (v1 specs) -> 8.1 % / 41.2 %; all 193 dev rows
-# 11.5 % / 42.3 % -> 10.3 % / 34.4 % (small float tolerance)
-NAMED_MEDIAN_LIMIT, NAMED_P90_LIMIT = 0.082, 0.413
-ALL_MEDIAN_LIMIT, ALL_P90_LIMIT = 0.104, 0.345
+# measured 2026-11-26: the 40 named rows 36.3 % / 90.9 % (v1 specs) -> 7.7 % / 27.1 %; all 193 dev rows
+# 11.5 % / 42.3 % -> 8.7 % / 27.0 %, no source's median above 20 % but S12 (torchtitan's float8, 25.6 %)
+NAMED_MEDIAN_LIMIT, NAMED_P90_LIMIT = 0.078, 0.272
+ALL_MEDIAN_LIMIT, ALL_P90_LIMIT = 0.088, 0.271
 
 
 def _bench() -> ModuleType:
@@ -33,11 +33,14 @@ def test_stated_settings_improve_the_rows_that_state_them(dev_runs_path: Path) -
     v1, stated, ids = bench.both(dev_runs_path)
     named_v1 = Evaluation([r for r in v1.results if r.run.id in ids]).summary()
     named = Evaluation([r for r in stated.results if r.run.id in ids]).summary()
-    assert named["n"] == len(ids) == 19
+    assert named["n"] == len(ids) == 40
     assert named["median_ape"] <= NAMED_MEDIAN_LIMIT and named["p90_ape"] <= NAMED_P90_LIMIT, named
     assert named["median_ape"] < named_v1["median_ape"] / 4
     whole = stated.summary()
     assert whole["median_ape"] <= ALL_MEDIAN_LIMIT and whole["p90_ape"] <= ALL_P90_LIMIT, whole
+    over = {source: st["median_ape"] for source, st in stated.by(lambda r: r.run.source).items()
+            if st["median_ape"] > 0.20}
+    assert set(over) <= {"S12"}, over
     # rows the file does not name are predicted exactly as before
     before = {r.run.id: r.predicted_bytes for r in v1.results}
     assert all(r.predicted_bytes == before[r.run.id] for r in stated.results if r.run.id not in ids)
