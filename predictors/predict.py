@@ -195,6 +195,20 @@ def _runtime_residual_model() -> LoadedModel | None:
     return load_default_runtime_model()
 
 
+def required_bytes(upper_bytes: float, vram: VramPrediction) -> int:
+    """The device memory a job needs to run without running out: its upper bound ``upper_bytes``, except that
+    paged optimizer states do not need the margin. bitsandbytes' paged optimizers keep their states in CUDA managed
+    memory, which the driver pages to host memory when the GPU is full and back for the update (Dettmers et al.
+    2023, QLoRA, section 3 "Paged Optimizers"): they cannot run the job out of memory, only slow its update. So the
+    margin covers the rest (the bound's share without the paged states), and the expected peak with the paged states
+    resident must fit too, so that no paging is expected (the runtime does not count it)."""
+    paged = vram.breakdown_bytes.get("paged_optimizer_states", 0)
+    device = vram.peak_vram_bytes
+    if paged <= 0 or device <= 0:
+        return int(upper_bytes)
+    return int(max(upper_bytes * (1 - paged / device), device))
+
+
 @dataclass(frozen=True)
 class MemoryPrediction:
     """The memory half of a :class:`Prediction`: what placement needs to decide whether an option fits."""
@@ -203,6 +217,11 @@ class MemoryPrediction:
     vram: VramPrediction
     peak_vram_upper_bytes: int
     extra: dict[str, Any]  # the residual's model version and correction ratio, when there is one
+
+    @property
+    def required_bytes(self) -> int:
+        """What must fit in the GPU's usable memory (:func:`required_bytes`)."""
+        return required_bytes(self.peak_vram_upper_bytes, self.vram)
 
 
 class SpecPredictor:
@@ -271,6 +290,21 @@ class SpecPredictor:
         floor = float(resident_bytes(base)) if factor is None else device * factor
         # a hair below the float floor: the bound itself is rounded to whole bytes
         return math.floor(floor * (1 - 1e-9))
+
+    def required_floor_bytes(self, gpu_name: str | None, gpus: int | None) -> int:
+        """Bytes that the memory prediction's :attr:`MemoryPrediction.required_bytes` is never below (the floor of
+        :meth:`upper_floor_bytes` with the paged optimizer states' relief of :func:`required_bytes`)."""
+        known = self._memory.get((gpu_name, gpus))
+        if known is not None:
+            return known.required_bytes
+        floor = self.upper_floor_bytes(gpu_name, gpus)
+        base = self._base(gpus)
+        paged = base.breakdown_bytes.get("paged_optimizer_states", 0)
+        if not paged:
+            return floor
+        # the relief is largest where the corrected device peak is smallest: the paged states are not corrected,
+        # and the rest is at least the resident model states
+        return math.floor(floor * (1 - paged / max(paged + resident_bytes(base), 1)) * (1 - 1e-9))
 
     def memory_many(self, requests: Sequence[tuple[str | None, int | None]]) -> list[MemoryPrediction]:
         """The memory prediction of each ``(gpu_name, gpus)``; the new ones in one residual call."""

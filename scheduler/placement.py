@@ -434,12 +434,12 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
                     mem = predictor.known_memory(pool.gpu, n)
                     if mem is None:
                         if (position[i] + 1 < len(n_counts)
-                                and predictor.upper_floor_bytes(pool.gpu, n) > usable[i]):
+                                and predictor.required_floor_bytes(pool.gpu, n) > usable[i]):
                             position[i] += 1
                             continue
                         wanted_memory.append((pool.gpu, n))
                         break
-                    if mem.peak_vram_upper_bytes <= usable[i]:
+                    if mem.required_bytes <= usable[i]:
                         break
                     position[i] += 1
             if not wanted_memory:
@@ -509,9 +509,13 @@ def _no_fit_option(spec: TrainingSpec, pool: NodePool, counts: list[int], usable
         return PoolOption(**{**last.__dict__, "reason": reason})
     n = counts[-1]
     last = predictor.known_memory(pool.gpu, n) or predictor.memory_many([(pool.gpu, n)])[0]
-    reason = (f"needs {format_bytes(last.peak_vram_upper_bytes)} per GPU (upper bound) on {n} GPU"
+    reason = (f"needs {format_bytes(last.required_bytes)} per GPU (upper bound) on {n} GPU"
               f"{'s' if n > 1 else ''}; {pool.gpu} has {format_bytes(usable)} usable "
               f"({headroom:.0%} headroom)")
+    paged = last.vram.breakdown_bytes.get("paged_optimizer_states", 0)
+    if paged:
+        reason += (f"; paged optimizer states ({format_bytes(paged)}) counted at their expected size, without the "
+                   "margin")
     if spec.gpus == "auto" and (spec.sharding or "ddp") in _REPLICATED:
         reason += (f"; sharding {spec.sharding or 'ddp'} replicates the model on every GPU, so more GPUs do not "
                    "reduce per-GPU memory (set sharding: fsdp or zero3)")
@@ -606,6 +610,13 @@ def place(
                        f"capacity there{unchecked}")
     else:
         reasons.append(f"{chosen.pool.name}: {what} fitting pool with room{unchecked}")
+    chosen_pred = preds.get(chosen.pool.name)
+    paged = chosen_pred.vram.breakdown_bytes.get("paged_optimizer_states", 0) if chosen_pred is not None else 0
+    if paged and (chosen.peak_vram_upper_bytes or 0) > chosen.usable_bytes:
+        reasons.append(f"{chosen.pool.name}: the upper bound ({format_bytes(chosen.peak_vram_upper_bytes or 0)}) is "
+                       f"above the usable {format_bytes(chosen.usable_bytes)}, but {format_bytes(paged)} of paged "
+                       "optimizer states page to host memory when the GPU is full: the rest's bound and the expected "
+                       "peak with them fit")
     for better in ranked[: ranked.index(chosen)]:
         warnings.append(f"{better.pool.name} would be {_compare(objective, better, chosen)} but has only "
                         f"{better.pool.free_gpus} free GPUs of the {better.gpus} needed")
@@ -631,6 +642,11 @@ def _compare(objective: str, a: PoolOption, b: PoolOption) -> str:
 
 
 def _alt_reason(objective: str, o: PoolOption, chosen: PoolOption) -> str:
+    paged = " (paged optimizer states outside the margin)" if (o.peak_vram_upper_bytes or 0) > o.usable_bytes else ""
+    return _alt_reason_text(objective, o, chosen) + paged
+
+
+def _alt_reason_text(objective: str, o: PoolOption, chosen: PoolOption) -> str:
     if not o.has_room:
         return f"fits; only {o.pool.free_gpus} free GPUs of {o.gpus} needed"
     if objective == "fastest" and o.runtime_seconds and chosen.runtime_seconds:

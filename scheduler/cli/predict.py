@@ -10,7 +10,7 @@ from typing import Any
 
 from predictors.errors import SpecError
 from predictors.hardware import gpu_catalog
-from predictors.predict import Prediction, predict
+from predictors.predict import Prediction, predict, required_bytes
 from predictors.units import format_bytes
 from scheduler.placement import format_duration
 from scheduler.spec import read_jobs
@@ -100,8 +100,8 @@ def render_table(pred: Prediction, title: str = "") -> str:
         upper = (f" (upper bound {format_duration(pred.runtime_upper_seconds)})"
                  if pred.runtime_upper_seconds is not None else "")
         lines.append(f"  runtime: {format_duration(pred.runtime_seconds)}{upper}")
-    fits = [g.name for g in gpu_catalog().values()
-            if pred.peak_vram_upper_bytes <= g.memory_bytes and g.runs(pred.spec.precision)]
+    needed = required_bytes(pred.peak_vram_upper_bytes, v)  # paged optimizer states without the margin
+    fits = [g.name for g in gpu_catalog().values() if needed <= g.memory_bytes and g.runs(pred.spec.precision)]
     lines.append("  fits on: " + (", ".join(fits) if fits else "no single catalog GPU (shard it or change the method)"))
     for note in v.notes:
         lines.append(f"  note: {note}")

@@ -259,3 +259,30 @@ def test_pool_facts_follow_an_edited_copy_of_a_pool() -> None:
     smaller = pool.model_copy(update={"nodes": 1})
     assert candidate_gpu_counts(spec, smaller) == [1, 2, 4, 8]
     assert candidate_gpu_counts(spec, pool) == [1, 2, 4, 8, 16, 24]
+
+
+def test_paged_optimizer_states_need_no_margin_only_their_expected_size() -> None:
+    """bitsandbytes' paged states page to host memory when the GPU is full: the rest of the bound and the expected
+    peak must fit, not the whole bound (torchtune's 8B full fine-tuning on one 24-48 GB card)."""
+    from predictors.predict import required_bytes
+
+    spec = _spec(model="llama-3.1-8b", method="full", optimizer="paged-adamw-8bit", optimizer_in_backward=True,
+                 cross_entropy="chunked", torch_compile=True)
+    pred = predict(spec, gpu_name="L40S", gpus=1)
+    paged = pred.vram.breakdown_bytes["paged_optimizer_states"]
+    device, upper = pred.vram.peak_vram_bytes, pred.peak_vram_upper_bytes
+    needed = required_bytes(upper, pred.vram)
+    assert needed == max(int(upper * (1 - paged / device)), device) and needed < upper
+    pool = _pool("l40s", gpu="L40S", price=1.0)
+    usable = pool.usable_bytes(0.05)
+    assert needed <= usable < upper  # fits only because the paged states need no margin
+    d = place(spec, [pool], headroom_fraction=0.05)
+    assert d.decision == "placed" and any("page to host memory" in r for r in d.reasons)
+    # the same spec with 8-bit states the allocator holds does not fit: they get the margin
+    unpaged = _spec(model="llama-3.1-8b", method="full", optimizer="adamw-8bit", optimizer_in_backward=True,
+                    cross_entropy="chunked", torch_compile=True)
+    no = place(unpaged, [pool], headroom_fraction=0.05, suggest=False)
+    assert no.decision == "unschedulable" and "paged" not in no.reasons[0]
+    # and a card too small for the expected peak with the states resident is not chosen (paging would be expected)
+    small = _pool("l4", gpu="L4", price=0.5)
+    assert place(spec, [small], headroom_fraction=0.05, suggest=False).decision == "unschedulable"

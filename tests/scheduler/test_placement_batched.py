@@ -216,3 +216,24 @@ def test_the_analytic_floor_never_exceeds_the_bound(residual: bool) -> None:
 
 def test_the_analytic_floor_never_exceeds_the_bound_with_corrections_on(corrections_on: None) -> None:
     assert all(floor <= bound for floor, bound in _floors_and_bounds(residual=True))
+
+
+@pytest.mark.parametrize("residual", [True, False])
+def test_the_required_floor_never_exceeds_what_must_fit(residual: bool) -> None:
+    """The same for the required bytes (the bound with paged optimizer states outside the margin), over varied
+    specs and paged full fine-tuning in particular."""
+    specs = [*varied_specs(60, seed=5)] + [
+        TrainingSpec.model_validate({"model": m, "method": "full", "precision": p, "optimizer": "paged-adamw-8bit",
+                                     "micro_batch_size": 2, "seq_len": 2048, "gradient_checkpointing": "full"})
+        for m in ("llama-3.1-8b", "qwen2.5-1.5b", "mistral-7b-v0.3") for p in ("bf16-true", "bf16-mixed")]
+    paged_seen = 0
+    for spec in specs:
+        predictor = SpecPredictor(spec, resolve_model(spec), residual=residual)
+        model_parallel = spec.tensor_parallel * spec.pipeline_parallel * spec.context_parallel
+        for gpu in ("L4", "L40S", "H100-80GB"):
+            for n in (n for n in (1, 8) if n % model_parallel == 0):
+                floor = SpecPredictor(spec, predictor.model, residual=residual).required_floor_bytes(gpu, n)
+                memory = predictor.memory_many([(gpu, n)])[0]
+                assert floor <= memory.required_bytes <= memory.peak_vram_upper_bytes
+                paged_seen += memory.vram.breakdown_bytes.get("paged_optimizer_states", 0) > 0
+    assert paged_seen >= 18
