@@ -890,8 +890,9 @@ def _activations(
     if lay.pp > 1 and first_stage:
         # the first stage ends at a block boundary: no final norm; its input is the next stage's
         return _Activations(act_per_token * in_flight * tokens, recompute * tokens)
-    # final norm: its input and fp32 copy (sequence-parallel shards under tensor parallelism)
-    act_per_token += (res_bytes * h + (4 * h if spec.task != "seq-classification" else 0)) / lay.tp
+    # final norm: its input and fp32 copy (sequence-parallel shards under tensor parallelism; compiled, the input)
+    fp32_copy = 4 * h if spec.task != "seq-classification" and not spec.torch_compile else 0
+    act_per_token += (res_bytes * h + fp32_copy) / lay.tp
     return _Activations(act_per_token * tokens, recompute * tokens)
 
 

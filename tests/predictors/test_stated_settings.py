@@ -14,9 +14,9 @@ from predictors.evaluation import Evaluation
 
 REPO = Path(__file__).resolve().parents[2]
 
-# measured 2026-11-26: the 40 named rows 36.3 % / 90.9 % (v1 specs) -> 7.7 % / 27.1 %; all 193 dev rows
+# measured 2026-11-26: the 40 named rows 36.3 % / 90.9 % (v1 specs) -> 7.7 % / 26.5 %; all 193 dev rows
 # 11.5 % / 42.3 % -> 8.7 % / 27.0 %, no source's median above 20 % but S12 (torchtitan's float8, 25.6 %)
-NAMED_MEDIAN_LIMIT, NAMED_P90_LIMIT = 0.078, 0.272
+NAMED_MEDIAN_LIMIT, NAMED_P90_LIMIT = 0.078, 0.266
 ALL_MEDIAN_LIMIT, ALL_P90_LIMIT = 0.088, 0.271
 
 
