@@ -788,8 +788,11 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
             and out.get("optimizer") is not None and out["optimizer"].value in ("adamw", "sgd", "sgd-momentum"):
         # adamw_torch_fused (transformers' default optim with torch >= 2.8), adamw_apex_fused: one fused kernel
         out["fused_optimizer"] = Setting(True, name.source, name.where)
-    if name is not None and "lomo" in str(name.value).lower() and "optimizer_in_backward" not in out:
-        # LOMO / AdaLomo update each parameter in its gradient hook (Lv et al. 2023, arXiv:2306.09782)
+    accumulates = str(out["grad_accum_steps"].value).strip() not in ("1", "") if "grad_accum_steps" in out else False
+    if name is not None and "lomo" in str(name.value).lower() and "optimizer_in_backward" not in out \
+            and not accumulates:
+        # LOMO / AdaLomo update each parameter in its gradient hook (Lv et al. 2023, arXiv:2306.09782); with
+        # gradient accumulation the gradients are kept (the spec's whole-gradient count)
         out["optimizer_in_backward"] = Setting(True, f"{name.source} (LOMO updates in backward)", name.where)
     return Reading(out, notes)
 

@@ -204,6 +204,12 @@ def test_torchtune_overrides_set_the_switches_with_provenance() -> None:
     assert off.torch_compile is False and off.cross_entropy == "full"
 
 
+def test_lomo_with_accumulation_keeps_the_gradients() -> None:
+    job = one_job(pod(["python", "train.py", "--model_name_or_path", M, "--optim", "lomo",
+                       "--gradient_accumulation_steps", "4"]))
+    assert job.spec.optimizer == "sgd" and job.spec.optimizer_in_backward is None and job.spec.grad_accum_steps == 4
+
+
 def test_torchtune_optimizer_in_backward_with_accumulation_is_refused() -> None:
     outcomes = scan(pod(["tune", "run", "full_finetune_single_device", "--config", "llama3_2/3B_full_single_device",
                          "optimizer_in_bwd=True", "gradient_accumulation_steps=8"]))
