@@ -243,6 +243,7 @@ _MULTI_ROLE_ALIASES: dict[str, tuple[str, ...]] = {"c_proj": ("o_proj", "down_pr
 _ROLE_ALIASES = {
     "query": "q_proj", "key": "k_proj", "value": "v_proj", "q": "q_proj", "k": "k_proj", "v": "v_proj",
     "o": "o_proj", "wq": "q_proj", "wk": "k_proj", "wv": "v_proj", "wo": "o_proj", "out_proj": "o_proj",
+    "output_proj": "o_proj",  # torchtune's attention output projection
     "dense": "o_proj", "w1": "gate_proj", "w3": "up_proj", "w2": "down_proj", "wi_0": "gate_proj",
     "wi_1": "up_proj", "wi": "up_proj", "fc1": "up_proj", "fc2": "down_proj", "c_fc": "up_proj",
     "dense_h_to_4h": "up_proj", "dense_4h_to_h": "down_proj", "output": "lm_head", "embed_out": "lm_head",

@@ -337,6 +337,11 @@ def predict_vram_without_gpu(
             raise SpecError.one("lora.target_modules", f"match no linear layer of this {arch.model_type} model; got "
                                 f"{lora.target_modules}", "use all-linear or role names: "
                                 f"{', '.join((*ATTENTION_ROLES, *MLP_ROLES))}")
+        if lora.target_modules != "all-linear":
+            unmatched = [n for n in lora.target_modules if not arch.lora_groups([n])]
+            if unmatched:  # PEFT skips them too, as long as one name matches
+                notes.append(f"lora.target_modules {', '.join(unmatched)} match no linear layer of this "
+                             f"{arch.model_type} model: no adapter counted there")
         lora_params_total = sum(g.count * (g.in_features + g.out_features) * lora.rank for g in groups)
         trainable_gpu = lora_params_total * layer_frac / lay.tp
         trainable_total = lora_params_total

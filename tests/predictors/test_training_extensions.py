@@ -232,11 +232,73 @@ M = "meta-llama/Llama-3.1-8B"
      {"optimizer_in_backward": True, "optimizer": "adafactor"}),
     (["python", "train.py", "--model_name_or_path", M, "--optim", "adamw_torch_fused"],
      {"optimizer": "adamw", "fused_optimizer": True}),
-    (["tune", "run", "full_finetune_single_device", "--config", "llama3_2/3B_full_single_device",
-      "optimizer.fused=True"], {"fused_optimizer": True}),
+    (["tune", "run", "full_finetune_single_device", "--config", "./my_full.yaml", "optimizer.fused=True",
+      "model._component_=torchtune.models.llama3_2.llama3_2_1b"], {"fused_optimizer": True}),
 ], ids=["hf-trainer", "llamafactory", "axolotl", "adalomo", "adamw-fused", "torchtune-fused"])
 def test_trainer_settings_set_the_switches(argv: list[str], expected: dict[str, Any]) -> None:
     job = one_job(pod(argv))
     for name, value in expected.items():
         assert getattr(job.spec, name) == value, name
         assert name in job.provenance
+
+
+def test_lora_names_that_match_nothing_are_noted_and_torchtune_output_proj_is_o_proj() -> None:
+    noted = vram(method="lora", lora={"target_modules": ["q_proj", "v_proj", "wrong_proj"]})
+    assert any("wrong_proj match no linear layer" in n for n in noted.notes)
+    with_o = vram(method="lora", lora={"target_modules": ["q_proj", "output_proj"]})
+    assert with_o.breakdown_bytes["lora_adapters"] == vram(method="lora", lora={"target_modules": [
+        "q_proj", "o_proj"]}).breakdown_bytes["lora_adapters"]
+    assert not any("match no linear layer" in n for n in with_o.notes)
+
+
+# ---- torchtune's shipped configs (scheduler/data/torchtune_configs.yaml) ----------------------------------------
+
+
+def test_every_shipped_torchtune_config_reads_to_a_valid_job() -> None:
+    from scheduler.spec.trainer_args import _torchtune_configs
+
+    configs = _torchtune_configs()
+    assert len(configs) >= 18
+    for name, settings in configs.items():
+        single = name.endswith(("_single_device", "_low_memory"))
+        recipe = ("lora_finetune" if "lora" in name else "full_finetune") + ("_single_device" if single
+                                                                              else "_distributed")
+        job = one_job(pod(["tune", "run", recipe, "--config", name], gpus=1 if single else 8))
+        assert job.spec.micro_batch_size == settings["batch_size"], name
+        assert job.spec.grad_accum_steps == settings["gradient_accumulation_steps"], name
+        assert (job.spec.gradient_checkpointing == "full") == settings["enable_activation_checkpointing"], name
+        assert job.provenance["micro_batch_size"].endswith(f"(shipped, pytorch/torchtune@{settings['commit'][:9]})")
+        resolve_model(job.spec)  # the model component names a catalog model
+
+
+def test_torchtune_single_device_full_fine_tuning_reads_its_memory_savers() -> None:
+    job = one_job(pod(["tune", "run", "full_finetune_single_device", "--config", "llama3_1/8B_full_single_device"],
+                      gpus=1))
+    spec = job.spec
+    assert (spec.model_name, spec.method, spec.precision) == ("llama-3.1-8b", "full", "bf16-true")
+    assert spec.optimizer == "paged-adamw-8bit" and spec.optimizer_in_backward is True
+    assert spec.cross_entropy == "chunked" and spec.gradient_checkpointing == "full"
+    arch = resolve_model(spec).architecture
+    with_config = predict_vram(spec, arch, lookup_gpu("RTX-4090"))
+    without = predict_vram(TrainingSpec.model_validate({**spec_to_dict(spec), "optimizer_in_backward": None,
+                                                        "cross_entropy": None, "optimizer": "adamw"}),
+                           arch, lookup_gpu("RTX-4090"))
+    # torchtune's README: 18.9 GiB on an RTX 4090 at batch 2 x 2048 packed (with compile, which the config leaves off)
+    assert 18 * 2**30 < with_config.peak_reserved_bytes < 23 * 2**30
+    assert without.peak_reserved_bytes > 2.5 * with_config.peak_reserved_bytes
+
+
+def test_torchtune_lora_targets_compose_attention_mlp_and_output() -> None:
+    job = one_job(pod(["tune", "run", "lora_finetune_single_device", "--config", "llama3_2/3B_lora_single_device",
+                       "model.apply_lora_to_output=True", "model.lora_rank=16"]))
+    lora = job.spec.resolved_lora
+    assert lora is not None and lora.rank == 16 and lora.alpha == 128
+    assert lora.target_modules == ["q_proj", "v_proj", "output_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
+    assert "model.apply_lora_to_output=True" in job.provenance["lora.target_modules"]
+
+
+def test_an_unknown_torchtune_config_keeps_the_defaults_and_says_so() -> None:
+    job = one_job(pod(["tune", "run", "full_finetune_single_device", "--config", "./mine.yaml",
+                       "model._component_=torchtune.models.llama3_2.llama3_2_1b"]))
+    assert job.spec.micro_batch_size == 1 and job.spec.optimizer_in_backward is None
+    assert any("is not read" in note for note in job.assumptions)
