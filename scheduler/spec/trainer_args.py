@@ -1243,7 +1243,9 @@ _TUNE_FAMILIES = {
 
 def torchtune_model(family: str, size: str) -> str:
     prefix = _TUNE_FAMILIES.get(family.lower(), family.lower().replace("_", "-"))
-    return f"{prefix}-{size.lower().replace('_', '.')}"
+    name = f"{prefix}-{size.lower().replace('_', '.')}"
+    # torchtune's mistral_7b is Mistral-7B-v0.1 (its configs download mistralai/Mistral-7B-v0.1)
+    return "mistral-7b-v0.1" if name == "mistral-7b" else name
 
 
 def _tune_model_from_config(config: str) -> str | None:
@@ -1258,15 +1260,43 @@ def _tune_model_from_component(component: str) -> tuple[str | None, str | None]:
     name = component.rsplit(".", 1)[-1]
     method = "qlora" if name.startswith("qlora_") else "lora" if name.startswith("lora_") else None
     name = re.sub(r"^q?lora_", "", name)
+    # a known family first (``llama3_1_8b`` is llama3_1 + 8b, not llama3 + 1_8b), then any ``family_size``
+    for family in sorted(_TUNE_FAMILIES, key=len, reverse=True):
+        if name.lower().startswith(family + "_"):
+            size = re.match(r"^(\d+(?:_\d+)?[bm])(?:_|$)", name[len(family) + 1:], re.I)
+            if size:
+                return torchtune_model(family, size.group(1)), method
     match = re.match(r"^(.*?)_(\d+(?:_\d+)?[bm])(?:_.*)?$", name, re.I)
     return (torchtune_model(match.group(1), match.group(2)) if match else None), method
 
 
 def _tune_loss(component: Any) -> str | None:
     """torchtune's loss component as a cross_entropy value: CEWithChunkedOutputLoss is chunked, torch's
-    CrossEntropyLoss the full loss; others (LinearCrossEntropyLoss, KD losses) are not read."""
+    CrossEntropyLoss the full loss. LinearCrossEntropyLoss (the newest configs) applies the output projection chunk
+    by chunk inside the loss: read as chunked, which also counts a list of every chunk's logits that it does not
+    keep (an over-estimate of 2 bytes per logit); KD losses are not read."""
     name = str(component).strip().rsplit(".", 1)[-1]
-    return {"CEWithChunkedOutputLoss": "chunked", "CrossEntropyLoss": "full"}.get(name)
+    return {"CEWithChunkedOutputLoss": "chunked", "LinearCrossEntropyLoss": "chunked",
+            "CrossEntropyLoss": "full"}.get(name)
+
+
+_TUNE_LORA_PARTS = ("model.lora_attn_modules", "model.apply_lora_to_mlp", "model.apply_lora_to_output")
+
+
+@functools.lru_cache(maxsize=1)
+def _torchtune_configs() -> dict[str, dict[str, Any]]:
+    from importlib import resources
+
+    text = (resources.files("scheduler") / "data" / "torchtune_configs.yaml").read_text(encoding="utf-8")
+    data = safe_load(text)
+    return data if isinstance(data, dict) else {}
+
+
+def torchtune_config(name: str) -> dict[str, Any] | None:
+    """The settings of torchtune's shipped config ``name`` (``llama3_1/8B_lora_single_device``, a trailing
+    ``.yaml`` allowed), or None for a config vramfit does not know (a local file, a newer config)."""
+    key = name.strip().removesuffix(".yaml").removesuffix(".yml")
+    return _torchtune_configs().get(key)
 
 
 _TUNE_KEYS: dict[str, tuple[str, Convert]] = {
@@ -1277,7 +1307,6 @@ _TUNE_KEYS: dict[str, tuple[str, Convert]] = {
     "model.lora_rank": ("lora.rank", _same),
     "model.lora_alpha": ("lora.alpha", _same),
     "model.lora_dropout": ("lora.dropout", _same),
-    "model.lora_attn_modules": ("lora.target_modules", lambda v: re.findall(r"\w+", str(v))),
     "optimizer._component_": ("optimizer", optimizer_name),
     "dtype": (
         "precision",
@@ -1328,21 +1357,51 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
     model = _tune_model_from_config(config)
     if model:
         out["model"] = Setting(model, f"torchtune config {config}", where)
-    if config:
+    shipped = torchtune_config(config) if config else None
+    pairs: list[tuple[str, Any, str]] = []
+    if shipped is not None:
+        commit = str(shipped.get("commit", ""))[:9]
+        pairs = [(k, v, f"torchtune config {config} (shipped, pytorch/torchtune@{commit})")
+                 for k, v in shipped.items() if k != "commit"]
+        notes.append(f"torchtune config {config}: its shipped settings (pytorch/torchtune@{commit}) are used; a "
+                     "local copy that differs is not seen (give its settings as key=value overrides or in the "
+                     "vramfit.io/spec annotation); sequence length is the dataset's")
+    elif config:
         out["precision"] = Setting("bf16-true", f"torchtune config {config} (dtype bf16)", where)
         notes.append(
             f"torchtune config {config} is not read (only its name and the overrides): dtype bf16 "
             "assumed as in torchtune's shipped configs; batch size and sequence length unknown"
         )
-    for key, value in overrides:
+    pairs += [(key, value, f"torchtune override {key}" if key == "model._component_" else
+               f"torchtune override {key}={value}") for key, value in overrides]
+    lora_parts: dict[str, tuple[Any, str]] = {}  # lora_attn_modules / apply_lora_to_mlp / apply_lora_to_output
+    for key, value, source in pairs:
         if key == "model._component_":
-            component_model, method = _tune_model_from_component(value)
+            component_model, method = _tune_model_from_component(str(value))
             if component_model:
-                out["model"] = Setting(component_model, f"torchtune override {key}", where)
+                out["model"] = Setting(component_model, source, where)
             if method:
-                out["method"] = Setting(method, f"torchtune override {key}", where)
+                out["method"] = Setting(method, source, where)
+            continue
+        if key in _TUNE_LORA_PARTS:
+            lora_parts[key] = (value, source)
             continue
         rule = _TUNE_KEYS.get(key)
         if rule is not None and (converted := rule[1](value)) is not None:
-            out[rule[0]] = Setting(converted, f"torchtune override {key}={value}", where)
+            out[rule[0]] = Setting(converted, source, where)
+    fused, optimizer = out.get("fused_optimizer"), out.get("optimizer")
+    if fused is not None and optimizer is not None and optimizer.value not in ("adamw", "sgd", "sgd-momentum"):
+        del out["fused_optimizer"]  # the config's fused: True belongs to the torch optimizer an override replaced
+    if "model.lora_attn_modules" in lora_parts:
+        # torchtune's LoRA builders: adapters on the named attention projections, on the MLP's three projections
+        # (w1, w2, w3) with apply_lora_to_mlp, and on the output head with apply_lora_to_output
+        attn, attn_source = lora_parts["model.lora_attn_modules"]
+        targets = re.findall(r"\w+", str(attn))
+        sources = [attn_source]
+        for key, roles in (("model.apply_lora_to_mlp", ["gate_proj", "up_proj", "down_proj"]),
+                           ("model.apply_lora_to_output", ["lm_head"])):
+            if key in lora_parts and to_bool(lora_parts[key][0]) is True:
+                targets += [r for r in roles if r not in targets]
+                sources.append(lora_parts[key][1])
+        out["lora.target_modules"] = Setting(targets, "; ".join(dict.fromkeys(sources)), where)
     return Reading(out, notes, "torchtune" if recipe else "", launch)

@@ -147,7 +147,7 @@ def test_a_trainjob_whose_runtime_is_installed_separately(tmp_path: Path, comman
     assert main([command, str(trainjob)]) == 2
     assert "pass --runtime FILE" in capsys.readouterr().err
     assert main([command, str(trainjob), "--runtime", str(runtime)]) == 0
-    assert ("llama-3.2-3b" if command == "predict" else "placed on a100-80gb (4 x") in capsys.readouterr().out
+    assert ("llama-3.2-3b" if command == "predict" else "placed on l40s (4 x") in capsys.readouterr().out
 
 
 def test_each_decision_of_a_multi_document_file_names_its_job(tmp_path: Path,

@@ -211,7 +211,8 @@ STYLES: list[tuple[str, list[str], dict[str, str], dict[str, Any], dict[str, str
             "offload": "params+optimizer",
             "precision": "bf16-true",
         },
-        {"model": "torchtune config llama3_1/8B_lora", "lora.rank": "torchtune override model.lora_rank=32"},
+        {"model": "torchtune config llama3_1/8B_lora (shipped, pytorch/torchtune@0031bfb08)",
+         "lora.rank": "torchtune override model.lora_rank=32"},
     ),
     (
         "torchtune-qlora-component",
