@@ -40,8 +40,9 @@ Offload = Literal["none", "optimizer", "params+optimizer"]
 # Extension of v1: the framework whose memory and time behaviour the model assumes where frameworks differ
 # (README, "What the model assumes about the training framework"). Unset: the blend the published runs of many
 # frameworks fit. "transformers": the Hugging Face stack (Trainer, Accelerate, TRL, axolotl, LLaMA-Factory) with
-# PEFT and bitsandbytes >= 0.44, as vramfit calibrate measures it.
-Framework = Literal["transformers"]
+# PEFT and bitsandbytes >= 0.44, as vramfit calibrate measures it. "torchtune": torchtune's own LoRA modules (adapters
+# in the model's dtype, one saved input shared by the adapters that read it) and torchao's NF4 (keeps no input).
+Framework = Literal["transformers", "torchtune"]
 _FRAMEWORK_ALIASES = {"hf": "transformers", "huggingface": "transformers", "hugging-face": "transformers"}
 # Extension of v1: how the loss is computed over the vocabulary. Unset or "full": the logits of the whole micro-batch
 # in the compute dtype, their fp32 upcast and log-softmax. "chunked": the head and the loss run chunk by chunk
@@ -248,7 +249,7 @@ class TrainingSpec(BaseModel):
     )
     framework: Framework | None = Field(
         None, description="vramfit extension: transformers (HF Trainer/Accelerate/TRL/axolotl/LLaMA-Factory with "
-                          "PEFT and bitsandbytes >= 0.44), or unset for the blend of published runs"
+                          "PEFT and bitsandbytes >= 0.44), torchtune, or unset for the blend of published runs"
     )
     optimizer_in_backward: bool | None = Field(
         None, description="vramfit extension: the optimizer updates each parameter during backward as soon as its "
@@ -290,8 +291,8 @@ class TrainingSpec(BaseModel):
         if name not in ALLOWED["framework"]:
             raise ValueError(
                 f"framework {value!r} has no framework-specific model: only transformers (the Hugging Face stack "
-                "vramfit calibrate measures) changes an assumption. To fix: leave framework out (the model then "
-                "assumes what the published runs of many frameworks fit), or use transformers")
+                "vramfit calibrate measures) and torchtune change an assumption. To fix: leave framework out (the "
+                "model then assumes what the published runs of many frameworks fit), or use one of those two")
         return name
 
     @field_validator("optimizer_in_backward", "activation_offloading", "torch_compile", "fused_optimizer",

@@ -27,6 +27,7 @@ from typing import NamedTuple
 from predictors.architecture import (
     ATTENTION_ROLES,
     CLASSIFICATION_LABELS,
+    FUSED_MODULES,
     MLP_ROLES,
     Architecture,
     saved_module_params,
@@ -379,10 +380,12 @@ def predict_vram_without_gpu(
         # (get_peft_model(autocast_adapter_dtype=True), huggingface.co/docs/peft/package_reference/peft_model),
         # so their gradients and Adam states are fp32 too. torchtune and litgpt keep bf16 adapters under
         # bf16-true; for them this over-counts 2 bytes x 4 per adapter parameter, under 1 % of most jobs' peak.
-        adapter_bytes = 4.0
+        # framework torchtune: its LoRALinear keeps the adapters in the model's dtype (and torch optimizers keep
+        # their states in the parameter's dtype)
+        adapter_bytes = float(e) if spec.framework == "torchtune" and not mixed else 4.0
         grad_bytes = adapter_bytes
         master_bytes = 4.0 if (mixed and deepspeed) else 0.0
-        state_dtype_bytes = 4.0
+        state_dtype_bytes = adapter_bytes
 
     # ---- model states (resident) --------------------------------------------------------------
     dp = _shard_degree(lay)
@@ -667,6 +670,9 @@ def predict_vram_without_gpu(
     peak_vram = sum(breakdown.values())
     if spec.offload != "none":
         notes.append(f"offload={spec.offload}: those states live in CPU memory")
+    if spec.framework == "torchtune" and lora is not None:
+        notes.append("framework torchtune: adapters in the model's dtype, each input kept once for the adapters that "
+                     "read it" + ("; NF4 layers keep no input" if method == "qlora" else ""))
     if spec.framework == "transformers":
         if method == "qlora" and spec.resolved_quantization != "gptq-int4":
             notes.append("framework transformers: 4-bit layers keep no input for backward (bitsandbytes >= 0.44)")
@@ -696,6 +702,36 @@ def _largest_trainable_matrix(arch: Architecture, lora: LoraSpec | None, saved: 
     return float(max(adapters + list(saved.values()), default=0))
 
 
+def _torchtune_lora_activations(arch: Architecture, lora: LoraSpec, e: int, width: float) -> float:
+    """Bytes per token and block that torchtune's LoRA adapters keep (torchtune/modules/peft/lora.py LoRALinear):
+    ``lora_a(dropout(x))`` keeps its input in the model's dtype, no cast. Without dropout (an identity) the adapters
+    that read the same tensor keep it once: the attention norm's output for q/k/v, the MLP norm's for gate/up, and
+    the gated product for down; o_proj's input is the attention kernel's output, which the block keeps already.
+    With dropout each adapter keeps its own dropped copy and mask. ``lora_b`` keeps the rank-r intermediate."""
+    roles: dict[str, float] = {}
+    for g in arch.lora_groups(lora.target_modules):
+        if g.role == "lm_head":
+            continue
+        per_layer = g.count / max(arch.num_layers + arch.num_encoder_layers, 1)
+        if g.expert and arch.num_experts:
+            per_layer *= arch.num_experts_per_tok / arch.num_experts
+        for role in FUSED_MODULES.get(g.role, (g.role,)):
+            roles[role] = max(roles.get(role, 0.0), per_layer)
+    total = sum(per_layer * e * lora.rank for per_layer in roles.values())
+    h = arch.hidden_size
+    if lora.dropout > 0:
+        inputs = {"q_proj": h, "k_proj": h, "v_proj": h, "o_proj": arch.num_attention_heads * arch.head_dim,
+                  "gate_proj": h, "up_proj": h, "down_proj": width}
+        return total + sum(per_layer * inputs.get(role, h) * (e + 1) for role, per_layer in roles.items())
+    shared = [("attention input", ("q_proj", "k_proj", "v_proj"), h), ("MLP input", ("gate_proj", "up_proj"), h),
+              ("down input", ("down_proj",), width)]
+    for _, members, size in shared:
+        present = [roles[m] for m in members if m in roles]
+        if present:
+            total += max(present) * size * e
+    return total
+
+
 def _saves_input(role: str, spec: TrainingSpec, targets: set[str]) -> bool:
     """Whether a linear layer keeps its input for backward.
 
@@ -711,8 +747,8 @@ def _saves_input(role: str, spec: TrainingSpec, targets: set[str]) -> bool:
     model does not count: litgpt QLoRA rows of the dev set sit 11-27 % above it.
     GPTQ kernels dequantize into a temporary that needs no gradient, so plain autograd rules apply.
     """
-    if spec.method == "qlora" and spec.resolved_quantization != "gptq-int4" and spec.framework != "transformers":
-        return True
+    if spec.method == "qlora" and spec.resolved_quantization != "gptq-int4" and spec.framework is None:
+        return True  # torchao's NF4 (torchtune) keeps no input either: linear_nf4 saves the weight only
     # LoRA: the base weight is frozen, so its matmul keeps no input; what the adapter keeps is its own copy of
     # the input (counted per adapter in _activations)
     return spec.method == "full"
@@ -810,7 +846,9 @@ def _activations(
         mlp += 2 * h  # residual-dropout masks (1 byte each) after attention and MLP
     # LoRA: each adapter's copy of its input and the rank-r intermediate
     lora_extra = 0.0
-    if lora is not None:
+    if lora is not None and spec.framework == "torchtune":
+        lora_extra = _torchtune_lora_activations(arch, lora, e, width)
+    elif lora is not None:
         for g in arch.lora_groups(lora.target_modules):
             if g.role == "lm_head":
                 continue

@@ -1049,8 +1049,8 @@ def _trainer_label(tokens: Sequence[str]) -> str:
 
 # Tools that train on the Hugging Face stack (transformers, PEFT, bitsandbytes), and what only transformers'
 # TrainingArguments (which HF Trainer / TRL scripts parse) or those tools' configs name: a command with them runs on
-# transformers, whose memory and time the model knows (TrainingSpec ``framework``); torchtune, torchtitan and plain
-# torchrun scripts say nothing of the kind and keep the model's framework-neutral assumptions.
+# transformers, whose memory and time the model knows (TrainingSpec ``framework``); torchtune's `tune run` is read
+# as framework torchtune (read_torchtune); torchtitan and plain torchrun scripts keep the framework-neutral model.
 _HF_TRAINERS = ("axolotl", "LLaMA-Factory", "TRL")
 
 
@@ -1354,6 +1354,8 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
         out["method"] = Setting(method, f"{label}", where)
     if recipe.endswith("_distributed"):
         out["sharding"] = Setting("fsdp", f"torchtune recipe {recipe} (FSDP)", where)
+    if recipe:  # torchtune's own LoRA modules and torchao's NF4 (TrainingSpec framework: torchtune)
+        out["framework"] = Setting("torchtune", f"torchtune recipe {recipe}", where)
     model = _tune_model_from_config(config)
     if model:
         out["model"] = Setting(model, f"torchtune config {config}", where)

@@ -43,7 +43,7 @@ def test_spec_field_names_and_errors() -> None:
     assert unset.framework is None and "framework" not in spec_to_dict(unset)  # v1 documents serialize as before
     assert spec_to_dict(parse_training_spec({"model": "gpt2", "framework": "hf"}))["framework"] == "transformers"
     with pytest.raises(SpecError) as err:
-        parse_training_spec({"model": "gpt2", "framework": "torchtune", "seq_len": -1})
+        parse_training_spec({"model": "gpt2", "framework": "megatron", "seq_len": -1})
     text = str(err.value)
     assert "spec.framework" in text and "leave framework out" in text and "spec.seq_len" in text  # all at once
 
@@ -122,9 +122,37 @@ def test_hugging_face_trainers_are_read_as_transformers(argv: list[str], source:
     assert job.provenance["framework"] == source
 
 
-@pytest.mark.parametrize("argv", [
-    ["tune", "run", "lora_finetune_single_device", "--config", "llama3_1/8B_lora_single_device"],
-    ["torchrun", "--nproc_per_node", "8", "train.py", "--model_name_or_path", M, "--batch_size", "4"],
-], ids=["torchtune", "plain-torchrun"])
-def test_other_commands_leave_the_framework_unset(argv: list[str]) -> None:
+def test_other_commands_leave_the_framework_unset() -> None:
+    argv = ["torchrun", "--nproc_per_node", "8", "train.py", "--model_name_or_path", M, "--batch_size", "4"]
     assert one_job(pod(argv)).spec.framework is None
+    tune = one_job(pod(["tune", "run", "lora_finetune_single_device", "--config", "llama3_1/8B_lora_single_device"]))
+    assert tune.spec.framework == "torchtune"
+    assert tune.provenance["framework"] == "torchtune recipe lora_finetune_single_device"
+
+
+def test_torchtune_adapters_are_in_the_model_dtype_and_share_their_inputs() -> None:
+    lora = {"rank": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                          "down_proj"], "dropout": 0.0}
+    fields = {"method": "lora", "precision": "bf16-true", "lora": lora}
+    specs = [parse_training_spec({"model": {"name": "tiny", "config": LLAMA}, "framework": f, **fields})
+             for f in (None, "torchtune")]
+    arch = architecture_from_config(LLAMA, "tiny")
+    peft, tune = (predict_vram(s, arch, lookup_gpu("A100-80GB")) for s in specs)
+    # adapters: bf16 weights, gradients and AdamW states (2 + 2 + 4 bytes) instead of fp32 (4 + 4 + 8)
+    assert tune.breakdown_bytes["lora_adapters"] * 2 == peft.breakdown_bytes["lora_adapters"]
+    assert tune.breakdown_bytes["optimizer_states"] * 2 == peft.breakdown_bytes["optimizer_states"]
+    # inputs: PEFT keeps a 4-byte copy per adapter of q, k, v, o, gate, up (hidden 64 each; o's input is 4 x 16)
+    # and down (128); torchtune keeps the attention input and the MLP input once and the down input once, 2 bytes
+    # each (o's input is the attention kernel's output, kept already); both keep each adapter's rank-8 output
+    per_token_peft = 4 * (64 * 6 + 128) + 4 * 8 * 7
+    per_token_tune = 2 * (64 + 64 + 128) + 2 * 8 * 7
+    diff = peft.breakdown_bytes["activations"] - tune.breakdown_bytes["activations"]
+    assert diff == 2 * TOKENS * (per_token_peft - per_token_tune)
+
+
+def test_torchtune_nf4_layers_keep_no_input() -> None:
+    unset, _ = both(LLAMA, method="qlora")
+    tune = predict_vram(parse_training_spec({"model": {"name": "tiny", "config": LLAMA}, "method": "qlora",
+                                             "framework": "torchtune"}),
+                        architecture_from_config(LLAMA, "tiny"), lookup_gpu("A100-80GB"))
+    assert unset.breakdown_bytes["activations"] > tune.breakdown_bytes["activations"]

@@ -14,10 +14,11 @@ from predictors.evaluation import Evaluation
 
 REPO = Path(__file__).resolve().parents[2]
 
-# measured 2026-11-26: the 40 named rows 36.3 % / 90.9 % (v1 specs) -> 7.7 % / 26.5 %; all 193 dev rows
-# 11.5 % / 42.3 % -> 8.7 % / 27.0 %, no source's median above 20 % but S12 (torchtitan's float8, 25.6 %)
-NAMED_MEDIAN_LIMIT, NAMED_P90_LIMIT = 0.078, 0.266
-ALL_MEDIAN_LIMIT, ALL_P90_LIMIT = 0.088, 0.271
+# measured 2026-11-26: the 52 named rows (all torchtune rows with framework torchtune) 33.7 % / 91.5 % (v1 specs) ->
+# 8.4 % / 32.5 %; all 193 dev rows 11.5 % / 42.3 % -> 8.7 % / 26.7 %, no source's median above 20 % but S12
+# (torchtitan's float8, 25.6 %)
+NAMED_MEDIAN_LIMIT, NAMED_P90_LIMIT = 0.085, 0.326
+ALL_MEDIAN_LIMIT, ALL_P90_LIMIT = 0.088, 0.268
 
 
 def _bench() -> ModuleType:
@@ -33,7 +34,7 @@ def test_stated_settings_improve_the_rows_that_state_them(dev_runs_path: Path) -
     v1, stated, ids = bench.both(dev_runs_path)
     named_v1 = Evaluation([r for r in v1.results if r.run.id in ids]).summary()
     named = Evaluation([r for r in stated.results if r.run.id in ids]).summary()
-    assert named["n"] == len(ids) == 40
+    assert named["n"] == len(ids) == 52
     assert named["median_ape"] <= NAMED_MEDIAN_LIMIT and named["p90_ape"] <= NAMED_P90_LIMIT, named
     assert named["median_ape"] < named_v1["median_ape"] / 4
     whole = stated.summary()
