@@ -30,6 +30,7 @@ from predictors.architecture import (
     FUSED_MODULES,
     MLP_ROLES,
     Architecture,
+    LinearGroup,
     saved_module_params,
 )
 from predictors.errors import SpecError
@@ -702,6 +703,22 @@ def _largest_trainable_matrix(arch: Architecture, lora: LoraSpec | None, saved: 
     return float(max(adapters + list(saved.values()), default=0))
 
 
+def _adapters_per_block(arch: Architecture, lora: LoraSpec) -> list[tuple[LinearGroup, float]]:
+    """The adapted linear groups of the blocks (not the output head), each with its adapters per block and token: a
+    routed expert's adapter only sees the tokens routed to it, top-k of the layer's experts per token (Mixtral /
+    Qwen-MoE / DeepSeek-MoE route each token to num_experts_per_tok experts; HF MixtralSparseMoeBlock gathers each
+    expert's tokens)."""
+    out = []
+    for g in arch.lora_groups(lora.target_modules):
+        if g.role == "lm_head":
+            continue
+        per_layer = g.count / max(arch.num_layers + arch.num_encoder_layers, 1)
+        if g.expert and arch.num_experts:
+            per_layer *= arch.num_experts_per_tok / arch.num_experts
+        out.append((g, per_layer))
+    return out
+
+
 def _torchtune_lora_activations(arch: Architecture, lora: LoraSpec, e: int, width: float) -> float:
     """Bytes per token and block that torchtune's LoRA adapters keep (torchtune/modules/peft/lora.py LoRALinear):
     ``lora_a(dropout(x))`` keeps its input in the model's dtype, no cast. Without dropout (an identity) the adapters
@@ -709,12 +726,7 @@ def _torchtune_lora_activations(arch: Architecture, lora: LoraSpec, e: int, widt
     the gated product for down; o_proj's input is the attention kernel's output, which the block keeps already.
     With dropout each adapter keeps its own dropped copy and mask. ``lora_b`` keeps the rank-r intermediate."""
     roles: dict[str, float] = {}
-    for g in arch.lora_groups(lora.target_modules):
-        if g.role == "lm_head":
-            continue
-        per_layer = g.count / max(arch.num_layers + arch.num_encoder_layers, 1)
-        if g.expert and arch.num_experts:
-            per_layer *= arch.num_experts_per_tok / arch.num_experts
+    for g, per_layer in _adapters_per_block(arch, lora):
         for role in FUSED_MODULES.get(g.role, (g.role,)):
             roles[role] = max(roles.get(role, 0.0), per_layer)
     total = sum(per_layer * e * lora.rank for per_layer in roles.values())
@@ -849,15 +861,7 @@ def _activations(
     if lora is not None and spec.framework == "torchtune":
         lora_extra = _torchtune_lora_activations(arch, lora, e, width)
     elif lora is not None:
-        for g in arch.lora_groups(lora.target_modules):
-            if g.role == "lm_head":
-                continue
-            per_layer = g.count / max(arch.num_layers + arch.num_encoder_layers, 1)
-            if g.expert and arch.num_experts:
-                # a routed expert's adapter only sees the tokens routed to it: top-k of the layer's experts per
-                # token, not all of them (Mixtral / Qwen-MoE / DeepSeek-MoE route each token to
-                # num_experts_per_tok experts; HF MixtralSparseMoeBlock gathers each expert's tokens)
-                per_layer *= arch.num_experts_per_tok / arch.num_experts
+        for g, per_layer in _adapters_per_block(arch, lora):
             # PEFT casts each adapter's input to the adapter's dtype (Linear.forward, _cast_input_dtype): fp32
             # adapters (its default) on a 16-bit model keep a 4-byte copy of the input per adapter, after dropout
             # (+ its 1-byte mask); under autocast with an fp32 model, or FSDP casting the adapters to 16 bits,
