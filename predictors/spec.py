@@ -383,7 +383,7 @@ class TrainingSpec(BaseModel):
             raise ValueError(
                 f"fused_optimizer applies to {', '.join(FUSABLE_OPTIMIZERS)} (PyTorch's fused kernels); optimizer "
                 f"{self.optimizer} runs its own kernels. To fix: drop fused_optimizer")
-        if self.cross_entropy is not None and self.task in ("seq-classification", "token-classification"):
+        if self.cross_entropy not in (None, "full") and self.task in ("seq-classification", "token-classification"):
             raise ValueError(
                 f"cross_entropy applies to the vocabulary-sized loss of causal-lm and masked-lm; task {self.task} "
                 "has a classifier head. To fix: drop cross_entropy")
