@@ -295,14 +295,6 @@ class TrainingSpec(BaseModel):
                 "model then assumes what the published runs of many frameworks fit), or use one of those two")
         return name
 
-    @field_validator("optimizer_in_backward", "activation_offloading", "torch_compile", "fused_optimizer",
-                     mode="before")
-    @classmethod
-    def _extension_bool(cls, value: Any) -> Any:
-        if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
-            return value.strip().lower() in ("true", "yes", "on", "1")
-        return value
-
     @field_validator("cross_entropy", mode="before")
     @classmethod
     def _cross_entropy_alias(cls, value: Any) -> Any:

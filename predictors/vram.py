@@ -1052,9 +1052,9 @@ def _logits(spec: TrainingSpec, arch: Architecture, e: int, lay: _Layout) -> flo
 
 def _fused_loss_bytes(spec: TrainingSpec, arch: Architecture, e: int, lay: _Layout) -> float:
     """cross_entropy fused-linear: the head input's gradient (tokens x hidden) and one chunk of logits."""
-    tokens = spec.micro_batch_size * (decoder_tokens(spec) if arch.is_encoder_decoder else spec.seq_len) / lay.cp
-    hidden = arch.hidden_size
     vocab = arch.vocab_size / lay.tp
+    tokens = _logit_elements(spec, arch, lay) / vocab  # the micro-batch's scored tokens on this GPU
+    hidden = arch.hidden_size
     inc_factor = max(math.ceil(vocab / hidden), 1)
     chunk_tokens = min(2 ** math.ceil(math.log2(max(math.ceil(tokens / inc_factor), 1))), tokens)
     return tokens * hidden * e + chunk_tokens * vocab * e

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from predictors.spec import FUSABLE_OPTIMIZERS
 from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load, substitute_within
 
 
@@ -785,7 +786,7 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     if name is not None and (note := optimizer_note(name.value, name.source)) is not None:
         notes.append(note)
     if name is not None and str(name.value).strip().lower().endswith("_fused") and "fused_optimizer" not in out \
-            and out.get("optimizer") is not None and out["optimizer"].value in ("adamw", "sgd", "sgd-momentum"):
+            and out.get("optimizer") is not None and out["optimizer"].value in FUSABLE_OPTIMIZERS:
         # adamw_torch_fused (transformers' default optim with torch >= 2.8), adamw_apex_fused: one fused kernel
         out["fused_optimizer"] = Setting(True, name.source, name.where)
     accumulates = str(out["grad_accum_steps"].value).strip() not in ("1", "") if "grad_accum_steps" in out else False
@@ -1392,7 +1393,7 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
         if rule is not None and (converted := rule[1](value)) is not None:
             out[rule[0]] = Setting(converted, source, where)
     fused, optimizer = out.get("fused_optimizer"), out.get("optimizer")
-    if fused is not None and optimizer is not None and optimizer.value not in ("adamw", "sgd", "sgd-momentum"):
+    if fused is not None and optimizer is not None and optimizer.value not in FUSABLE_OPTIMIZERS:
         del out["fused_optimizer"]  # the config's fused: True belongs to the torch optimizer an override replaced
     if "model.lora_attn_modules" in lora_parts:
         # torchtune's LoRA builders: adapters on the named attention projections, on the MLP's three projections
