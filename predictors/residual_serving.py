@@ -25,6 +25,7 @@ from predictors.architecture import Architecture
 from predictors.features import (
     CATEGORICAL_MASK,
     CATEGORIES,
+    MONOTONIC_CST,
     VramCase,
     device_feature_matrix,
     feature_matrix,
@@ -50,6 +51,14 @@ _CATEGORY_SIZES = np.asarray([len(vocab) for vocab in CATEGORIES.values()], dtyp
 _CATEGORY_OFFSETS = np.concatenate(([0], np.cumsum(_CATEGORY_SIZES)[:-1]))
 _ONE_HOT_WIDTH = int(_CATEGORY_SIZES.sum())
 _EXPANSION_LIMIT = 1e100  # standardized values beyond this take the element-wise distance (no inf - inf)
+# The numeric features that grow (+1) or shrink (-1) with the tokens of a micro-batch (features.NUMERIC's
+# monotonic constraints), as positions among the numeric columns. In a model fitted with a token-monotone
+# distance (``token_monotone_distance_``) they count only on the side where the spec has *more* tokens than a
+# training case: a job with fewer tokens than its neighbours is no farther from them for it, so the bound's
+# widening, and with it the bound, never falls as micro_batch_size or seq_len grow.
+_TOKEN_SIGNS = np.asarray([MONOTONIC_CST[c] for c in _NUMERIC_COLUMNS], dtype=np.float64)
+_TOKEN_COLUMNS = np.flatnonzero(_TOKEN_SIGNS != 0)
+_TOKEN_COLUMN_SIGNS = _TOKEN_SIGNS[_TOKEN_COLUMNS]
 # the runtime features: the numeric ones come first (runtime_features), then the one-hot columns
 _N_NUMERIC = len(RUNTIME_NUMERIC)
 
@@ -191,6 +200,8 @@ class VramServing(ConformalServing):
     numeric_scale_: np.ndarray
     train_numeric_: np.ndarray
     train_codes_: np.ndarray
+    # models saved before the token-monotone distance existed keep the symmetric one they were calibrated with
+    token_monotone_distance_: bool = False
 
     def _standardize(self, features: np.ndarray) -> np.ndarray:
         z = (features[:, _NUMERIC_COLUMNS] - self.numeric_mean_) / self.numeric_scale_
@@ -206,6 +217,9 @@ class VramServing(ConformalServing):
         rows, for which numpy's per-call cost dominates, hence the few calls. Rows with a missing numeric value
         (NaN: standardized to 0), a code outside its vocabulary (NaN: matches nothing, as ``NaN != x``) or a
         value so far out that its square overflows take the element-wise form, which handles them.
+
+        With ``token_monotone_distance_`` the token features (``_TOKEN_COLUMNS``) are left out of the products
+        (zero in both operands) and add ``max(0, sign * (z - t))^2`` each, element by element.
         """
         table = _distance_table(self)
         if table is None:  # a model of another feature layout: element by element
@@ -216,16 +230,35 @@ class VramServing(ConformalServing):
         # NaN fails every comparison; a code must be a whole index into its vocabulary
         if (np.abs(z).max(initial=0.0) <= _EXPANSION_LIMIT and codes.min(initial=0.0) >= 0
                 and (codes < _CATEGORY_SIZES).all() and (codes == np.floor(codes)).all()):
-            return self._expanded_sq_distance(z, codes, table, train_rows)
+            if not self.token_monotone_distance_:
+                return self._expanded_sq_distance(z, codes, table, train_rows)
+            sq = self._expanded_sq_distance(_without_token_columns(z), codes, table, train_rows)
+            return sq + self._token_sq_distance(z, train_rows)
         # some rows cannot take the product: each row the form it takes alone (so the same numbers as alone)
         clean = ((np.abs(z) <= _EXPANSION_LIMIT).all(axis=1)
                  & ((codes >= 0) & (codes < _CATEGORY_SIZES) & (codes == np.floor(codes))).all(axis=1))
         n_train = table[2].size if train_rows is None else table[2][train_rows].size
         out = np.empty((features.shape[0], n_train))
         if clean.any():
-            out[clean] = self._expanded_sq_distance(z[clean], codes[clean], table, train_rows)
+            z_clean = z[clean]
+            if self.token_monotone_distance_:
+                out[clean] = (self._expanded_sq_distance(_without_token_columns(z_clean), codes[clean], table,
+                                                         train_rows)
+                              + self._token_sq_distance(z_clean, train_rows))
+            else:
+                out[clean] = self._expanded_sq_distance(z_clean, codes[clean], table, train_rows)
         out[~clean] = self._elementwise_sq_distance(features[~clean], train_rows)
         return out
+
+    def _token_sq_distance(self, z: np.ndarray, train_rows: np.ndarray | None) -> np.ndarray:
+        """The token features' one-sided part of the squared distance: ``sum max(0, sign * (z - t))^2`` over
+        ``_TOKEN_COLUMNS`` (standardized ``z``; rows x selected training cases)."""
+        train_t = self.train_numeric_[:, _TOKEN_COLUMNS]
+        if train_rows is not None:
+            train_t = train_t[train_rows]
+        excess = (z[:, None, _TOKEN_COLUMNS] - train_t[None, :, :]) * _TOKEN_COLUMN_SIGNS
+        np.maximum(excess, 0.0, out=excess)
+        return (excess * excess).sum(axis=2)
 
     def _expanded_sq_distance(self, z: np.ndarray, codes: np.ndarray,
                               table: tuple[np.ndarray, np.ndarray, np.ndarray],
@@ -258,7 +291,10 @@ class VramServing(ConformalServing):
         # row-major operands: the sum over the last axis then runs in one order per row, whatever the batch
         train_z = np.ascontiguousarray(train_z)
         codes = features[:, _CATEGORICAL_COLUMNS]
-        sq = ((z[:, None, :] - train_z[None, :, :]) ** 2).sum(axis=2)
+        diff = z[:, None, :] - train_z[None, :, :]
+        if self.token_monotone_distance_:  # the token features on their one side only
+            diff[:, :, _TOKEN_COLUMNS] = np.maximum(diff[:, :, _TOKEN_COLUMNS] * _TOKEN_COLUMN_SIGNS, 0.0)
+        sq = (diff ** 2).sum(axis=2)
         return sq + (codes[:, None, :] != train_c[None, :, :]).sum(axis=2)
 
     def log_correction(self, X: Sequence[VramCase] | np.ndarray) -> np.ndarray:
@@ -374,7 +410,7 @@ class RuntimeServing(ConformalServing):
         return point, lower
 
 
-_TABLES: dict[int, tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]] = {}
+_TABLES: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]] = {}
 
 
 def _distance_table(model: VramServing) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -382,9 +418,12 @@ def _distance_table(model: VramServing) -> tuple[np.ndarray, np.ndarray, np.ndar
     the distance's products (memoised per fitted model); ``None`` when a training code is outside its
     vocabulary or the layout is not this code's (numeric columns first, then the categorical ones)."""
     train_z, train_c = model.train_numeric_, model.train_codes_
-    hit = _TABLES.get(id(train_z))
+    monotone = bool(getattr(model, "token_monotone_distance_", False))
+    key = (id(train_z), monotone)
+    hit = _TABLES.get(key)
     if hit is not None and hit[0] is train_z and hit[1] is train_c:
         return hit[2]
+    operand = _without_token_columns(train_z) if monotone and train_z.ndim == 2 else train_z
     table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     layout = (bool(np.array_equal(_NUMERIC_COLUMNS, np.arange(_N_VRAM_NUMERIC)))
               and train_c.ndim == 2 and train_c.shape[1] == len(_CATEGORY_SIZES)
@@ -392,12 +431,19 @@ def _distance_table(model: VramServing) -> tuple[np.ndarray, np.ndarray, np.ndar
     if layout and bool(((train_c >= 0) & (train_c < _CATEGORY_SIZES) & (train_c == np.round(train_c))).all()):
         one_hot = np.zeros((train_c.shape[0], _ONE_HOT_WIDTH))
         one_hot[np.arange(train_c.shape[0])[:, None], (_CATEGORY_OFFSETS + train_c).astype(np.intp)] = 1.0
-        table = (np.ascontiguousarray(train_z.T), np.ascontiguousarray(one_hot.T),
-                 (train_z * train_z).sum(axis=1) + train_c.shape[1])
+        table = (np.ascontiguousarray(operand.T), np.ascontiguousarray(one_hot.T),
+                 (operand * operand).sum(axis=1) + train_c.shape[1])
     if len(_TABLES) > 16:
         _TABLES.clear()
-    _TABLES[id(train_z)] = (train_z, train_c, table)
+    _TABLES[key] = (train_z, train_c, table)
     return table
+
+
+def _without_token_columns(z: np.ndarray) -> np.ndarray:
+    """A copy of standardized numeric rows ``z`` with the token features set to 0 (out of a product)."""
+    out = z.copy()
+    out[:, _TOKEN_COLUMNS] = 0.0
+    return out
 
 
 def scale_features(features: np.ndarray, scaling: dict[str, np.ndarray], clip: bool = True) -> np.ndarray:
@@ -689,6 +735,8 @@ def serving_state(model: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]] | 
         value = getattr(model, name)
         params[name] = ({str(k): float(v) for k, v in value.items()} if isinstance(value, dict)
                         else int(value) if name in ("n_neighbors", "n_features_in_") else float(value))
+    if kind == "vram" and getattr(model, "token_monotone_distance_", False):
+        params["token_monotone_distance_"] = True  # absent (older files): the symmetric distance
     site = {name: {str(k): float(v) for k, v in (getattr(model, name, None) or {}).items()} for name in _SITE_SCALARS}
     if any(site.values()):
         params.update(site, serving_format_version=SITE_FORMAT_VERSION)
@@ -709,6 +757,11 @@ def served_model(params: dict[str, Any], arrays: dict[str, np.ndarray]) -> Serve
         if name not in params:
             raise ValueError(f"{name} is missing")
         setattr(model, name, params[name])
+    if kind == "vram":
+        monotone = params.get("token_monotone_distance_", False)
+        if not isinstance(monotone, bool):
+            raise ValueError(f"token_monotone_distance_ must be true or false; got {monotone!r}")
+        model.token_monotone_distance_ = monotone
     for name in _SITE_SCALARS:
         value = params.get(name, {})
         if not isinstance(value, dict) or not all(isinstance(v, int | float) for v in value.values()):

@@ -636,27 +636,27 @@ def predict_vram_without_gpu(
         notes.append("torch_compile: fused norms and gated activation keep their inputs only")
     b_total = sum(backward_phase.values())
     s_total = sum(step_phase.values())
+    # What the caching allocator holds at each phase's high-water mark: block rounding and fragmentation of the
+    # phase's tensors, plus the blocks it still caches from the phase before.
+    b_reserved = b_total + _allocator_overhead(
+        b_total, act + logits + quant_work + gathered + amp_copies + in_backward_step) + cached_other_phase
+    # The caching allocator still holds the blocks of the backward's logits (vocab-sized, the largest transient
+    # tensors, which the optimizer step's parameter-shaped tensors do not fill) when the optimizer step peaks:
+    # on vramfit's H200 rows (predictors/data/measured/H200.jsonl) full fine-tuning with an optimizer-step peak
+    # reserved 0.4-7.7 GiB above allocated, the most with large vocabularies (Qwen 152k, Gemma-3 262k);
+    # counting the logits took their reserved median error from 7.0 % to 5.3 % and the dev set's `unknown`
+    # (reserved) rows from 16.7 % to 13.8 %.
+    s_reserved = (s_total + _allocator_overhead(s_total, step_tmp + grads * 0.5) + cached_logits) if step_phase else 0.0
     if b_total >= s_total:
         phase, comps = "backward", backward_phase
-        transient = act + logits + quant_work + gathered + amp_copies + in_backward_step
-        overhead_extra = cached_other_phase
     else:
         phase, comps = "optimizer_step", step_phase
-        transient = step_tmp + grads * 0.5
-        overhead_extra = 0.0
     allocated = sum(comps.values())
-    static = allocated - transient
-    overhead = (_ALLOC_STATIC_FRACTION * static + _ALLOC_TRANSIENT_FRACTION * transient + _ALLOC_FIXED_BYTES
-                + overhead_extra)
-    if phase == "optimizer_step":
-        # The caching allocator still holds the blocks of the backward's logits (vocab-sized, the largest transient
-        # tensors, which the optimizer step's parameter-shaped tensors do not fill) when the optimizer step peaks:
-        # on vramfit's H200 rows (predictors/data/measured/H200.jsonl) full fine-tuning with an optimizer-step peak
-        # reserved 0.4-7.7 GiB above allocated, the most with large vocabularies (Qwen 152k, Gemma-3 262k);
-        # counting the logits took their reserved median error from 7.0 % to 5.3 % and the dev set's `unknown`
-        # (reserved) rows from 16.7 % to 13.8 %.
-        overhead += cached_logits
-    reserved = allocated + overhead
+    # The allocator returns nothing to the device between the phases of a step, so the reserved peak is the larger
+    # of the two phases' (not the one of the phase with more live tensors): without this a batch just large enough
+    # to move the allocated peak into backward could reserve less than a smaller batch did.
+    reserved = max(b_reserved, s_reserved)
+    overhead = reserved - allocated
 
     nccl = _NCCL_BYTES if n_gpus > 1 else 0.0
 
@@ -691,6 +691,13 @@ def predict_vram_without_gpu(
         gpus=n_gpus,
         notes=tuple(notes),
     )
+
+
+def _allocator_overhead(allocated: float, transient: float) -> float:
+    """What the caching allocator reserves beyond ``allocated`` live bytes, ``transient`` of them short-lived:
+    block rounding of the resident tensors, fragmentation of the transient ones, and its fixed pools."""
+    return (_ALLOC_STATIC_FRACTION * (allocated - transient) + _ALLOC_TRANSIENT_FRACTION * transient
+            + _ALLOC_FIXED_BYTES)
 
 
 def _largest_trainable_matrix(arch: Architecture, lora: LoraSpec | None, saved: dict[str, float]) -> float:

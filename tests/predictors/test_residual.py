@@ -227,11 +227,13 @@ def test_evaluate_cv_source_output(runs_subset: RunsSubset, capsys: pytest.Captu
 # 2026-11-26 (PEFT adapters' own input copies, cached logits at an optimizer-step peak, a tied head's gradient):
 # 11.7 % / 42.3 %, coverage 94.8 % at a median slack of 52.6 % (2026-11-25: 13.0 % / 41.2 %, 94.8 % at 51.8 %);
 # with the GELU and soft-capping terms (the S15 T5 and S07 Gemma 2 rows moved): slack 54.6 %; with transformers'
-# Adafactor stepping one parameter at a time (S17-306 +13.5 % -> -7.8 %): 11.4 % / 42.3 %, 94.8 % at 53.4 %
+# Adafactor stepping one parameter at a time (S17-306 +13.5 % -> -7.8 %): 11.4 % / 42.3 %, 94.8 % at 53.4 %;
+# session 17 (the token features one-sided in the bound's distance; the reserved peak the larger phase's):
+# 11.5 % / 41.9 %, 94.8 % at 52.9 %
 LOSO_MEDIAN_APE = 0.115
-LOSO_P90_APE = 0.423
+LOSO_P90_APE = 0.419
 LOSO_COVERAGE = 0.948
-LOSO_MEDIAN_SLACK = 0.535
+LOSO_MEDIAN_SLACK = 0.529
 
 
 def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[TrainingRow]) -> None:

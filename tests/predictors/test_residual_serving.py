@@ -14,6 +14,7 @@ import pytest
 from sklearn.neighbors import KNeighborsRegressor
 
 from predictors import persistence
+from predictors.features import FEATURE_NAMES, NUMERIC
 from predictors.reference import parse_runs
 from predictors.residual import ResidualVramRegressor
 from predictors.residual_serving import (
@@ -275,14 +276,26 @@ def test_distance_by_matrix_product_equals_the_element_wise_distance() -> None:
     features[0, _NUMERIC_COLUMNS] = m.train_numeric_[7] * m.numeric_scale_ + m.numeric_mean_  # a training case
     features[0, _CATEGORICAL_COLUMNS] = m.train_codes_[7]
 
+    assert m.token_monotone_distance_  # the shipped model counts the token features on one side only
+    signs = [NUMERIC[name] for name in FEATURE_NAMES if name in NUMERIC]  # the numeric columns' monotonic signs
+
     def element_wise(rows: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
-        """The squared distance, element by element."""
+        """The squared distance, element by element, in plain Python loops: ``(z - t)^2`` per numeric feature,
+        ``max(0, sign * (z - t))^2`` for a token feature (monotonic sign +1 or -1), plus the mismatches."""
         z = m._standardize(rows)
         train_z, train_c = m.train_numeric_, m.train_codes_
         if train_rows is not None:
             train_z, train_c = train_z[train_rows], train_c[train_rows]
         c = rows[:, _CATEGORICAL_COLUMNS]
-        return ((z[:, None, :] - train_z[None]) ** 2).sum(axis=2) + (c[:, None, :] != train_c[None]).sum(axis=2)
+        out = np.empty((len(rows), len(train_z)))
+        for i in range(len(rows)):
+            for j in range(len(train_z)):
+                total = 0.0
+                for k, sign in enumerate(signs):
+                    d = float(z[i, k] - train_z[j, k])
+                    total += (d if sign == 0 else max(0.0, sign * d)) ** 2
+                out[i, j] = total + float(np.sum(c[i] != train_c[j]))
+        return out
 
     # the expansion |z|^2 + |t|^2 - 2 z.t rounds at ~1e-14 of the squared distances (a few units)
     np.testing.assert_allclose(m._pairwise_sq_distance(features), element_wise(features), rtol=0, atol=1e-9)
