@@ -252,13 +252,18 @@ class VramServing(ConformalServing):
 
     def _token_sq_distance(self, z: np.ndarray, train_rows: np.ndarray | None) -> np.ndarray:
         """The token features' one-sided part of the squared distance: ``sum max(0, sign * (z - t))^2`` over
-        ``_TOKEN_COLUMNS`` (standardized ``z``; rows x selected training cases)."""
-        train_t = self.train_numeric_[:, _TOKEN_COLUMNS]
+        ``_TOKEN_COLUMNS`` (standardized ``z``; rows x selected training cases). The training side is kept signed
+        and transposed (token features x cases, :func:`_signed_token_table`) so that each pass runs along the
+        cases."""
+        signed_t = _signed_token_table(self.train_numeric_)
         if train_rows is not None:
-            train_t = train_t[train_rows]
-        excess = (z[:, None, _TOKEN_COLUMNS] - train_t[None, :, :]) * _TOKEN_COLUMN_SIGNS
+            signed_t = signed_t[:, train_rows]
+        excess = (z[:, _TOKEN_COLUMNS] * _TOKEN_COLUMN_SIGNS)[:, :, None] - signed_t[None, :, :]
         np.maximum(excess, 0.0, out=excess)
-        return (excess * excess).sum(axis=2)
+        excess *= excess
+        # a reduction over the middle axis adds the token features' slices one after another, whatever the number
+        # of rows: each row's sums are the ones it gets alone
+        return excess.sum(axis=1)
 
     def _expanded_sq_distance(self, z: np.ndarray, codes: np.ndarray,
                               table: tuple[np.ndarray, np.ndarray, np.ndarray],
@@ -439,11 +444,28 @@ def _distance_table(model: VramServing) -> tuple[np.ndarray, np.ndarray, np.ndar
     return table
 
 
+_KEEP_NON_TOKEN = np.where(_TOKEN_SIGNS != 0, 0.0, 1.0)  # 0 at the token features, 1 elsewhere
+
+
 def _without_token_columns(z: np.ndarray) -> np.ndarray:
-    """A copy of standardized numeric rows ``z`` with the token features set to 0 (out of a product)."""
-    out = z.copy()
-    out[:, _TOKEN_COLUMNS] = 0.0
-    return out
+    """Standardized numeric rows ``z`` with the token features set to 0 (out of a product), as a new array."""
+    return z * _KEEP_NON_TOKEN
+
+
+_SIGNED_TOKEN_TABLES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _signed_token_table(train_z: np.ndarray) -> np.ndarray:
+    """``sign * t`` of the training cases' token features, token features x cases, contiguous (memoised per
+    fitted model, like :func:`_distance_table`)."""
+    hit = _SIGNED_TOKEN_TABLES.get(id(train_z))
+    if hit is not None and hit[0] is train_z:
+        return hit[1]
+    table = np.ascontiguousarray((train_z[:, _TOKEN_COLUMNS] * _TOKEN_COLUMN_SIGNS).T)
+    if len(_SIGNED_TOKEN_TABLES) > 16:
+        _SIGNED_TOKEN_TABLES.clear()
+    _SIGNED_TOKEN_TABLES[id(train_z)] = (train_z, table)
+    return table
 
 
 def scale_features(features: np.ndarray, scaling: dict[str, np.ndarray], clip: bool = True) -> np.ndarray:
