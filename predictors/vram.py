@@ -21,7 +21,7 @@ Sources for the constants are given where they are defined.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from predictors.architecture import (
@@ -282,7 +282,32 @@ def predict_vram_without_gpu(
     """All of :func:`predict_vram` but the GPU type's part: ``cuda_context`` is 0 until :func:`on_gpu`.
 
     Nothing else depends on the GPU, so placement computes this once per GPU count for all pools.
+
+    With pipeline parallelism the two ends of the pipeline are predicted apart: the first stage holds
+    ``pipeline_parallel`` micro-batches of activations in flight and no logits, the last one micro-batch and the
+    head's logits (also cached by the allocator at an optimizer-step peak). The most loaded GPU is the end whose
+    device peak is higher, every level and the breakdown taken from that one end.
     """
+    if spec.pipeline_parallel <= 1:
+        return _predict_stage(spec, arch, gpus, params_override, last_stage=False)
+    first = _predict_stage(spec, arch, gpus, params_override, last_stage=False)
+    last = _predict_stage(spec, arch, gpus, params_override, last_stage=True)
+    if last.peak_vram_bytes > first.peak_vram_bytes:
+        return replace(last, notes=(*last.notes, f"pipeline: the last stage (the head's logits) peaks higher than "
+                                    f"the first ({spec.pipeline_parallel} micro-batches in flight)"))
+    return replace(first, notes=(*first.notes, f"pipeline: the first stage ({spec.pipeline_parallel} micro-batches "
+                                 "in flight) peaks at least as high as the last (the head's logits)"))
+
+
+def _predict_stage(
+    spec: TrainingSpec,
+    arch: Architecture,
+    gpus: int | None,
+    params_override: int | None,
+    last_stage: bool,
+) -> VramPrediction:
+    """:func:`predict_vram_without_gpu` of the first pipeline stage, or with ``last_stage`` of the last one
+    (without pipeline parallelism the one stage is both: ``last_stage`` False)."""
     model_parallel = spec.model_parallel()
     n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else model_parallel)
     if n_gpus < 1 or n_gpus % model_parallel:
@@ -495,11 +520,10 @@ def predict_vram_without_gpu(
     cached_logits = logits  # what the allocator still holds of them at an optimizer-step peak
     cached_other_phase = 0.0  # what it still holds of the backward phase that is not the peak
     if lay.pp > 1:
-        # the first stage holds pp micro-batches of activations, the last stage one micro-batch and the
-        # logits: the most loaded GPU is whichever end holds more (not both at once)
-        last = _activations(spec, arch, e, mixed, lay, first_stage=False).total + logits
-        if last > act:
-            act, logits = last - logits, logits
+        # the first stage holds pp micro-batches of activations and no logits, the last stage one micro-batch and
+        # the logits (predict_vram_without_gpu predicts both ends and keeps the more loaded)
+        if last_stage:
+            act = _activations(spec, arch, e, mixed, lay, first_stage=False).total
         else:
             logits = 0.0
         cached_logits = logits
