@@ -42,7 +42,7 @@ fi
 GROUPS_IN_ORDER=(open-switches open-switches-fused-adamw open-switches-lora
                  lora-targets scaled-layers small-full micro-batch seq-attention optimizers qlora
                  open-ckpt-logits open-qlora-inputs open-phi-gelu configs scaled-layers-lora scaled-layers-gemma2
-                 gpt2-full)
+                 gpt2-full open-switches-layered)
 only=()
 for g in "${GROUPS_IN_ORDER[@]}"; do only+=(--only "$g"); done
 left=$((BUDGET_SECONDS - (SECONDS - start)))

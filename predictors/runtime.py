@@ -33,6 +33,7 @@ and CPU offload transfers and the CPU optimizer step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
@@ -254,6 +255,19 @@ def _attention_forward_flops(arch: Architecture, seq_len: int, decoder_ratio: fl
     return per_key * per_input_token
 
 
+
+def recomputed_fraction(spec: TrainingSpec, arch: Architecture) -> float:
+    """Share of the blocks whose forward runs again in backward: all of them under full gradient checkpointing,
+    ``ceil(blocks / n) / blocks`` when only every n-th block is checkpointed (``checkpoint_every_n_layers``), none
+    otherwise (selective checkpointing recomputes the attention core only: :func:`flops_per_token`)."""
+    if spec.gradient_checkpointing != "full":
+        return 0.0
+    every = spec.checkpoint_every_n_layers or 1
+    blocks = arch.num_layers + arch.num_encoder_layers
+    if every == 1 or blocks <= 0:
+        return 1.0
+    return math.ceil(blocks / every) / blocks
+
 def flops_per_token(spec: TrainingSpec, arch: Architecture) -> FlopsPerToken:
     """Training FLOPs per token (forward, backward, recomputation) for the whole model."""
     ratio = _decoder_ratio(spec, arch)
@@ -278,7 +292,7 @@ def flops_per_token(spec: TrainingSpec, arch: Architecture) -> FlopsPerToken:
         backward = 2.0 * linear + 2.0 * attention
     forward = linear + adapter + attention
     if spec.gradient_checkpointing == "full":
-        recompute = forward
+        recompute = forward * recomputed_fraction(spec, arch)
     elif spec.gradient_checkpointing == "selective":
         recompute = attention
     else:
@@ -358,8 +372,8 @@ def _lora_elementwise_bytes_per_token(spec: TrainingSpec, arch: Architecture) ->
     for g in arch.lora_groups(lora.target_modules):
         rows = _rows_per_token(arch, g, ratio)
         total += rows * (in_bytes * g.in_features + _LORA_OUT_BYTES * g.out_features)
-    if spec.gradient_checkpointing == "full":  # the forward half again
-        total *= 1.0 + 0.5
+    if spec.gradient_checkpointing == "full":  # the forward half again, for the checkpointed blocks
+        total *= 1.0 + 0.5 * recomputed_fraction(spec, arch)
     return total
 
 
@@ -410,7 +424,7 @@ def _context_parallel_ring_seconds(spec: TrainingSpec, arch: Architecture, gpu: 
     transfer_s = 2.0 * arch.num_kv_heads * arch.head_dim / tp * local_tokens * weight_bytes * layers / cp_link
     attention_s = (local_tokens * _attention_forward_flops(arch, spec.seq_len, _decoder_ratio(spec, arch)) / cp
                    / (tp * pp) / flops_per_second)
-    forward_equivalents = 1.0 + 2.0 + (1.0 if spec.gradient_checkpointing == "full" else 0.0)
+    forward_equivalents = 1.0 + 2.0 + recomputed_fraction(spec, arch)
     steps = (cp - 1) * forward_equivalents
     return steps * max(transfer_s - attention_s, 0.0), steps * min(transfer_s, attention_s)
 
@@ -456,7 +470,7 @@ def predict_runtime(
     params_gpu = arch.params_total * scale / model_parallel
     # weight reads per micro-batch: forward, backward dX, backward dW (+ the recomputed forward); frozen weights
     # (LoRA/QLoRA bases) have no dW pass, so they are read in the forward and the dX pass only
-    passes = (3.0 if spec.method == "full" else 2.0) + (1.0 if spec.gradient_checkpointing == "full" else 0.0)
+    passes = (3.0 if spec.method == "full" else 2.0) + recomputed_fraction(spec, arch)
     bandwidth = gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization
     memory_floor_s = params_gpu * weight_bytes * passes / bandwidth
     micro_s = max(compute_s, memory_floor_s)
@@ -465,7 +479,7 @@ def predict_runtime(
     dequant_s = 0.0
     if spec.method == "qlora":
         quantizable = arch.quantizable_params() * scale / model_parallel
-        dequant_passes = 2.0 + (1.0 if spec.gradient_checkpointing == "full" else 0.0)
+        dequant_passes = 2.0 + recomputed_fraction(spec, arch)
         # read the stored codes, write the 16-bit copy the GEMM then reads
         code_bytes = _QUANT_CODE_BYTES.get(spec.resolved_quantization or "nf4-dq", 0.5)
         dequant_bytes = quantizable * (code_bytes + 2.0 + 2.0) * dequant_passes
@@ -485,7 +499,7 @@ def predict_runtime(
     if spec.attention == "eager":
         score_elements = (tokens_micro / cp) * arch.num_attention_heads * spec.seq_len / cp \
             * (arch.num_layers + arch.num_encoder_layers) / (tp * pp)
-        bytes_per_score = _EAGER_SCORE_BYTES * (1.5 if spec.gradient_checkpointing == "full" else 1.0)
+        bytes_per_score = _EAGER_SCORE_BYTES * (1.0 + 0.5 * recomputed_fraction(spec, arch))
         eager_scores_s = score_elements * bytes_per_score / (
             gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization)
     micro_s += eager_scores_s
@@ -498,7 +512,7 @@ def predict_runtime(
     if spec.framework == "transformers" and not spec.torch_compile:
         per_token = (table.eager_elementwise_bytes_per_hidden * arch.hidden_size
                      + table.eager_elementwise_bytes_per_mlp_width * _mlp_width(arch))
-        ew_passes = 3.0 + (1.0 if spec.gradient_checkpointing == "full" else 0.0)
+        ew_passes = 3.0 + recomputed_fraction(spec, arch)
         elementwise_s = (tokens_micro / cp * per_token * ew_passes
                          * (arch.num_layers + arch.num_encoder_layers) / (tp * pp)
                          / (gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization))
@@ -507,7 +521,7 @@ def predict_runtime(
     # the host: eager PyTorch issues every kernel from Python; a micro-batch cannot run faster than the host
     # walks the layers (forward, backward, and the recomputed forward under full checkpointing). On small
     # micro-batches this, not the GPU, sets the step time.
-    passes_host = 2.0 + (1.0 if spec.gradient_checkpointing == "full" else 0.0)
+    passes_host = 2.0 + recomputed_fraction(spec, arch)
     layers_gpu = (arch.num_layers + arch.num_encoder_layers) / pp
     host_step_s = n_micro * layers_gpu * passes_host * _host_seconds_per_layer_pass(spec, arch, table)
     if host_step_s > compute_step_s:

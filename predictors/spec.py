@@ -271,6 +271,13 @@ class TrainingSpec(BaseModel):
         None, description="vramfit extension: full (default) | chunked (torchtune CEWithChunkedOutputLoss) | "
                           "fused-linear (Liger FusedLinearCrossEntropy, Cut Cross-Entropy)"
     )
+    checkpoint_every_n_layers: PositiveCount | None = Field(
+        None, description="vramfit extension: with gradient_checkpointing full, only every n-th block is "
+                          "checkpointed and the others keep all their activations (transformers "
+                          "activation_checkpointing_kwargs every_n_layers; 1 or unset: every block). With "
+                          "activation_offloading only the checkpointed blocks' inputs go to CPU memory (transformers' "
+                          "offload)"
+    )
 
     @field_validator("gradient_checkpointing", mode="before")
     @classmethod
@@ -375,6 +382,11 @@ class TrainingSpec(BaseModel):
             raise ValueError(
                 f"fused_optimizer applies to {', '.join(FUSABLE_OPTIMIZERS)} (PyTorch's fused kernels); optimizer "
                 f"{self.optimizer} runs its own kernels. To fix: drop fused_optimizer")
+        if (self.checkpoint_every_n_layers or 1) > 1 and self.gradient_checkpointing != "full":
+            raise ValueError(
+                f"checkpoint_every_n_layers applies to full gradient checkpointing (every n-th block checkpointed, "
+                f"the others keeping their activations); gradient_checkpointing is {self.gradient_checkpointing}. "
+                "To fix: set gradient_checkpointing: full, or drop checkpoint_every_n_layers")
         if self.cross_entropy not in (None, "full") and self.task in ("seq-classification", "token-classification"):
             raise ValueError(
                 f"cross_entropy applies to the vocabulary-sized loss of causal-lm and masked-lm; task {self.task} "

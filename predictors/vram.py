@@ -572,7 +572,9 @@ def _predict_stage(
     if mixed and lay.sharding in ("none", "ddp") and e == 2:
         body = 0.0 if method == "qlora" else linear_body * layer_frac
         if spec.gradient_checkpointing == "full":
-            body /= max(per_stage_layers, 1)
+            # the block being recomputed, plus the blocks left unchecked by checkpoint_every_n_layers
+            kept_blocks = per_stage_layers - math.ceil(per_stage_layers / (spec.checkpoint_every_n_layers or 1)) + 1
+            body *= kept_blocks / max(per_stage_layers, 1)
         head = arch.vocab_size * arch.hidden_size if spec.task in ("causal-lm", "masked-lm") else 0
         amp_copies = (body + head) * scale / lay.tp * e
 
@@ -644,6 +646,11 @@ def _predict_stage(
         step_phase = {}
         notes.append("optimizer_in_backward: each gradient is freed when its parameter is updated in backward; no "
                      "optimizer-step peak")
+    if (spec.checkpoint_every_n_layers or 1) > 1 and spec.gradient_checkpointing == "full":
+        blocks = math.ceil(arch.num_layers / lay.pp) + arch.num_encoder_layers
+        notes.append(f"checkpoint_every_n_layers {spec.checkpoint_every_n_layers}: "
+                     f"{math.ceil(blocks / spec.checkpoint_every_n_layers)} of {blocks} blocks checkpointed, the "
+                     "others keep all their activations")
     if spec.activation_offloading:
         notes.append(f"activation_offloading: saved activations wait in CPU memory; {_OFFLOADED_BLOCKS_ON_GPU} "
                      "blocks' worth are on the GPU in backward")
@@ -941,6 +948,8 @@ def _activations(
 
     ckpt = spec.gradient_checkpointing
     recompute = 0.0  # held once, whatever the number of micro-batches in flight
+    uncheckpointed = 0.0  # blocks that checkpoint_every_n_layers leaves unchecked: neither recomputed nor offloaded
+    offloadable_blocks = layers + enc_layers
     if ckpt == "full":
         # each block keeps only its input; the block being recomputed holds its full activations and
         # the gradient of its output while backward runs through it
@@ -951,6 +960,14 @@ def _activations(
         recompute = biggest + 2 * e * h / lay.tp
         if spec.framework == "transformers":
             recompute += _CKPT_BACKWARD_WIDTH_GRADIENTS * e * width / lay.tp
+        every = spec.checkpoint_every_n_layers or 1
+        if every > 1:
+            # only blocks 0, n, 2n, ... are checkpointed (transformers' _set_gradient_checkpointing: layer index % n
+            # == 0); the others keep what a block keeps without checkpointing
+            blocks = layers + enc_layers
+            offloadable_blocks = math.ceil(blocks / every)
+            uncheckpointed = (1.0 - offloadable_blocks / blocks) * stack
+            act_per_token *= offloadable_blocks / blocks
     elif ckpt == "selective":
         # recompute the cheap element-wise ops; keep matmul inputs/outputs (Korthikanti et al. 2022). The attention
         # core (scores, softmax, dropout: their 5as/h term) is always among what is recomputed, so eager attention's
@@ -962,15 +979,16 @@ def _activations(
     in_flight = lay.pp
     if spec.activation_offloading:
         # the saved activations go to CPU memory block by block; backward brings one block back and prefetches the
-        # next (micro-batches in flight on a pipeline stage are offloaded alike)
-        act_per_token = min(act_per_token, _OFFLOADED_BLOCKS_ON_GPU * act_per_token / max(layers + enc_layers, 1))
+        # next (micro-batches in flight on a pipeline stage are offloaded alike). With checkpoint_every_n_layers
+        # only the checkpointed blocks' inputs go (transformers' offload wraps the checkpoint call in save_on_cpu).
+        act_per_token = min(act_per_token, _OFFLOADED_BLOCKS_ON_GPU * act_per_token / max(offloadable_blocks, 1))
         in_flight = 1
     if lay.pp > 1 and first_stage:
         # the first stage ends at a block boundary: no final norm; its input is the next stage's
-        return _Activations(act_per_token * in_flight * tokens, recompute * tokens)
+        return _Activations((act_per_token * in_flight + uncheckpointed * lay.pp) * tokens, recompute * tokens)
     # final norm: its input and fp32 copy (sequence-parallel shards under tensor parallelism; compiled, the input)
     fp32_copy = 4 * h if spec.task != "seq-classification" and not spec.torch_compile else 0
-    act_per_token += (res_bytes * h + fp32_copy) / lay.tp
+    act_per_token += uncheckpointed + (res_bytes * h + fp32_copy) / lay.tp
     return _Activations(act_per_token * tokens, recompute * tokens)
 
 

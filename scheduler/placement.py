@@ -664,6 +664,8 @@ def _variants(spec: TrainingSpec) -> list[tuple[str, dict[str, Any]]]:
         out.append((f"precision: {half}", {"precision": half}))
     if spec.gradient_checkpointing != "full":
         out.append(("gradient_checkpointing: full", {"gradient_checkpointing": "full"}))
+    elif (spec.checkpoint_every_n_layers or 1) > 1:
+        out.append(("checkpoint every block (checkpoint_every_n_layers: 1)", {"checkpoint_every_n_layers": 1}))
     if spec.micro_batch_size > 1:
         accum = spec.grad_accum_steps * spec.micro_batch_size
         out.append((f"micro_batch_size: 1 with grad_accum_steps: {accum}",

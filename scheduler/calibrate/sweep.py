@@ -121,8 +121,9 @@ class SweepConfig:
         switches = "".join(f" {name}" for name in ("optimizer_in_backward", "fused_optimizer", "activation_offloading",
                                                    "torch_compile") if getattr(s, name))
         loss = f" ce={s.cross_entropy}" if s.cross_entropy not in (None, "full") else ""
+        every = f"/{s.checkpoint_every_n_layers}" if (s.checkpoint_every_n_layers or 1) > 1 else ""
         return (f"{s.model_name} {s.task} {s.method} {s.precision} {s.optimizer} mbs={s.micro_batch_size} "
-                f"seq={s.seq_len} ckpt={s.gradient_checkpointing} attn={s.attention}{switches}{loss}")
+                f"seq={s.seq_len} ckpt={s.gradient_checkpointing}{every} attn={s.attention}{switches}{loss}")
 
 
 def complete_spec_dict(spec: TrainingSpec) -> dict[str, Any]:

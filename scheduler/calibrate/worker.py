@@ -12,7 +12,9 @@ dtype; ``*-mixed``: fp32 weights and autocast), train full copies of ``lora.modu
 checkpointing, and run warm-up then measured optimizer steps, each of ``grad_accum_steps`` forward/backward passes
 on random token ids of shape (micro_batch_size, seq_len); ``optimizer_in_backward`` steps one optimizer per
 parameter in its gradient hook, ``cross_entropy`` chunked / fused-linear computes the loss as torchtune's chunked
-loss / Liger's fused kernel do (``activation_offloading`` and ``torch_compile`` are skipped). On CUDA it reports
+loss / Liger's fused kernel do, ``checkpoint_every_n_layers`` and ``activation_offloading`` (with full checkpointing)
+run through transformers' ``activation_checkpointing_enable(every_n_layers=..., offload=...)`` (transformers >= 5.24),
+and ``torch_compile`` is skipped. On CUDA it reports
 ``max_memory_allocated``/``max_memory_reserved`` since just before the first step (the weights are
 resident then, so they are in the peak) and the device peak from NVML; tokens/s comes from the measured
 steps only. A CUDA out-of-memory is an outcome (``oom``), not a failure.
@@ -26,6 +28,7 @@ import importlib
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -134,6 +137,20 @@ def lora_target_names(linear_names: Sequence[str], roles: Sequence[str]) -> tupl
     return targets, notes
 
 
+# transformers' PreTrainedModel.activation_checkpointing_enable(every_n_layers=..., offload=...): checkpoint every n-th
+# decoder block only, and keep the checkpointed inputs in pinned host memory (torch.autograd.graph.save_on_cpu); the
+# version this was read from (older ones have gradient_checkpointing_enable without either)
+LAYERED_CHECKPOINTING_TRANSFORMERS = (5, 24)
+
+
+def _has_layered_checkpointing(version: str | None) -> bool:
+    """Whether an installed transformers version has activation_checkpointing_enable's offload and every_n_layers."""
+    if not version:
+        return False
+    numbers = re.findall(r"\d+", version)[:2]
+    return len(numbers) == 2 and (int(numbers[0]), int(numbers[1])) >= LAYERED_CHECKPOINTING_TRANSFORMERS
+
+
 def skip_reason(spec: TrainingSpec, config: dict[str, Any], device_type: str,
                 installed: dict[str, str | None]) -> str | None:
     """Why this config cannot be measured here (None: it can). Pure: decided before importing torch."""
@@ -141,10 +158,18 @@ def skip_reason(spec: TrainingSpec, config: dict[str, Any], device_type: str,
         return "multi-GPU configs are not supported: the harness trains in one process on one device"
     if spec.resolved_sharding() not in ("none", "ddp") or spec.offload != "none":
         return "sharding and CPU offload are not supported by the harness"
-    unsupported = [name for name in ("activation_offloading", "torch_compile") if getattr(spec, name)]
-    if unsupported:
-        return (f"{', '.join(unsupported)}: not run by the harness (it trains eagerly and keeps saved activations on "
-                "the GPU)")
+    if spec.torch_compile:
+        return "torch_compile: not run by the harness (it trains eagerly)"
+    layered = (spec.checkpoint_every_n_layers or 1) > 1
+    if (spec.activation_offloading or layered) and not _has_layered_checkpointing(installed.get("transformers")):
+        return ("activation_offloading and checkpoint_every_n_layers need transformers >= "
+                f"{'.'.join(map(str, LAYERED_CHECKPOINTING_TRANSFORMERS))} (activation_checkpointing_enable's offload "
+                "and every_n_layers); pip install -U transformers")
+    if spec.activation_offloading and device_type != "cuda":
+        return "activation_offloading pins host memory for the offloaded inputs: measured on CUDA only"
+    if spec.activation_offloading and spec.gradient_checkpointing != "full":
+        return ("activation_offloading is run through transformers' offload, which moves the inputs of checkpointed "
+                "blocks only: use gradient_checkpointing full")
     if spec.optimizer_in_backward and spec.precision.startswith("16"):
         return "optimizer_in_backward with 16-mixed: loss scaling needs every gradient before the step"
     if spec.cross_entropy in ("chunked", "fused-linear") and spec.task != "causal-lm":
@@ -548,6 +573,26 @@ def _train(torch: Any, spec: TrainingSpec, model: Any, optimizer: Any | None, ba
     return durations_seconds, loss, micro_batches
 
 
+def _enable_checkpointing(model: Any, spec: TrainingSpec) -> list[str]:
+    """Full activation checkpointing as transformers' Trainer turns it on (non-reentrant), every n-th block only
+    with ``checkpoint_every_n_layers`` and the checkpointed inputs in host memory with ``activation_offloading``;
+    notes for the row."""
+    kwargs = {"use_reentrant": False}
+    every = spec.checkpoint_every_n_layers or 1
+    if not hasattr(model, "activation_checkpointing_enable"):  # transformers before the rename
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        return []
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, every_n_layers=every,
+                                          offload=bool(spec.activation_offloading))
+    notes = []
+    if every > 1:
+        notes.append(f"checkpoint_every_n_layers {every}: activation_checkpointing_enable(every_n_layers={every})")
+    if spec.activation_offloading:
+        notes.append("activation_offloading: activation_checkpointing_enable(offload=True), the checkpointed inputs "
+                     "in pinned host memory")
+    return notes
+
+
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Measure one config. Never raises for a bad config: failures are outcomes in the result."""
     started = time.monotonic()
@@ -573,7 +618,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     try:
         model = _build_model(torch, transformers, spec, config, device, job.get("scratch_dir"))
         if spec.gradient_checkpointing == "full":
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            result["notes"] += _enable_checkpointing(model, spec)
         if spec.method in ("lora", "qlora"):
             model, lora_notes = _apply_lora(torch, model, spec)
             result["notes"] += lora_notes

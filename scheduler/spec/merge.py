@@ -411,6 +411,14 @@ def _merge(stages: Sequence[Settings], notes: list[str]) -> tuple[Settings, dict
             f"({method.source if method else 'default'})"
         )
         del merged[key]
+    every = merged.get("checkpoint_every_n_layers")
+    checkpointing = merged.get("gradient_checkpointing")
+    if every is not None and not (checkpointing is not None and str(checkpointing.value).strip().lower() in
+                                  ("true", "full")):
+        # transformers reads activation_checkpointing_kwargs only when activation checkpointing is on
+        notes.append(f"checkpoint_every_n_layers from {every.source} ignored: gradient checkpointing is off "
+                     f"({checkpointing.source if checkpointing else 'default'})")
+        del merged["checkpoint_every_n_layers"]
     return merged, {k: s.source for k, s in merged.items()}
 
 

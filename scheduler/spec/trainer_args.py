@@ -164,6 +164,19 @@ def _positive(value: Any) -> Any:
         return value
 
 
+def _json_mapping(value: Any) -> Any:
+    """A mapping as given (YAML) or written as a JSON object (a command-line flag); ``None`` for anything else."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return None
+        return parsed if isinstance(parsed, dict) else None
+    return None
+
+
 def _offloading(value: Any) -> Any:
     """axolotl's ``activation_offloading`` also takes ``legacy`` and ``disk`` (offloaded either way)."""
     if str(value).strip().lower() in ("legacy", "disk"):
@@ -266,6 +279,12 @@ KEYS: dict[str, tuple[str, Convert]] = {
         ("cross_entropy", lambda v: "fused-linear" if to_bool(v) is True else None),
     ),
     **dict.fromkeys(("activation_offloading", "enable_activation_offloading"), ("activation_offloading", _offloading)),
+    # transformers >= 5.24 activation_checkpointing_kwargs (gradient_checkpointing_kwargs, its deprecated alias): a
+    # JSON object whose every_n_layers checkpoints every n-th block only and whose offload keeps the checkpointed
+    # inputs in pinned host memory (PreTrainedModel.activation_checkpointing_enable); other keys (use_reentrant) are
+    # passed to torch.utils.checkpoint and change no memory vramfit models
+    **dict.fromkeys(("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"),
+                    ("_checkpointing_kwargs", _json_mapping)),
     "task_type": (
         "task",
         lambda v: {
@@ -298,6 +317,13 @@ def read_pairs(pairs: Iterable[tuple[str, Any, str]], where: str) -> dict[str, S
         raw[canon] = Setting(converted, source, where)
         if canon == "optimizer":  # the name as written, for :func:`optimizer_note`
             raw["_optimizer_name"] = Setting(value, source, where)
+    kwargs = raw.pop("_checkpointing_kwargs", None)
+    if kwargs is not None:
+        every = kwargs.value.get("every_n_layers")
+        if every is not None and every != "":
+            raw["checkpoint_every_n_layers"] = Setting(every, f"{kwargs.source} every_n_layers", where)
+        if to_bool(kwargs.value.get("offload")) is True and "activation_offloading" not in raw:
+            raw["activation_offloading"] = Setting(True, f"{kwargs.source} offload", where)
     args, name = raw.get("_optim_args"), raw.get("_optimizer_name")
     if args is not None and name is not None and str(name.value).strip().lower() == "sgd" and \
             _sgd_momentum(args.value):

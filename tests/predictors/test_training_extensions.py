@@ -55,7 +55,11 @@ def test_fields_aliases_and_v1_serialization() -> None:
     ({"cross_entropy": "chunked", "task": "seq-classification"}, ["classifier head", "drop cross_entropy"]),
     ({"cross_entropy": "sampled"}, ["spec.cross_entropy", "full, chunked, fused-linear"]),
     ({"torch_compile": "maybe"}, ["spec.torch_compile"]),
-], ids=["accumulation", "pipeline", "deepspeed", "classifier", "unknown-loss", "not-a-bool"])
+    ({"checkpoint_every_n_layers": 2, "gradient_checkpointing": "selective"},
+     ["checkpoint_every_n_layers applies to full gradient checkpointing", "gradient_checkpointing is selective"]),
+    ({"checkpoint_every_n_layers": 0, "gradient_checkpointing": "full"}, ["spec.checkpoint_every_n_layers"]),
+], ids=["accumulation", "pipeline", "deepspeed", "classifier", "unknown-loss", "not-a-bool", "every-n-selective",
+        "every-n-zero"])
 def test_inconsistent_switches_are_input_errors(fields: dict[str, Any], parts: list[str]) -> None:
     with pytest.raises(SpecError) as err:
         parse_training_spec({"model": "gpt2", **fields})
@@ -134,6 +138,67 @@ def test_activation_offloading_without_checkpointing_keeps_two_whole_blocks() ->
     final_norm = (2 * 64 + 4 * 64) * TOKENS  # the final norm's input and fp32 copy stay
     blocks = base.breakdown_bytes["activations"] - final_norm
     assert off.breakdown_bytes["activations"] - final_norm == blocks * 2 // 8
+
+
+def test_checkpointing_every_nth_block_mixes_checkpointed_and_whole_blocks() -> None:
+    """Activations are linear in the number c of checkpointed blocks: c block inputs plus L - c whole blocks (plus the
+    final norm and the recomputed block, the same for every c). At c = L (n = 1) they are full checkpointing's, and
+    the line extended to c = 0 is no checkpointing's plus the recomputed block. Autocast's 16-bit weight copies are
+    kept by the L - c unchecked blocks and the one being recomputed."""
+    deep = {**LLAMA, "num_hidden_layers": 8}
+
+    def acts(**fields: Any) -> int:
+        return vram(deep, precision="bf16-true", **fields).breakdown_bytes["activations"]
+
+    full, none = acts(gradient_checkpointing="full"), acts()
+    by_count = {8 // n if 8 % n == 0 else -(-8 // n): acts(gradient_checkpointing="full", checkpoint_every_n_layers=n)
+                for n in (1, 2, 3, 8)}  # n = 3: blocks 0, 3 and 6
+    assert sorted(by_count) == [1, 3, 4, 8] and by_count[8] == full
+    slope = (by_count[8] - by_count[4]) / 4  # per checkpointed block: its input minus a whole block (negative)
+    for count, value in by_count.items():
+        assert value == pytest.approx(by_count[8] - slope * (8 - count), abs=2)
+    recomputed_block = by_count[8] - 8 * slope - none
+    assert 0 < recomputed_block < (none - full)  # one block's worth, less than what checkpointing saves
+    mixed = vram(deep, precision="bf16-mixed", gradient_checkpointing="full", checkpoint_every_n_layers=2)
+    every = vram(deep, precision="bf16-mixed", gradient_checkpointing="full")
+    # 4 of 8 blocks unchecked + 1 recomputed = 5 blocks of copies against 1
+    body_copies = every.breakdown_bytes["autocast_weight_copies"]
+    head = 1000 * 64 * 2
+    assert mixed.breakdown_bytes["autocast_weight_copies"] - head == 5 * (body_copies - head)
+    assert any("4 of 8 blocks checkpointed" in n for n in mixed.notes)
+
+
+def test_offloading_with_every_nth_block_moves_only_the_checkpointed_inputs() -> None:
+    """transformers' offload wraps the checkpoint call in save_on_cpu: the unchecked blocks keep their activations on
+    the GPU, the checkpointed blocks' inputs go to host memory (2 blocks' worth stay)."""
+    deep = {**LLAMA, "num_hidden_layers": 8}
+    kept = vram(deep, precision="bf16-true", gradient_checkpointing="full", checkpoint_every_n_layers=2)
+    off = vram(deep, precision="bf16-true", gradient_checkpointing="full", checkpoint_every_n_layers=2,
+               activation_offloading=True)
+    # 4 checkpointed inputs (2 bytes x hidden 64 per token) on the GPU, then 2
+    assert kept.breakdown_bytes["activations"] - off.breakdown_bytes["activations"] == 2 * 2 * 64 * TOKENS
+
+
+def test_every_nth_block_recomputes_that_share_of_the_forward() -> None:
+    config = {**LLAMA, "num_hidden_layers": 8}
+    arch = architecture_from_config(config, "tiny")
+    gpu = lookup_gpu("H100-80GB")
+
+    def run(**fields: Any) -> Any:
+        spec = parse_training_spec({"model": {"name": "tiny", "config": config}, "train_tokens": 1e9, **fields})
+        return predict_runtime(spec, arch, gpu)
+
+    from predictors.runtime import flops_per_token, recomputed_fraction
+    spec = parse_training_spec({"model": {"name": "tiny", "config": config}, "gradient_checkpointing": "full",
+                                "checkpoint_every_n_layers": 3})
+    assert recomputed_fraction(spec, arch) == 3 / 8  # blocks 0, 3, 6
+    full = flops_per_token(parse_training_spec({"model": {"name": "tiny", "config": config},
+                                                "gradient_checkpointing": "full"}), arch)
+    assert flops_per_token(spec, arch).recompute == pytest.approx(full.recompute * 3 / 8)
+    none, every, all_blocks = (run().step_time_seconds,
+                               run(gradient_checkpointing="full", checkpoint_every_n_layers=3).step_time_seconds,
+                               run(gradient_checkpointing="full").step_time_seconds)
+    assert none < every < all_blocks
 
 
 def test_torch_compile_keeps_the_inputs_of_the_fused_norm_and_gated_activation() -> None:
@@ -234,7 +299,15 @@ M = "meta-llama/Llama-3.1-8B"
      {"optimizer": "adamw", "fused_optimizer": True}),
     (["tune", "run", "full_finetune_single_device", "--config", "./my_full.yaml", "optimizer.fused=True",
       "model._component_=torchtune.models.llama3_2.llama3_2_1b"], {"fused_optimizer": True}),
-], ids=["hf-trainer", "llamafactory", "axolotl", "adalomo", "adamw-fused", "torchtune-fused"])
+    (["accelerate", "launch", "train.py", "--model_name_or_path", M, "--activation_checkpointing",
+      "--activation_checkpointing_kwargs", '{"every_n_layers": 2, "offload": true, "use_reentrant": false}'],
+     {"gradient_checkpointing": "full", "checkpoint_every_n_layers": 2, "activation_offloading": True}),
+    (["bash", "-c", f"cat > /tmp/a.yml <<EOF\nbase_model: {M}\ngradient_checkpointing: true\n"
+                    "gradient_checkpointing_kwargs:\n  use_reentrant: false\n  every_n_layers: 4\nEOF\n"
+                    "axolotl train /tmp/a.yml"],
+     {"checkpoint_every_n_layers": 4}),
+], ids=["hf-trainer", "llamafactory", "axolotl", "adalomo", "adamw-fused", "torchtune-fused", "hf-every-n-offload",
+        "axolotl-every-n"])
 def test_trainer_settings_set_the_switches(argv: list[str], expected: dict[str, Any]) -> None:
     job = one_job(pod(argv))
     for name, value in expected.items():
@@ -302,3 +375,20 @@ def test_an_unknown_torchtune_config_keeps_the_defaults_and_says_so() -> None:
                        "model._component_=torchtune.models.llama3_2.llama3_2_1b"]))
     assert job.spec.micro_batch_size == 1 and job.spec.optimizer_in_backward is None
     assert any("is not read" in note for note in job.assumptions)
+
+
+def test_checkpointing_kwargs_without_checkpointing_are_ignored_with_a_note() -> None:
+    """transformers reads activation_checkpointing_kwargs only when checkpointing is on: a job that passes them
+    without it is not an error, and the kwargs that do not parse as a JSON object are ignored like unknown flags."""
+    job = one_job(pod(["python", "train.py", "--model_name_or_path", M, "--gradient_checkpointing_kwargs",
+                       '{"every_n_layers": 2}']))
+    assert job.spec.checkpoint_every_n_layers is None and job.spec.gradient_checkpointing == "none"
+    assert any("checkpoint_every_n_layers from flag --gradient_checkpointing_kwargs every_n_layers ignored" in a
+               for a in job.assumptions), job.assumptions
+    plain = one_job(pod(["python", "train.py", "--model_name_or_path", M, "--gradient_checkpointing",
+                         "--gradient_checkpointing_kwargs", "{not json"]))
+    assert plain.spec.gradient_checkpointing == "full" and plain.spec.checkpoint_every_n_layers is None
+    bad = scan(pod(["python", "train.py", "--model_name_or_path", M, "--gradient_checkpointing",
+                    "--activation_checkpointing_kwargs", '{"every_n_layers": 0}']))
+    assert not any(isinstance(o, ParsedJob) for o in bad)
+    assert "checkpoint_every_n_layers" in str(bad[0])

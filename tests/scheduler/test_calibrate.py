@@ -252,8 +252,15 @@ ALL_INSTALLED = {"bitsandbytes": "0.45", "flash_attn": "2.7", "torchao": "0.9"}
     ({"precision": "16-mixed"}, "cpu", {}, "CUDA"),
     ({"optimizer_in_backward": True, "cross_entropy": "chunked", "fused_optimizer": True}, "cpu", {}, None),
     ({"optimizer_in_backward": True, "precision": "16-mixed"}, "cuda", ALL_INSTALLED, "loss scaling"),
-    ({"torch_compile": True, "activation_offloading": True}, "cuda", ALL_INSTALLED,
-     "activation_offloading, torch_compile"),
+    ({"torch_compile": True}, "cuda", ALL_INSTALLED, "torch_compile"),
+    ({"activation_offloading": True, "gradient_checkpointing": "full"}, "cuda", {**ALL_INSTALLED,
+     "transformers": "5.17.0"}, "transformers >= 5.24"),
+    ({"checkpoint_every_n_layers": 2, "gradient_checkpointing": "full"}, "cuda", ALL_INSTALLED, "transformers >= 5.24"),
+    ({"activation_offloading": True}, "cuda", {**ALL_INSTALLED, "transformers": "5.24.0"}, "checkpointed blocks only"),
+    ({"activation_offloading": True, "checkpoint_every_n_layers": 3, "gradient_checkpointing": "full"}, "cuda",
+     {**ALL_INSTALLED, "transformers": "5.24.0"}, None),
+    ({"activation_offloading": True, "gradient_checkpointing": "full"}, "cpu", {"transformers": "5.24.0"}, "CUDA only"),
+    ({"checkpoint_every_n_layers": 2, "gradient_checkpointing": "full"}, "cpu", {"transformers": "6.0.0.dev0"}, None),
     ({"cross_entropy": "fused-linear"}, "cuda", ALL_INSTALLED, "liger-kernel"),
     ({"cross_entropy": "fused-linear"}, "cuda", {**ALL_INSTALLED, "liger_kernel": "0.6"}, None),
     ({"cross_entropy": "chunked", "task": "masked-lm"}, "cuda", ALL_INSTALLED, "causal-lm only"),
@@ -608,3 +615,30 @@ def test_worker_runs_the_switches_end_to_end_on_cpu() -> None:
     lora = {**spec, "method": "lora", "optimizer_in_backward": False}
     assert worker_module.run_job({"spec": lora, "device": "cpu", "warmup_steps": 1, "measured_steps": 1}
                                  )["outcome"] == "ok"
+
+
+def test_worker_checkpoints_every_nth_block_and_offloads_their_inputs_on_cpu() -> None:
+    """checkpoint_every_n_layers and activation_offloading run through transformers' activation_checkpointing_enable:
+    with n = 2 blocks 0 and 2 of 4 are checkpointed (the others not). A training step with every other block
+    checkpointed runs on the CPU; offload pins host memory, so its step is measured on CUDA only (a skip here)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    if not worker_module._has_layered_checkpointing(getattr(transformers, "__version__", None)):
+        pytest.skip("transformers without activation_checkpointing_enable(every_n_layers, offload)")
+    config = {**TINY_LLAMA, "num_hidden_layers": 4}
+    spec = parse_training_spec({"model": {"name": "t", "config": config}, "method": "full", "precision": "32-true",
+                                "micro_batch_size": 2, "seq_len": 32, "gradient_checkpointing": "full",
+                                "checkpoint_every_n_layers": 2, "activation_offloading": True})
+    model = worker_module.build_dense_model(torch, transformers, spec, config, torch.device("cpu"), torch.float32)
+    notes = worker_module._enable_checkpointing(model, spec)
+    assert [layer.gradient_checkpointing for layer in model.model.layers] == [True, False, True, False]
+    assert any("every_n_layers=2" in n for n in notes) and any("offload=True" in n for n in notes)
+    job_spec = {"model": {"name": "t", "config": config}, "method": "full", "precision": "32-true",
+                "micro_batch_size": 2, "seq_len": 32, "gradient_checkpointing": "full", "checkpoint_every_n_layers": 2}
+    result = worker_module.run_job({"spec": job_spec, "device": "cpu", "warmup_steps": 1, "measured_steps": 1})
+    assert result["outcome"] == "ok", result
+    assert any("every_n_layers=2" in n for n in result["notes"]), result["notes"]
+    offloaded = worker_module.run_job({"spec": {**job_spec, "activation_offloading": True}, "device": "cpu",
+                                       "warmup_steps": 1, "measured_steps": 1})
+    assert offloaded["outcome"] == "skipped" and "CUDA only" in offloaded["reason"], offloaded
