@@ -411,6 +411,16 @@ def _merge(stages: Sequence[Settings], notes: list[str]) -> tuple[Settings, dict
             f"({method.source if method else 'default'})"
         )
         del merged[key]
+    framework = merged.get("framework")
+    if (framework is not None and framework.value == "transformers" and "optimizer" not in merged
+            and "fused_optimizer" not in merged):
+        # TrainingArguments' default optim is adamw_torch_fused with torch >= 2.8 (transformers PR #37358, merged
+        # 2025-07; axolotl's default since its PR #2293): one fused kernel, no state-sized step temporary
+        merged["fused_optimizer"] = Setting(True, "transformers' default optim adamw_torch_fused (torch >= 2.8)",
+                                            framework.where)
+        notes.append("optimizer: the trainer's default, adamw_torch_fused with torch >= 2.8 (fused AdamW: no "
+                     "state-sized step temporary); an image with older torch or transformers runs the foreach "
+                     "AdamW, whose step holds one more state-sized buffer: pass --optim adamw_torch to predict that")
     every = merged.get("checkpoint_every_n_layers")
     checkpointing = merged.get("gradient_checkpointing")
     if every is not None and not (checkpointing is not None and str(checkpointing.value).strip().lower() in

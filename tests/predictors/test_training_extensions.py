@@ -392,3 +392,22 @@ def test_checkpointing_kwargs_without_checkpointing_are_ignored_with_a_note() ->
                     "--activation_checkpointing_kwargs", '{"every_n_layers": 0}']))
     assert not any(isinstance(o, ParsedJob) for o in bad)
     assert "checkpoint_every_n_layers" in str(bad[0])
+
+
+def test_hf_trainer_without_optim_gets_transformers_default_fused_adamw() -> None:
+    """TrainingArguments' default optim is adamw_torch_fused with torch >= 2.8: a Hugging Face job that names no
+    optimizer is predicted with the fused AdamW (no step temporary), said in a note; one that names adamw_torch (the
+    foreach implementation) or another optimizer is not, nor is a job vramfit does not know as transformers."""
+    default = one_job(pod(["accelerate", "launch", "train.py", "--model_name_or_path", M, "--bf16",
+                           "--per_device_train_batch_size", "2"]))
+    assert default.spec.framework == "transformers" and default.spec.fused_optimizer is True
+    assert "adamw_torch_fused" in default.provenance["fused_optimizer"]
+    assert any("--optim adamw_torch" in a for a in default.assumptions), default.assumptions
+    foreach = one_job(pod(["accelerate", "launch", "train.py", "--model_name_or_path", M, "--bf16",
+                           "--per_device_train_batch_size", "2", "--optim", "adamw_torch"]))
+    assert foreach.spec.fused_optimizer is None and foreach.spec.optimizer == "adamw"
+    eight_bit = one_job(pod(["python", "train.py", "--model_name_or_path", M, "--per_device_train_batch_size", "2",
+                             "--optim", "paged_adamw_8bit"]))
+    assert eight_bit.spec.fused_optimizer is None
+    tune = one_job(pod(["tune", "run", "full_finetune_single_device", "--config", "llama3_2/1B_full_single_device"]))
+    assert tune.spec.framework == "torchtune" and tune.spec.fused_optimizer is None  # its config's optimizer rules
