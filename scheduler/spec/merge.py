@@ -66,6 +66,10 @@ ENV_KEYS: dict[str, str] = {
     "FSDP_RESHARD_AFTER_FORWARD": "fsdp_reshard_after_forward",  # accelerate FSDP2 (fsdp_version 2)
     "FSDP_ACTIVATION_CHECKPOINTING": "fsdp_activation_checkpointing",
     "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "gradient_accumulation_steps",
+    "PARALLELISM_CONFIG_TP_SIZE": "parallelism_config_tp_size",  # accelerate ND parallelism (what its launcher sets)
+    "PARALLELISM_CONFIG_CP_SIZE": "parallelism_config_cp_size",
+    "PARALLELISM_CONFIG_SP_SIZE": "parallelism_config_sp_size",
+    "PARALLELISM_CONFIG_DP_SHARD_SIZE": "parallelism_config_dp_shard_size",
     # Not read by a library but by most training scripts; the last one set wins.
     "MODEL_NAME": "model_name_or_path",
     "BASE_MODEL": "model_name_or_path",

@@ -269,6 +269,13 @@ KEYS: dict[str, tuple[str, Convert]] = {
     ),
     **dict.fromkeys(("pipeline_parallel_size", "pipeline_model_parallel_size"), ("pipeline_parallel", _same)),
     "context_parallel_size": ("context_parallel", _same),
+    # accelerate >= 1.10 ND parallelism (accelerate launch --parallelism_config_tp_size/--..._cp_size, its config's
+    # parallelism_config section, PARALLELISM_CONFIG_* env; accelerate/parallelism_config.py). sp_size is DeepSpeed
+    # Ulysses sequence parallelism: each rank holds 1/sp of the sequence outside attention, read as context_parallel
+    "parallelism_config_tp_size": ("tensor_parallel", _same),
+    "parallelism_config_cp_size": ("context_parallel", _same),
+    "parallelism_config_sp_size": ("_sp_size", _same),
+    "parallelism_config_dp_shard_size": ("_dp_shard_size", _same),  # > 1: FSDP2 shards over those ranks
     # vramfit extensions: HF TrainingArguments --torch_compile / axolotl torch_compile; Liger's fused linear
     # cross-entropy (HF --use_liger_kernel, LLaMA-Factory enable_liger_kernel, axolotl
     # liger_fused_linear_cross_entropy) and Cut Cross-Entropy (axolotl cut_cross_entropy); activation offloading
@@ -317,6 +324,13 @@ def read_pairs(pairs: Iterable[tuple[str, Any, str]], where: str) -> dict[str, S
         raw[canon] = Setting(converted, source, where)
         if canon == "optimizer":  # the name as written, for :func:`optimizer_note`
             raw["_optimizer_name"] = Setting(value, source, where)
+    sequence = raw.pop("_sp_size", None)
+    if sequence is not None and str(sequence.value).strip() not in ("", "1") and "context_parallel" not in raw:
+        raw["context_parallel"] = Setting(sequence.value, f"{sequence.source} (DeepSpeed Ulysses sequence parallelism: "
+                                          "the sequence split over its ranks, read as context_parallel)", where)
+    shard = raw.pop("_dp_shard_size", None)
+    if shard is not None and str(shard.value).strip() not in ("", "0", "1") and "_use_fsdp" not in raw:
+        raw["_use_fsdp"] = Setting(True, f"{shard.source} (sharded data parallelism: FSDP)", where)
     kwargs = raw.pop("_checkpointing_kwargs", None)
     if kwargs is not None:
         every = kwargs.value.get("every_n_layers")
@@ -392,6 +406,9 @@ def read_accelerate_config(data: Mapping[str, Any], label: str, where: str) -> d
     nested = data.get(section) if section else None
     if isinstance(nested, dict):
         pairs += [(str(k), v, f"{label} key {section}.{k}") for k, v in nested.items() if v is not None]
+    parallelism = data.get("parallelism_config")  # its keys carry the parallelism_config_ prefix
+    if isinstance(parallelism, dict):
+        pairs += [(str(k), v, f"{label} key parallelism_config.{k}") for k, v in parallelism.items() if v is not None]
     return read_pairs(pairs, where)
 
 

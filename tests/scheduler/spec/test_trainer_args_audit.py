@@ -197,6 +197,41 @@ def test_accelerate_flags_override_the_config_file() -> None:
     assert (job.spec.sharding, job.spec.precision) == ("fsdp", "bf16-mixed")
 
 
+ACCEL_ND = """distributed_type: FSDP
+fsdp_config:
+  fsdp_version: 2
+mixed_precision: bf16
+num_processes: 8
+parallelism_config:
+  parallelism_config_dp_shard_size: 2
+  parallelism_config_tp_size: 2
+  parallelism_config_cp_size: 2
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        (["accelerate", "launch", "--parallelism_config_dp_shard_size", "2", "--parallelism_config_tp_size", "2",
+          "--parallelism_config_cp_size", "2", "train.py", "--model_name_or_path", M],
+         {}, ("fsdp", 2, 2, "flag --parallelism_config_cp_size")),
+        (_heredoc(ACCEL_ND, f"accelerate launch --config_file /etc/accel.yaml train.py --model_name_or_path {M}"),
+         {}, ("fsdp", 2, 2, "accelerate config /etc/accel.yaml key parallelism_config.parallelism_config_cp_size")),
+        (["accelerate", "launch", "train.py", "--model_name_or_path", M],
+         {"ACCELERATE_USE_PARALLELISM_CONFIG": "true", "PARALLELISM_CONFIG_DP_SHARD_SIZE": "4",
+          "PARALLELISM_CONFIG_SP_SIZE": "2"}, ("fsdp", 1, 2, "env PARALLELISM_CONFIG_SP_SIZE")),
+    ],
+    ids=["launch-flags", "config-file", "env-ulysses"],
+)
+def test_accelerate_nd_parallelism(argv: list[str], env: dict[str, str], expected: tuple[str, int, int, str]) -> None:
+    """accelerate's ParallelismConfig (dp_shard / tp / cp / sp sizes) from launcher flags, the config file's
+    parallelism_config section and the PARALLELISM_CONFIG_* env its launcher sets; DeepSpeed Ulysses sequence
+    parallelism (sp) is read as context parallelism."""
+    job = one_job(pod(argv, env, gpus=8))
+    sharding, tp, cp, cp_source = expected
+    assert (job.spec.sharding, job.spec.tensor_parallel, job.spec.context_parallel) == (sharding, tp, cp)
+    assert job.provenance["context_parallel"].startswith(cp_source), job.provenance
+
 # --- processes per pod vs GPUs per pod ---------------------------------------------------------------
 
 
