@@ -52,7 +52,7 @@ from predictors.architecture import (
 )
 from predictors.hardware import GpuSpec
 from predictors.spec import TrainingSpec
-from predictors.vram import decoder_tokens
+from predictors.vram import decoder_tokens, offloaded_activation_bytes
 
 
 class FamilyEfficiency(BaseModel):
@@ -153,7 +153,7 @@ class RuntimePrediction:
                     "context_parallel_exposed", "cpu_optimizer_step")
         parts = {name: c[name] for name in additive if c.get(name, 0.0) > 0}
         hidden = c.get("data_parallel_communication", 0.0) + c.get("offload_transfer", 0.0) \
-            - c.get("communication_exposed", 0.0)
+            + c.get("activation_offload_transfer", 0.0) - c.get("communication_exposed", 0.0)
         overlapped = {under: c[under]} if c[under] > 0 else {}
         if hidden > 1e-12:
             overlapped["communication_hidden"] = hidden
@@ -596,7 +596,14 @@ def predict_runtime(
         shard = gathered_bytes / (group if sharding in ("zero3", "fsdp") else 1)
         offload_transfer_s += n_micro * 2 * shard / pcie  # parameters up for forward and backward
 
-    overlappable = dp_comm_s + offload_transfer_s
+    # activation offloading: the saved activations go to host memory in the forward and come back in backward, on a
+    # side stream that compute hides (torchtune's OffloadActivations with use_streams, TRL's and axolotl's ports:
+    # S02's Llama-3.2-3B went from 7,309 to 7,301 tokens/s when it was switched on). transformers' offload copies on
+    # the compute stream, so its jobs take longer than this says.
+    activation_transfer_s = 0.0
+    if spec.activation_offloading:
+        activation_transfer_s = n_micro * 2 * offloaded_activation_bytes(spec, arch, n_gpus) / pcie
+    overlappable = dp_comm_s + offload_transfer_s + activation_transfer_s
     hidden = min(overlappable, table.communication_overlap * compute_step_s)
     exposed_s = overlappable - hidden
     cp_exposed_s, cp_hidden_s = _context_parallel_ring_seconds(spec, arch, gpu, link, table, tokens_micro,
@@ -629,6 +636,7 @@ def predict_runtime(
         "data_parallel_communication": dp_comm_s,
         "tensor_parallel_communication": tp_comm_s,
         "offload_transfer": offload_transfer_s,
+        "activation_offload_transfer": activation_transfer_s,
         "cpu_optimizer_step": cpu_step_s,
         "communication_exposed": exposed_s,
         "context_parallel_exposed": cp_exposed_s,

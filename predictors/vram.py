@@ -731,6 +731,20 @@ def _allocator_overhead(allocated: float, transient: float) -> float:
             + _ALLOC_FIXED_BYTES)
 
 
+def offloaded_activation_bytes(spec: TrainingSpec, arch: Architecture, gpus: int) -> float:
+    """Bytes of saved activations that ``activation_offloading`` moves to host memory per micro-batch on the most
+    loaded GPU (each goes down in the forward and comes back in backward); 0 without it."""
+    if not spec.activation_offloading:
+        return 0.0
+    arch = arch.for_task(spec.task)
+    lay = _layout(spec, gpus)
+    e = _compute_bytes(spec.precision)
+    mixed = spec.precision.endswith("mixed")
+    kept = _activations(spec, arch, e, mixed, lay).total
+    whole = _activations(spec.model_copy(update={"activation_offloading": False}), arch, e, mixed, lay).total
+    return max(whole - kept, 0.0)
+
+
 def _largest_trainable_matrix(arch: Architecture, lora: LoraSpec | None, saved: dict[str, float]) -> float:
     """Elements of the largest parameter an optimizer steps: a weight matrix or the embedding in full fine-tuning;
     an adapter's A or B (or a saved module's full copy) with LoRA."""
