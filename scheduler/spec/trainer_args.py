@@ -222,7 +222,8 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "mixed_precision": ("_mixed", _same),
     **dict.fromkeys(("torch_dtype", "dtype"), ("_dtype", _same)),
     **dict.fromkeys(("optim", "optimizer"), ("optimizer", optimizer_name)),
-    "optim_args": ("_optim_args", _same),  # HF TrainingArguments.optim_args, e.g. "momentum=0.9"
+    "optim_args": ("_optim_args", _same),
+    "auto_find_batch_size": ("_auto_batch", to_bool),  # HF TrainingArguments.optim_args, e.g. "momentum=0.9"
     **dict.fromkeys(("lora_r", "lora_rank"), ("lora.rank", _same)),
     "lora_alpha": ("lora.alpha", _same),
     "lora_dropout": ("lora.dropout", _same),
@@ -817,6 +818,13 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
         # the runtime model takes fp32 matmuls at the CUDA cores' peak, PyTorch's default (allow_tf32 False)
         notes.append(f"TF32 matmuls ({tf32.source}): a 32-true job's runtime is predicted without them (at the "
                      "fp32 peak), an over-estimate of up to 8x on Ampere and later; bf16/fp16 jobs are unaffected")
+    auto_batch = raw.get("_auto_batch")
+    if auto_batch is not None and auto_batch.value is True:
+        # transformers' Trainer (accelerate find_executable_batch_size) halves the per-device batch after each CUDA
+        # out-of-memory error and retries, so a job too large for its GPU still runs, with a smaller batch
+        notes.append(f"auto_find_batch_size ({auto_batch.source}): the trainer halves micro_batch_size after an "
+                     "out-of-memory error and retries; the prediction is for the batch the job states, the most it "
+                     "can use")
     dora = raw.get("_dora")
     if dora is not None and dora.value is True and out.get("method") is not None and \
             out["method"].value in ("lora", "qlora"):

@@ -441,3 +441,10 @@ def test_activation_offloading_transfers_are_priced_and_hidden_under_compute_whe
     assert everything.step_time_seconds > eager.step_time_seconds
     assert offloaded_activation_bytes(spec.model_copy(update={"activation_offloading": None}),
                                       resolved.architecture, 1) == 0.0
+
+
+def test_auto_find_batch_size_is_noted() -> None:
+    job = one_job(pod(["python", "train.py", "--model_name_or_path", M, "--per_device_train_batch_size", "16",
+                       "--auto_find_batch_size"]))
+    assert job.spec.micro_batch_size == 16
+    assert any("auto_find_batch_size (flag --auto_find_batch_size)" in a for a in job.assumptions), job.assumptions
