@@ -347,9 +347,10 @@ def _predict_stage(
     embed = arch.embedding_params
     other = arch.norm_params + arch.other_params
     if lay.pp > 1:
-        # first stage: embedding + its layers; last: head; take the larger end (head for big vocab)
+        # first stage: the embedding and its blocks; last stage: its blocks and the output head (a tied head is the
+        # embedding's copy there)
         head_end = lm_head_params if lm_head_params else embed
-        stage_params = (linear_body + other) * layer_frac + max(embed, head_end)
+        stage_params = (linear_body + other) * layer_frac + (head_end if last_stage else embed)
         notes.append(f"pipeline stage of {per_stage_layers} layers")
     else:
         stage_params = linear_body + other + embed + lm_head_params
@@ -379,7 +380,10 @@ def _predict_stage(
     # PEFT modules_to_save: full trainable copies of the embedding / output head (vocab x hidden each) beside the
     # frozen originals; on different pipeline stages, the larger end counts; tensor parallel splits the vocab
     saved = saved_module_params(arch, lora.modules_to_save if lora is not None else [])
-    saved_gpu = (max(saved.values(), default=0) if lay.pp > 1 else sum(saved.values())) * scale / lay.tp
+    if lay.pp > 1:  # the embedding's copy on the first stage, the head's on the last
+        saved_gpu = saved.get("lm_head" if last_stage else "embed_tokens", 0) * scale / lay.tp
+    else:
+        saved_gpu = sum(saved.values()) * scale / lay.tp
     trainable_total += sum(saved.values()) * scale
 
     # ---- dtypes ------------------------------------------------------------------------------
@@ -550,7 +554,7 @@ def _predict_stage(
     # torchtune's tied Llama 3.2 rows (S01/S02), which step the optimizer inside backward and free each gradient at
     # once (optimizer_in_bwd), what the spec cannot express.
     head_params = lm_head_params or (arch.vocab_size * arch.hidden_size if arch.tie_word_embeddings else 0)
-    if method == "full" and spec.task in ("causal-lm", "masked-lm") and head_params:
+    if method == "full" and spec.task in ("causal-lm", "masked-lm") and head_params and (lay.pp == 1 or last_stage):
         head_grad = head_params * scale / lay.tp * grad_bytes / (dp if shard_grads else 1)
 
     # QLoRA dequantizes one weight matrix at a time into the compute dtype (bitsandbytes matmul_4bit)
@@ -575,7 +579,8 @@ def _predict_stage(
             # the block being recomputed, plus the blocks left unchecked by checkpoint_every_n_layers
             kept_blocks = per_stage_layers - math.ceil(per_stage_layers / (spec.checkpoint_every_n_layers or 1)) + 1
             body *= kept_blocks / max(per_stage_layers, 1)
-        head = arch.vocab_size * arch.hidden_size if spec.task in ("causal-lm", "masked-lm") else 0
+        head = arch.vocab_size * arch.hidden_size if spec.task in ("causal-lm", "masked-lm") and (
+            lay.pp == 1 or last_stage) else 0
         amp_copies = (body + head) * scale / lay.tp * e
 
     # optimizer-step temporaries: torch.optim's foreach AdamW allocates one state-sized buffer

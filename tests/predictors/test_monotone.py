@@ -135,3 +135,31 @@ def test_pipeline_keeps_the_more_loaded_end_for_every_level() -> None:
     assert long.peak_phase == "backward"
     assert any(n.startswith("pipeline: the first stage") for n in long.notes), long.notes
     assert long.peak_vram_bytes > max(p[2] for p in peaks)
+
+
+def test_pipeline_ends_hold_their_own_embedding_and_head() -> None:
+    """The first stage holds the embedding (and its trainable copy under modules_to_save), the last the output head
+    (its copy, its gradient, the logits, cached by the allocator at the optimizer step); the prediction is the end
+    with the higher device peak."""
+    from predictors.catalog import resolve_model
+    from predictors.vram import _predict_stage, predict_vram_without_gpu
+
+    raw = {"model": "llama-3.1-8b", "method": "full", "precision": "bf16-mixed", "micro_batch_size": 1,
+           "seq_len": 1024, "gpus": 2, "pipeline_parallel": 2, "gradient_checkpointing": "full"}
+    spec = parse_training_spec(raw)
+    arch = resolve_model(spec).architecture
+    first = _predict_stage(spec, arch, None, None, last_stage=False)
+    last = _predict_stage(spec, arch, None, None, last_stage=True)
+    # untied Llama: the embedding and the head are the same size, so the model states match; the last stage's
+    # optimizer-step peak also holds the cached logits
+    for name in ("weights", "gradients", "optimizer_states"):
+        assert first.breakdown_bytes[name] == last.breakdown_bytes[name], name
+    assert last.peak_reserved_bytes > first.peak_reserved_bytes
+    both = predict_vram_without_gpu(spec, arch)
+    assert both.peak_vram_bytes == last.peak_vram_bytes
+    lora = parse_training_spec({**raw, "method": "lora", "precision": "bf16-true",
+                                "lora": {"modules_to_save": ["lm_head"]}})
+    first_lora = _predict_stage(lora, arch, None, None, last_stage=False)
+    last_lora = _predict_stage(lora, arch, None, None, last_stage=True)
+    assert "saved_modules" not in first_lora.breakdown_bytes and "logits" not in first_lora.breakdown_bytes
+    assert last_lora.breakdown_bytes["saved_modules"] > 0 and last_lora.breakdown_bytes["logits"] > 0
