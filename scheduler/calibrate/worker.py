@@ -582,8 +582,13 @@ def _enable_checkpointing(model: Any, spec: TrainingSpec) -> list[str]:
     if not hasattr(model, "activation_checkpointing_enable"):  # transformers before the rename
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         return []
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, every_n_layers=every,
-                                          offload=bool(spec.activation_offloading))
+    # every_n_layers and offload only when asked (skip_reason makes sure the installed transformers has them)
+    extra: dict[str, Any] = {}
+    if every > 1:
+        extra["every_n_layers"] = every
+    if spec.activation_offloading:
+        extra["offload"] = True
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, **extra)
     notes = []
     if every > 1:
         notes.append(f"checkpoint_every_n_layers {every}: activation_checkpointing_enable(every_n_layers={every})")

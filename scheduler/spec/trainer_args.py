@@ -222,8 +222,8 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "mixed_precision": ("_mixed", _same),
     **dict.fromkeys(("torch_dtype", "dtype"), ("_dtype", _same)),
     **dict.fromkeys(("optim", "optimizer"), ("optimizer", optimizer_name)),
-    "optim_args": ("_optim_args", _same),
-    "auto_find_batch_size": ("_auto_batch", to_bool),  # HF TrainingArguments.optim_args, e.g. "momentum=0.9"
+    "optim_args": ("_optim_args", _same),  # HF TrainingArguments.optim_args, e.g. "momentum=0.9"
+    "auto_find_batch_size": ("_auto_batch", to_bool),
     **dict.fromkeys(("lora_r", "lora_rank"), ("lora.rank", _same)),
     "lora_alpha": ("lora.alpha", _same),
     "lora_dropout": ("lora.dropout", _same),
