@@ -255,7 +255,6 @@ def _attention_forward_flops(arch: Architecture, seq_len: int, decoder_ratio: fl
     return per_key * per_input_token
 
 
-
 def recomputed_fraction(spec: TrainingSpec, arch: Architecture) -> float:
     """Share of the blocks whose forward runs again in backward: all of them under full gradient checkpointing,
     ``ceil(blocks / n) / blocks`` when only every n-th block is checkpointed (``checkpoint_every_n_layers``), none
@@ -267,6 +266,7 @@ def recomputed_fraction(spec: TrainingSpec, arch: Architecture) -> float:
     if every == 1 or blocks <= 0:
         return 1.0
     return math.ceil(blocks / every) / blocks
+
 
 def flops_per_token(spec: TrainingSpec, arch: Architecture) -> FlopsPerToken:
     """Training FLOPs per token (forward, backward, recomputation) for the whole model."""
