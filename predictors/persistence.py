@@ -146,6 +146,7 @@ def save_model(model: Any, path: Path, metadata: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")  # replaced in one step: a server re-loading it never reads half a file
     sio.dump({"metadata": metadata, "model": model}, tmp)
+    _make_reproducible(tmp)
     tmp.replace(path)
     path.with_suffix(".json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     state = serving_state(model)
@@ -156,6 +157,41 @@ def save_model(model: Any, path: Path, metadata: dict[str, Any]) -> None:
     params, arrays = state
     header = {"params": params, "metadata": metadata, "model_sha256": _file_sha256(path)}
     write_serving(serving, header, arrays)
+
+
+def _make_reproducible(path: Path) -> None:
+    """Rewrite the skops file ``path`` so that the same model always gives the same bytes. skops names each object
+    (``__id__``) and each array file after the object's Python ``id()``, and stamps the zip members with the time:
+    here the ids and the files are numbered in the order the schema lists them (references to one object keep one
+    number) and the members get :data:`_ZIP_EPOCH`. Loading reads the same schema and arrays."""
+    with zipfile.ZipFile(path) as archive:
+        schema = json.loads(archive.read("schema.json"))
+        arrays = {name: archive.read(name) for name in archive.namelist() if name != "schema.json"}
+    ids: dict[int, int] = {}
+    files: dict[str, str] = {}
+
+    def renumber(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "__id__" and isinstance(value, int) and not isinstance(value, bool):
+                    node[key] = ids.setdefault(value, len(ids) + 1)
+                elif key == "file" and isinstance(value, str) and value in arrays:
+                    node[key] = files.setdefault(value, f"{len(files) + 1}.npy")
+                else:
+                    renumber(value)
+        elif isinstance(node, list):
+            for value in node:
+                renumber(value)
+
+    renumber(schema)
+    for name in sorted(arrays):  # an array the schema does not name (none today) keeps a place too
+        files.setdefault(name, f"{len(files) + 1}.npy")
+    rewritten = path.with_name(path.name + ".renumbered")
+    with zipfile.ZipFile(rewritten, "w", compression=zipfile.ZIP_STORED) as archive:
+        for old_name, new_name in sorted(files.items(), key=lambda item: int(item[1].split(".")[0])):
+            archive.writestr(zipfile.ZipInfo(new_name, _ZIP_EPOCH), arrays[old_name])
+        archive.writestr(zipfile.ZipInfo("schema.json", _ZIP_EPOCH), json.dumps(schema, indent=2))
+    rewritten.replace(path)
 
 
 def serving_path(path: Path) -> Path:

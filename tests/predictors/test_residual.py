@@ -137,6 +137,21 @@ def test_skops_round_trip(tmp_path: Path, small_model: ResidualVramRegressor, sm
     assert json.loads(path.with_suffix(".json").read_text())["model_version"] == "test"
 
 
+def test_the_same_model_saves_to_the_same_bytes(tmp_path: Path, small_model: ResidualVramRegressor,
+                                               small_rows: list[TrainingRow]) -> None:
+    """skops names objects and arrays after Python id()s and stamps the time; save_model renumbers and stamps them
+    so a rebuild of an unchanged model gives an identical file, which still loads (without the serving file too)
+    and predicts the same."""
+    metadata = persistence.build_metadata(model_version="test")
+    first, second = tmp_path / "a.skops", tmp_path / "b.skops"
+    persistence.save_model(small_model, first, metadata)
+    persistence.save_model(small_model, second, metadata)
+    assert first.read_bytes() == second.read_bytes()
+    loaded = persistence.load_model(first, serving=False).model
+    cases = [r.case for r in small_rows]
+    np.testing.assert_array_equal(loaded.predict_upper(cases), small_model.predict_upper(cases))
+
+
 def test_incompatible_model_falls_back_with_warning(tmp_path: Path, small_model: ResidualVramRegressor,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "old.skops"
