@@ -1064,6 +1064,8 @@ def read_command(
 ) -> tuple[Reading, Script]:
     """Settings from a container's command line: the trainer flags, torchtune overrides, and trainer
     config files the manifest itself carries (heredocs, ConfigMaps in the same file)."""
+    from scheduler.spec.torchtitan import is_torchtitan, read_torchtitan  # it builds on this module's Reading
+
     script = split_script(argv, env, budget, where)
     known = {**(files or {}), **script.files}
     reading = Reading(notes=list(script.notes))
@@ -1072,6 +1074,8 @@ def read_command(
             continue  # ``cat > f.yml <<EOF``: writes the config a later command reads (the heredoc is in files)
         if len(tokens) >= 2 and PurePosixPath(tokens[0]).name == "tune" and tokens[1] == "run":
             part = read_torchtune(tokens[2:], where, script.env)
+        elif is_torchtitan(tokens):
+            part = read_torchtitan(tokens, where, known, script.env)
         else:
             part = _read_launcher(tokens, where, known, script.env)
         if part.settings:

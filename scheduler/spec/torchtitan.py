@@ -1,0 +1,208 @@
+"""torchtitan jobs: ``torchrun ... -m torchtitan.train --job.config_file CONFIG.toml --section.key value ...``.
+
+torchtitan (github.com/pytorch/torchtitan) reads a TOML job config and dotted command-line overrides of it
+(``--training.local_batch_size 4``, ``--parallelism.tensor_parallel_degree=2``, ``--compile.enable``). The config
+file is read when the manifest carries it (a heredoc or a ConfigMap key of that file name), then the flags, which
+win. What maps to the TrainingSpec:
+
+* ``[model] name`` + ``flavor`` (``llama3`` ``8B`` / ``70B`` / ``405B``, ``qwen3`` ``0.6B`` ... ``32B``): the
+  catalog model; other models are named in a note (the ``vramfit.io/spec`` annotation can say which);
+* ``[training] local_batch_size`` (``batch_size`` in older configs): the per-rank batch; under pipeline parallelism
+  the micro-batch is ``[parallelism] pipeline_parallel_microbatch_size`` (torchtitan's default 1); ``seq_len``,
+  ``steps``; ``mixed_precision_param`` ``float32`` (no 16-bit compute: ``32-true``), ``bfloat16`` (the default:
+  FSDP2 mixed precision with fp32 sharded parameters, ``bf16-mixed``); ``dtype`` ``bfloat16`` (parameters held in
+  bf16: ``bf16-true``);
+* ``[parallelism]`` degrees: ``data_parallel_shard_degree`` (``-1``, the default, or > 1: FSDP),
+  ``fsdp_reshard_after_forward`` ``never`` (SHARD_GRAD_OP-like: ``fsdp-grad-op``), ``tensor_parallel_degree``,
+  ``pipeline_parallel_degree``, ``context_parallel_degree``;
+* ``[activation_checkpoint] mode`` ``none`` / ``full`` / ``selective``: selective with ``selective_ac_option``
+  ``op`` is op-level selective checkpointing, with a number N it checkpoints every N-th block in full
+  (``checkpoint_every_n_layers``);
+* ``[optimizer] name`` (AdamW / Adam: ``adamw``), ``implementation`` ``fused`` (``fused_optimizer``),
+  ``early_step_in_backward`` (``optimizer_in_backward``); ``[compile] enable`` (``torch_compile``); Float8
+  (``[float8]``, ``model.converters``) cannot be expressed and is noted.
+
+Where the config is read (or none is named), torchtitan's own defaults fill what neither it nor a flag sets
+(torchtitan/config/job_config.py: ``activation_checkpoint.mode`` selective with ``selective_ac_option`` "2", every
+2nd block; ``mixed_precision_param`` bfloat16; ``data_parallel_shard_degree`` -1); a config the manifest does not
+carry leaves them unknown, and a note says so.
+
+The framework stays unset: torchtitan's PyTorch-native blocks are what the published-runs model describes (its S11
+and S12 rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import PurePosixPath
+from typing import Any
+
+from scheduler.spec.trainer_args import Reading, Setting, Settings, launch_layout, to_bool
+
+# torchtitan model name + flavor -> vramfit catalog model (torchtitan/models/<name>/__init__.py flavors)
+_MODELS: dict[tuple[str, str], str] = {
+    ("llama3", "8B"): "llama-3.1-8b",
+    ("llama3", "70B"): "llama-3.1-70b",
+    ("llama3", "405B"): "llama-3.1-405b",
+    ("qwen3", "0.6B"): "qwen3-0.6b",
+    ("qwen3", "1.7B"): "qwen3-1.7b",
+    ("qwen3", "4B"): "qwen3-4b",
+    ("qwen3", "8B"): "qwen3-8b",
+    ("qwen3", "14B"): "qwen3-14b",
+    ("qwen3", "32B"): "qwen3-32b",
+}
+
+
+def is_torchtitan(tokens: Sequence[str]) -> bool:
+    """Whether a command runs torchtitan's trainer (``-m torchtitan.train``, ``torchtitan/train.py``,
+    ``run_train.sh``)."""
+    for token in tokens:
+        if token in ("torchtitan.train", "torchtitan.train.main") or token.endswith("torchtitan/train.py") \
+                or PurePosixPath(token).name == "run_train.sh":
+            return True
+    return False
+
+
+def _flags(tokens: Sequence[str]) -> list[tuple[str, str | bool]]:
+    """``--section.key value`` / ``--section.key=value`` / a lone ``--section.key`` (true), in order."""
+    out: list[tuple[str, str | bool]] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if not token.startswith("--") or "." not in token.split("=", 1)[0]:
+            continue
+        name, eq, value = token[2:].partition("=")
+        if eq:
+            out.append((name, value))
+        elif i < len(tokens) and not tokens[i].startswith("--"):
+            out.append((name, tokens[i]))
+            i += 1
+        else:
+            out.append((name, True))
+    return out
+
+
+def _toml(text: str) -> dict[str, Any] | None:
+    try:
+        import tomllib  # Python >= 3.11
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            return None
+    try:
+        data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, TypeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
+                    env: Mapping[str, str] | None = None) -> Reading:
+    """Settings of a torchtitan command line and the TOML config it names, where the manifest carries it."""
+    env = env or {}
+    flags = _flags(tokens)
+    notes: list[str] = []
+    values: dict[str, tuple[Any, str]] = {}  # dotted key -> (value, source)
+    config = next((str(v) for k, v in flags if k == "job.config_file"), env.get("CONFIG_FILE", ""))
+    known = True  # every setting in view: torchtitan's defaults fill what neither the config nor a flag sets
+    if config:
+        content = files.get(PurePosixPath(config).name)
+        data = _toml(content) if content is not None else None
+        known = data is not None
+        if data is None:
+            notes.append(f"torchtitan config {config} is "
+                         + ("not in the manifest" if content is None else "not readable TOML here")
+                         + "; its settings are unknown (inline it, or set them in the vramfit.io/spec annotation)")
+        else:
+            for section, table in data.items():
+                if isinstance(table, dict):
+                    for key, value in table.items():
+                        values[f"{section}.{key}"] = (value, f"torchtitan config {config} [{section}] {key}")
+    for key, value in flags:
+        values[key] = (value, f"flag --{key}")
+    out: Settings = {}
+
+    def put(field: str, value: Any, source: str) -> None:
+        out[field] = Setting(value, source, where)
+
+    def get(*keys: str) -> tuple[Any, str] | None:
+        for key in keys:
+            if key in values:
+                return values[key]
+        return None
+
+    name, flavor = get("model.name"), get("model.flavor")
+    if name is not None and flavor is not None:
+        model = _MODELS.get((str(name[0]).lower(), str(flavor[0])))
+        if model is not None:
+            put("model", model, f"{name[1]}, {flavor[1]}")
+        else:
+            notes.append(f"torchtitan model {name[0]} {flavor[0]} is not in vramfit's table of torchtitan flavors; "
+                         "name the model in the vramfit.io/spec annotation")
+    pp_degree = get("parallelism.pipeline_parallel_degree")
+    pipelined = pp_degree is not None and str(pp_degree[0]).strip() not in ("", "1")
+    batch = get("training.local_batch_size", "training.batch_size")
+    micro = get("parallelism.pipeline_parallel_microbatch_size")
+    if pipelined:
+        put("micro_batch_size", micro[0] if micro else 1,
+            micro[1] if micro else "torchtitan pipeline_parallel_microbatch_size default 1")
+    elif batch is not None:
+        put("micro_batch_size", batch[0], batch[1])
+    for field, key in (("seq_len", "training.seq_len"), ("steps", "training.steps"),
+                       ("tensor_parallel", "parallelism.tensor_parallel_degree"),
+                       ("pipeline_parallel", "parallelism.pipeline_parallel_degree"),
+                       ("context_parallel", "parallelism.context_parallel_degree")):
+        found = get(key)
+        if found is not None:
+            put(field, found[0], found[1])
+    dtype, param = get("training.dtype"), get("training.mixed_precision_param")
+    if dtype is not None and str(dtype[0]).lower() in ("bfloat16", "bf16"):
+        put("precision", "bf16-true", dtype[1])
+    elif param is not None and str(param[0]).lower() in ("float32", "fp32"):
+        put("precision", "32-true", param[1])
+    elif param is not None and str(param[0]).lower() in ("float16", "fp16"):
+        put("precision", "16-mixed", param[1])
+    elif param is not None or known:
+        put("precision", "bf16-mixed", param[1] if param else "torchtitan mixed_precision_param default bfloat16")
+    shard, reshard = get("parallelism.data_parallel_shard_degree"), get("parallelism.fsdp_reshard_after_forward")
+    if (shard is not None or known) and (shard is None or str(shard[0]).strip() not in ("1", "0")):
+        source = shard[1] if shard else "torchtitan data_parallel_shard_degree default -1 (FSDP over the rest)"
+        if reshard is not None and str(reshard[0]).lower() == "never":
+            put("sharding", "fsdp-grad-op", reshard[1])
+        else:
+            put("sharding", "fsdp", source)
+    mode, option = get("activation_checkpoint.mode"), get("activation_checkpoint.selective_ac_option")
+    if mode is None and known:  # torchtitan's ActivationCheckpoint default: selective, every 2nd block
+        mode = ("selective", "torchtitan activation_checkpoint default mode selective")
+    if mode is not None:
+        text = str(mode[0]).lower()
+        choice = str(option[0]).strip() if option else "2"  # torchtitan's default selective_ac_option: "2"
+        if text == "selective" and choice.isdigit() and int(choice) > 0:
+            put("gradient_checkpointing", "full", f"{mode[1]} (every {choice} blocks in full)")
+            put("checkpoint_every_n_layers", int(choice), option[1] if option else
+                "torchtitan selective_ac_option default 2")
+        elif text in ("none", "full", "selective"):
+            put("gradient_checkpointing", text, mode[1])
+    optimizer, implementation = get("optimizer.name"), get("optimizer.implementation")
+    if optimizer is not None and str(optimizer[0]).lower() in ("adamw", "adam"):
+        put("optimizer", "adamw", optimizer[1])
+    elif optimizer is not None:
+        notes.append(f"torchtitan optimizer {optimizer[0]} ({optimizer[1]}) is read as AdamW's two states")
+    if implementation is not None and str(implementation[0]).lower() == "fused":
+        put("fused_optimizer", True, implementation[1])
+    in_backward = get("optimizer.early_step_in_backward")
+    if in_backward is not None and to_bool(in_backward[0]) is True:
+        put("optimizer_in_backward", True, in_backward[1])
+    compiled = get("compile.enable", "training.compile")
+    if compiled is not None and to_bool(compiled[0]) is True:
+        put("torch_compile", True, compiled[1])
+    converters = get("model.converters")
+    if (converters is not None and "float8" in str(converters[0]).lower()) or \
+            any(key.startswith("float8.") for key in values):
+        notes.append("torchtitan Float8 linears: not expressible in the TrainingSpec; the prediction is for bf16 "
+                     "matmuls (Float8 keeps less per block and runs faster)")
+    reading = Reading(out, notes, trainer="torchtitan" if out or notes else "")
+    reading.launch = launch_layout(list(tokens), None, env)
+    return reading
