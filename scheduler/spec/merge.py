@@ -121,6 +121,39 @@ class Workload:
     files: dict[str, str] = field(default_factory=dict)  # ConfigMap data of the same file, by key
 
 
+def _accumulation_from_global_batch(merged: Settings, notes: list[str]) -> None:
+    """A global batch (torchtitan ``training.global_batch_size``) as gradient accumulation: global / (micro-batch x
+    data-parallel ranks), when that is a whole number and nothing else sets ``grad_accum_steps``."""
+    global_batch = merged.pop("_global_batch_size", None)
+    if global_batch is None or "grad_accum_steps" in merged:
+        return
+    def number(name: str, default: int) -> int | None:
+        setting = merged.get(name)
+        try:
+            return int(str(setting.value)) if setting is not None else default
+        except ValueError:
+            return None
+    gpus, micro = number("gpus", 0), number("micro_batch_size", 1)
+    degrees = [number(name, 1) for name in ("tensor_parallel", "pipeline_parallel", "context_parallel")]
+    try:
+        total = int(str(global_batch.value))
+    except ValueError:
+        total = 0
+    if not gpus or not micro or None in degrees or total <= 0 or degrees[1] != 1:
+        notes.append(f"global batch {global_batch.value} ({global_batch.source}) not read as gradient accumulation "
+                     "(GPU count, micro-batch or pipeline schedule not known here); set grad_accum_steps in "
+                     f"{ANNOTATION}")
+        return
+    ranks = gpus // (degrees[0] * degrees[2]) if degrees[0] * degrees[2] else 0
+    steps, rest = divmod(total, micro * ranks) if ranks else (0, 1)
+    if steps < 1 or rest:
+        notes.append(f"global batch {total} ({global_batch.source}) is not a whole multiple of micro-batch {micro} x "
+                     f"{ranks} data-parallel ranks; gradient accumulation not set")
+        return
+    merged["grad_accum_steps"] = Setting(steps, f"{global_batch.source} / (micro-batch {micro} x {ranks} "
+                                         "data-parallel ranks)", global_batch.where)
+
+
 def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
     """Merge every source into a TrainingSpec, or raise NoTrainingJob / SpecError (naming the field)."""
     annotation = read_annotation(w)
@@ -425,6 +458,7 @@ def _merge(stages: Sequence[Settings], notes: list[str]) -> tuple[Settings, dict
         notes.append("optimizer: the trainer's default, adamw_torch_fused with torch >= 2.8 (fused AdamW: no "
                      "state-sized step temporary); an image with older torch or transformers runs the foreach "
                      "AdamW, whose step holds one more state-sized buffer: pass --optim adamw_torch to predict that")
+    _accumulation_from_global_batch(merged, notes)
     every = merged.get("checkpoint_every_n_layers")
     checkpointing = merged.get("gradient_checkpointing")
     if every is not None and not (checkpointing is not None and str(checkpointing.value).strip().lower() in

@@ -8,7 +8,9 @@ win. What maps to the TrainingSpec:
 * ``[model] name`` + ``flavor`` (``llama3`` ``8B`` / ``70B`` / ``405B``, ``qwen3`` ``0.6B`` ... ``32B``): the
   catalog model; other models are named in a note (the ``vramfit.io/spec`` annotation can say which);
 * ``[training] local_batch_size`` (``batch_size`` in older configs): the per-rank batch; under pipeline parallelism
-  the micro-batch is ``[parallelism] pipeline_parallel_microbatch_size`` (torchtitan's default 1); ``seq_len``,
+  the micro-batch is ``[parallelism] pipeline_parallel_microbatch_size`` (torchtitan's default 1);
+  ``global_batch_size`` (-1: local x data-parallel ranks) gives the gradient accumulation once the merge knows the
+  GPU count; ``seq_len``,
   ``steps``; ``mixed_precision_param`` ``float32`` (no 16-bit compute: ``32-true``), ``bfloat16`` (the default:
   FSDP2 mixed precision with fp32 sharded parameters, ``bf16-mixed``); ``dtype`` ``bfloat16`` (parameters held in
   bf16: ``bf16-true``);
@@ -150,6 +152,11 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
             micro[1] if micro else "torchtitan pipeline_parallel_microbatch_size default 1")
     elif batch is not None:
         put("micro_batch_size", batch[0], batch[1])
+    global_batch = get("training.global_batch_size")
+    if global_batch is not None and str(global_batch[0]).strip() not in ("", "-1"):
+        # gradient accumulation = global / (local x data-parallel ranks): the merge works it out once the GPU
+        # count is known (scheduler.spec.merge)
+        put("_global_batch_size", global_batch[0], global_batch[1])
     for field, key in (("seq_len", "training.seq_len"), ("steps", "training.steps"),
                        ("tensor_parallel", "parallelism.tensor_parallel_degree"),
                        ("pipeline_parallel", "parallelism.pipeline_parallel_degree"),

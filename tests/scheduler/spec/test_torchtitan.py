@@ -91,3 +91,15 @@ def test_detection() -> None:
     assert is_torchtitan(["python", "/workspace/torchtitan/train.py"])
     assert is_torchtitan(["./run_train.sh"])
     assert not is_torchtitan(["torchrun", "train.py", "--model_name_or_path", "x"])
+
+
+def test_global_batch_becomes_gradient_accumulation() -> None:
+    """global_batch_size 64 on 8 GPUs with TP 2 (4 data-parallel ranks) at local batch 4: 64 / (4 x 4) = 4."""
+    job = one_job(pod([*TITAN, "--model.name", "llama3", "--model.flavor", "8B", "--training.local_batch_size", "4",
+                       "--training.global_batch_size", "64", "--parallelism.tensor_parallel_degree", "2"], gpus=8))
+    assert job.spec.grad_accum_steps == 4
+    assert job.provenance["grad_accum_steps"].startswith("flag --training.global_batch_size")
+    odd = one_job(pod([*TITAN, "--model.name", "llama3", "--model.flavor", "8B", "--training.local_batch_size", "3",
+                       "--training.global_batch_size", "64"], gpus=8))
+    assert odd.spec.grad_accum_steps == 1
+    assert any("not a whole multiple" in a for a in odd.assumptions), odd.assumptions
