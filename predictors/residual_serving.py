@@ -233,7 +233,7 @@ class VramServing(ConformalServing):
             if not self.token_monotone_distance_:
                 return self._expanded_sq_distance(z, codes, table, train_rows)
             sq = self._expanded_sq_distance(_without_token_columns(z), codes, table, train_rows)
-            return sq + self._token_sq_distance(z, train_rows)
+            return sq + _token_sq_distance(z, table, train_rows)
         # some rows cannot take the product: each row the form it takes alone (so the same numbers as alone)
         clean = ((np.abs(z) <= _EXPANSION_LIMIT).all(axis=1)
                  & ((codes >= 0) & (codes < _CATEGORY_SIZES) & (codes == np.floor(codes))).all(axis=1))
@@ -244,35 +244,20 @@ class VramServing(ConformalServing):
             if self.token_monotone_distance_:
                 out[clean] = (self._expanded_sq_distance(_without_token_columns(z_clean), codes[clean], table,
                                                          train_rows)
-                              + self._token_sq_distance(z_clean, train_rows))
+                              + _token_sq_distance(z_clean, table, train_rows))
             else:
                 out[clean] = self._expanded_sq_distance(z_clean, codes[clean], table, train_rows)
         out[~clean] = self._elementwise_sq_distance(features[~clean], train_rows)
         return out
 
-    def _token_sq_distance(self, z: np.ndarray, train_rows: np.ndarray | None) -> np.ndarray:
-        """The token features' one-sided part of the squared distance: ``sum max(0, sign * (z - t))^2`` over
-        ``_TOKEN_COLUMNS`` (standardized ``z``; rows x selected training cases). The training side is kept signed
-        and transposed (token features x cases, :func:`_signed_token_table`) so that each pass runs along the
-        cases."""
-        signed_t = _signed_token_table(self.train_numeric_)
-        if train_rows is not None:
-            signed_t = signed_t[:, train_rows]
-        excess = (z[:, _TOKEN_COLUMNS] * _TOKEN_COLUMN_SIGNS)[:, :, None] - signed_t[None, :, :]
-        np.maximum(excess, 0.0, out=excess)
-        excess *= excess
-        # a reduction over the middle axis adds the token features' slices one after another, whatever the number
-        # of rows: each row's sums are the ones it gets alone
-        return excess.sum(axis=1)
-
     def _expanded_sq_distance(self, z: np.ndarray, codes: np.ndarray,
-                              table: tuple[np.ndarray, np.ndarray, np.ndarray],
+                              table: DistanceTable,
                               train_rows: np.ndarray | None) -> np.ndarray:
         """The squared distance of clean rows (standardized numeric ``z``, whole in-vocabulary ``codes``) by the
         products. Each row's numbers are the ones it gets alone: ``einsum`` sums every output over the features
         in one order whatever the number of rows (BLAS's matrix product does not), and the one-hot product counts
         matches, whole numbers that any order sums exactly."""
-        numeric_t, one_hot_t, train_constant = table
+        numeric_t, one_hot_t, train_constant, _ = table
         if train_rows is not None:
             numeric_t, one_hot_t = numeric_t[:, train_rows], one_hot_t[:, train_rows]
             train_constant = train_constant[train_rows]
@@ -415,10 +400,12 @@ class RuntimeServing(ConformalServing):
         return point, lower
 
 
-_TABLES: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]] = {}
+# (numeric t transposed, one-hot(t) transposed, |t|^2 + n_categorical, sign * token t transposed)
+DistanceTable = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_TABLES: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, DistanceTable | None]] = {}
 
 
-def _distance_table(model: VramServing) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _distance_table(model: VramServing) -> DistanceTable | None:
     """``t`` transposed, ``onehot(t)`` transposed and ``|t|^2 + n_categorical`` of the model's training cases for
     the distance's products (memoised per fitted model); ``None`` when a training code is outside its
     vocabulary or the layout is not this code's (numeric columns first, then the categorical ones)."""
@@ -429,7 +416,7 @@ def _distance_table(model: VramServing) -> tuple[np.ndarray, np.ndarray, np.ndar
     if hit is not None and hit[0] is train_z and hit[1] is train_c:
         return hit[2]
     operand = _without_token_columns(train_z) if monotone and train_z.ndim == 2 else train_z
-    table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    table: DistanceTable | None = None
     layout = (bool(np.array_equal(_NUMERIC_COLUMNS, np.arange(_N_VRAM_NUMERIC)))
               and train_c.ndim == 2 and train_c.shape[1] == len(_CATEGORY_SIZES)
               and train_z.ndim == 2 and train_z.shape[1] == _N_VRAM_NUMERIC)
@@ -437,7 +424,8 @@ def _distance_table(model: VramServing) -> tuple[np.ndarray, np.ndarray, np.ndar
         one_hot = np.zeros((train_c.shape[0], _ONE_HOT_WIDTH))
         one_hot[np.arange(train_c.shape[0])[:, None], (_CATEGORY_OFFSETS + train_c).astype(np.intp)] = 1.0
         table = (np.ascontiguousarray(operand.T), np.ascontiguousarray(one_hot.T),
-                 (operand * operand).sum(axis=1) + train_c.shape[1])
+                 (operand * operand).sum(axis=1) + train_c.shape[1],
+                 np.ascontiguousarray((train_z[:, _TOKEN_COLUMNS] * _TOKEN_COLUMN_SIGNS).T))
     if len(_TABLES) > 16:
         _TABLES.clear()
     _TABLES[key] = (train_z, train_c, table)
@@ -452,20 +440,17 @@ def _without_token_columns(z: np.ndarray) -> np.ndarray:
     return z * _KEEP_NON_TOKEN
 
 
-_SIGNED_TOKEN_TABLES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-
-def _signed_token_table(train_z: np.ndarray) -> np.ndarray:
-    """``sign * t`` of the training cases' token features, token features x cases, contiguous (memoised per
-    fitted model, like :func:`_distance_table`)."""
-    hit = _SIGNED_TOKEN_TABLES.get(id(train_z))
-    if hit is not None and hit[0] is train_z:
-        return hit[1]
-    table = np.ascontiguousarray((train_z[:, _TOKEN_COLUMNS] * _TOKEN_COLUMN_SIGNS).T)
-    if len(_SIGNED_TOKEN_TABLES) > 16:
-        _SIGNED_TOKEN_TABLES.clear()
-    _SIGNED_TOKEN_TABLES[id(train_z)] = (train_z, table)
-    return table
+def _token_sq_distance(z: np.ndarray, table: DistanceTable, train_rows: np.ndarray | None) -> np.ndarray:
+    """The token features' one-sided part of the squared distance: ``sum max(0, sign * (z - t))^2`` over
+    ``_TOKEN_COLUMNS`` (standardized ``z``; rows x selected training cases). The training side is the table's signed,
+    transposed token columns (token features x cases), so that each pass runs along the cases."""
+    signed_t = table[3] if train_rows is None else table[3][:, train_rows]
+    excess = (z[:, _TOKEN_COLUMNS] * _TOKEN_COLUMN_SIGNS)[:, :, None] - signed_t[None, :, :]
+    np.maximum(excess, 0.0, out=excess)
+    excess *= excess
+    # a reduction over the middle axis adds the token features' slices one after another, whatever the number of
+    # rows: each row's sums are the ones it gets alone
+    return excess.sum(axis=1)
 
 
 def scale_features(features: np.ndarray, scaling: dict[str, np.ndarray], clip: bool = True) -> np.ndarray:

@@ -33,6 +33,7 @@ from scheduler.spec.trainer_args import (
     Settings,
     config_flavour,
     framework_setting,
+    launch_count,
     looks_like_trainer_config,
     read_command,
     read_mapping,
@@ -127,31 +128,23 @@ def _accumulation_from_global_batch(merged: Settings, notes: list[str]) -> None:
     global_batch = merged.pop("_global_batch_size", None)
     if global_batch is None or "grad_accum_steps" in merged:
         return
-    def number(name: str, default: int) -> int | None:
-        setting = merged.get(name)
-        try:
-            return int(str(setting.value)) if setting is not None else default
-        except ValueError:
-            return None
-    gpus, micro = number("gpus", 0), number("micro_batch_size", 1)
-    degrees = [number(name, 1) for name in ("tensor_parallel", "pipeline_parallel", "context_parallel")]
-    try:
-        total = int(str(global_batch.value))
-    except ValueError:
-        total = 0
-    if not gpus or not micro or None in degrees or total <= 0 or degrees[1] != 1:
+    sizes = {name: launch_count(merged[name].value) if name in merged else default for name, default in (
+        ("gpus", None), ("micro_batch_size", 1), ("tensor_parallel", 1), ("pipeline_parallel", 1),
+        ("context_parallel", 1))}
+    total = launch_count(global_batch.value)
+    if total is None or None in sizes.values() or sizes["pipeline_parallel"] != 1:
         notes.append(f"global batch {global_batch.value} ({global_batch.source}) not read as gradient accumulation "
                      "(GPU count, micro-batch or pipeline schedule not known here); set grad_accum_steps in "
                      f"{ANNOTATION}")
         return
-    ranks = gpus // (degrees[0] * degrees[2]) if degrees[0] * degrees[2] else 0
-    steps, rest = divmod(total, micro * ranks) if ranks else (0, 1)
+    ranks = sizes["gpus"] // (sizes["tensor_parallel"] * sizes["context_parallel"])
+    steps, rest = divmod(total, sizes["micro_batch_size"] * ranks) if ranks else (0, 1)
     if steps < 1 or rest:
-        notes.append(f"global batch {total} ({global_batch.source}) is not a whole multiple of micro-batch {micro} x "
-                     f"{ranks} data-parallel ranks; gradient accumulation not set")
+        notes.append(f"global batch {total} ({global_batch.source}) is not a whole multiple of micro-batch "
+                     f"{sizes['micro_batch_size']} x {ranks} data-parallel ranks; gradient accumulation not set")
         return
-    merged["grad_accum_steps"] = Setting(steps, f"{global_batch.source} / (micro-batch {micro} x {ranks} "
-                                         "data-parallel ranks)", global_batch.where)
+    merged["grad_accum_steps"] = Setting(steps, f"{global_batch.source} / (micro-batch {sizes['micro_batch_size']} "
+                                         f"x {ranks} data-parallel ranks)", global_batch.where)
 
 
 def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:

@@ -167,13 +167,9 @@ def _positive(value: Any) -> Any:
 def _json_mapping(value: Any) -> Any:
     """A mapping as given (YAML) or written as a JSON object (a command-line flag); ``None`` for anything else."""
     if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, str):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return None
-        return parsed if isinstance(parsed, dict) else None
+        return value
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        return _load_mapping(value)
     return None
 
 
@@ -1210,8 +1206,9 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
         raw["_double"] = Setting(False, "TRL ModelConfig use_bnb_nested_quant default false", where)
 
 
-def _count(text: Any) -> int | None:
-    """``8`` -> 8; an elastic range ``1:4`` -> 4 (its maximum); ``gpu``/``auto`` and the like -> None."""
+def launch_count(text: Any) -> int | None:
+    """A positive whole count as launchers and configs write it: ``8`` -> 8; an elastic range ``1:4`` -> 4 (its
+    maximum); ``gpu``/``auto``, 0 and the like -> None."""
     last = str(text).strip().rsplit(":", 1)[-1]
     return int(last) if last.isdigit() and int(last) > 0 else None
 
@@ -1244,18 +1241,18 @@ def launch_layout(tokens: Sequence[str], accelerate_config: Mapping[str, Any] | 
         from_env = {key: (env or {})[f"PET_{key.upper()}"] for key in ("nproc_per_node", "nnodes")
                     if key not in flags and f"PET_{key.upper()}" in (env or {})}
         flags = {**from_env, **flags}
-        per_node, nodes = _count(flags.get("nproc_per_node", "")), _count(flags.get("nnodes", ""))
+        per_node, nodes = launch_count(flags.get("nproc_per_node", "")), launch_count(flags.get("nnodes", ""))
         source = "torchrun --nproc_per_node x --nnodes" + (
             f" ({', '.join(f'env PET_{k.upper()}' for k in from_env)})" if from_env else "")
     elif names and names[0] == "deepspeed":
         flags = _launcher_flags(tokens[1:])
-        per_node, nodes = _count(flags.get("num_gpus", "")), _count(flags.get("num_nodes", ""))
+        per_node, nodes = launch_count(flags.get("num_gpus", "")), launch_count(flags.get("num_nodes", ""))
         source = "deepspeed --num_gpus x --num_nodes"
     elif names[:2] == ["accelerate", "launch"]:
         flags = _launcher_flags(tokens[2:])
         config = accelerate_config or {}
-        total = _count(flags.get("num_processes", config.get("num_processes", "")))
-        nodes = _count(flags.get("num_machines", config.get("num_machines", "")))
+        total = launch_count(flags.get("num_processes", config.get("num_processes", "")))
+        nodes = launch_count(flags.get("num_machines", config.get("num_machines", "")))
         per_node = total // (nodes or 1) if total else None
         source = "accelerate --num_processes / --num_machines" + (
             f" ({config['_label']})" if config and "num_processes" not in flags else "")
