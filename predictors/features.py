@@ -79,6 +79,22 @@ NUMERIC: dict[str, int] = {
     "backward_phase": 1,
 }
 
+# The side on which each numeric feature moves when a job of a given model needs more memory: +1 grows, -1 shrinks,
+# 0 either way. The bound's distance to the training data counts a signed feature only on that side (a job smaller
+# than a training case is no farther from it for that feature), so the bound's widening, and the bound, never fall
+# as a job grows: more tokens (the NUMERIC constraints), a larger LoRA rank or more adapted modules (more trainable
+# parameters, adapter optimizer states and resident bytes; the frozen weights a smaller share of them). Not the
+# residual's monotonic constraints: those are NUMERIC's, on the correction itself.
+DISTANCE_SIGNS: dict[str, int] = {
+    **{name: sign for name, sign in NUMERIC.items() if sign},
+    "log2_params_trainable": 1,
+    "trainable_fraction": 1,
+    "log2_lora_rank": 1,
+    "log2_resident_bytes": 1,
+    "weights_share_of_resident": -1,
+    "optimizer_share_of_resident": 1,
+}
+
 FEATURE_NAMES: tuple[str, ...] = (*NUMERIC, *CATEGORIES)
 CATEGORICAL_MASK: tuple[bool, ...] = tuple(name in CATEGORIES for name in FEATURE_NAMES)
 MONOTONIC_CST: tuple[int, ...] = tuple(NUMERIC.get(name, 0) for name in FEATURE_NAMES)

@@ -62,6 +62,7 @@ from predictors.residual_serving import (  # noqa: F401
     _CATEGORY_TABLE_SIZE,
     MARGIN_GROUPS,
     MIN_MARGIN_SOURCES,
+    ONE_SIDED_SIGNS,
     ConformalServing,
     CorrectedVram,
     VramServing,
@@ -474,9 +475,9 @@ class ResidualVramRegressor(VramServing, ConformalResidualRegressor):
         self.numeric_scale_ = np.where(np.isfinite(std) & (std > 0), std, 1.0)
         self.train_numeric_ = self._standardize(features)
         self.train_codes_ = features[:, _CATEGORICAL]
-        # the token features count only where a spec has more tokens than a training case, so the bound never
-        # falls as the micro-batch or the sequence grows (VramServing._pairwise_sq_distance)
-        self.token_monotone_distance_ = True
+        # a signed feature counts only where a spec lies beyond a training case on the side a growing job moves
+        # it, so the bound never falls as the job grows (features.DISTANCE_SIGNS, VramServing._pairwise_sq_distance)
+        self.distance_signs_ = ONE_SIDED_SIGNS.copy()
         self._fit_distance_reference(features, groups)
 
     def _folds(self, n: int, groups: Sequence[str] | None) -> list[tuple[np.ndarray, np.ndarray]]:

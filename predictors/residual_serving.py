@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -25,6 +25,8 @@ from predictors.architecture import Architecture
 from predictors.features import (
     CATEGORICAL_MASK,
     CATEGORIES,
+    DISTANCE_SIGNS,
+    FEATURE_NAMES,
     MONOTONIC_CST,
     VramCase,
     device_feature_matrix,
@@ -51,14 +53,15 @@ _CATEGORY_SIZES = np.asarray([len(vocab) for vocab in CATEGORIES.values()], dtyp
 _CATEGORY_OFFSETS = np.concatenate(([0], np.cumsum(_CATEGORY_SIZES)[:-1]))
 _ONE_HOT_WIDTH = int(_CATEGORY_SIZES.sum())
 _EXPANSION_LIMIT = 1e100  # standardized values beyond this take the element-wise distance (no inf - inf)
-# The numeric features that grow (+1) or shrink (-1) with the tokens of a micro-batch (features.NUMERIC's
-# monotonic constraints), as positions among the numeric columns. In a model fitted with a token-monotone
-# distance (``token_monotone_distance_``) they count only on the side where the spec has *more* tokens than a
-# training case: a job with fewer tokens than its neighbours is no farther from them for it, so the bound's
-# widening, and with it the bound, never falls as micro_batch_size or seq_len grow.
+# The one-sided distance: per numeric column, the side on which the feature moves as a job grows
+# (features.DISTANCE_SIGNS; 0: both sides count). A model fitted with it (``distance_signs_``) counts a signed
+# feature only where the spec lies beyond a training case on that side: a smaller job is no farther from its
+# neighbours for it, so the bound's widening, and with it the bound, never falls as the micro-batch, the sequence,
+# the LoRA rank or the adapted modules grow. Models saved with the earlier token-monotone distance
+# (``token_monotone_distance_``) had the token features (features.NUMERIC's monotonic constraints) one-sided only;
+# older ones none.
+ONE_SIDED_SIGNS = np.asarray([DISTANCE_SIGNS.get(FEATURE_NAMES[c], 0) for c in _NUMERIC_COLUMNS], dtype=np.float64)
 _TOKEN_SIGNS = np.asarray([MONOTONIC_CST[c] for c in _NUMERIC_COLUMNS], dtype=np.float64)
-_TOKEN_COLUMNS = np.flatnonzero(_TOKEN_SIGNS != 0)
-_TOKEN_COLUMN_SIGNS = _TOKEN_SIGNS[_TOKEN_COLUMNS]
 # the runtime features: the numeric ones come first (runtime_features), then the one-hot columns
 _N_NUMERIC = len(RUNTIME_NUMERIC)
 
@@ -200,8 +203,9 @@ class VramServing(ConformalServing):
     numeric_scale_: np.ndarray
     train_numeric_: np.ndarray
     train_codes_: np.ndarray
-    # models saved before the token-monotone distance existed keep the symmetric one they were calibrated with
-    token_monotone_distance_: bool = False
+    # the one-sided distance's sign per numeric column (ONE_SIDED_SIGNS when fitted); None: the symmetric distance
+    # that models saved before it were calibrated with
+    distance_signs_: np.ndarray | None = None
 
     def _standardize(self, features: np.ndarray) -> np.ndarray:
         z = (features[:, _NUMERIC_COLUMNS] - self.numeric_mean_) / self.numeric_scale_
@@ -218,8 +222,8 @@ class VramServing(ConformalServing):
         (NaN: standardized to 0), a code outside its vocabulary (NaN: matches nothing, as ``NaN != x``) or a
         value so far out that its square overflows take the element-wise form, which handles them.
 
-        With ``token_monotone_distance_`` the token features (``_TOKEN_COLUMNS``) are left out of the products
-        (zero in both operands) and add ``max(0, sign * (z - t))^2`` each, element by element.
+        With ``distance_signs_`` the one-sided features are left out of the products (zero in both operands) and
+        add ``max(0, sign * (z - t))^2`` each, element by element (:func:`_one_sided_sq_distance`).
         """
         table = _distance_table(self)
         if table is None:  # a model of another feature layout: element by element
@@ -230,25 +234,25 @@ class VramServing(ConformalServing):
         # NaN fails every comparison; a code must be a whole index into its vocabulary
         if (np.abs(z).max(initial=0.0) <= _EXPANSION_LIMIT and codes.min(initial=0.0) >= 0
                 and (codes < _CATEGORY_SIZES).all() and (codes == np.floor(codes)).all()):
-            if not self.token_monotone_distance_:
-                return self._expanded_sq_distance(z, codes, table, train_rows)
-            sq = self._expanded_sq_distance(_without_token_columns(z), codes, table, train_rows)
-            return sq + _token_sq_distance(z, table, train_rows)
+            return self._clean_sq_distance(z, codes, table, train_rows)
         # some rows cannot take the product: each row the form it takes alone (so the same numbers as alone)
         clean = ((np.abs(z) <= _EXPANSION_LIMIT).all(axis=1)
                  & ((codes >= 0) & (codes < _CATEGORY_SIZES) & (codes == np.floor(codes))).all(axis=1))
-        n_train = table[2].size if train_rows is None else table[2][train_rows].size
+        constant = table.train_constant
+        n_train = constant.size if train_rows is None else constant[train_rows].size
         out = np.empty((features.shape[0], n_train))
         if clean.any():
-            z_clean = z[clean]
-            if self.token_monotone_distance_:
-                out[clean] = (self._expanded_sq_distance(_without_token_columns(z_clean), codes[clean], table,
-                                                         train_rows)
-                              + _token_sq_distance(z_clean, table, train_rows))
-            else:
-                out[clean] = self._expanded_sq_distance(z_clean, codes[clean], table, train_rows)
+            out[clean] = self._clean_sq_distance(z[clean], codes[clean], table, train_rows)
         out[~clean] = self._elementwise_sq_distance(features[~clean], train_rows)
         return out
+
+    def _clean_sq_distance(self, z: np.ndarray, codes: np.ndarray, table: DistanceTable,
+                           train_rows: np.ndarray | None) -> np.ndarray:
+        """The squared distance of clean rows: the products over the two-sided features, plus the one-sided ones."""
+        if not table.one_sided_columns.size:
+            return self._expanded_sq_distance(z, codes, table, train_rows)
+        sq = self._expanded_sq_distance(z * table.two_sided, codes, table, train_rows)
+        return sq + _one_sided_sq_distance(z, table, train_rows)
 
     def _expanded_sq_distance(self, z: np.ndarray, codes: np.ndarray,
                               table: DistanceTable,
@@ -257,7 +261,7 @@ class VramServing(ConformalServing):
         products. Each row's numbers are the ones it gets alone: ``einsum`` sums every output over the features
         in one order whatever the number of rows (BLAS's matrix product does not), and the one-hot product counts
         matches, whole numbers that any order sums exactly."""
-        numeric_t, one_hot_t, train_constant, _ = table
+        numeric_t, one_hot_t, train_constant = table.numeric_t, table.one_hot_t, table.train_constant
         if train_rows is not None:
             numeric_t, one_hot_t = numeric_t[:, train_rows], one_hot_t[:, train_rows]
             train_constant = train_constant[train_rows]
@@ -282,8 +286,10 @@ class VramServing(ConformalServing):
         train_z = np.ascontiguousarray(train_z)
         codes = features[:, _CATEGORICAL_COLUMNS]
         diff = z[:, None, :] - train_z[None, :, :]
-        if self.token_monotone_distance_:  # the token features on their one side only
-            diff[:, :, _TOKEN_COLUMNS] = np.maximum(diff[:, :, _TOKEN_COLUMNS] * _TOKEN_COLUMN_SIGNS, 0.0)
+        signs = _distance_signs(self)
+        if signs is not None:  # the one-sided features on their one side only
+            columns = np.flatnonzero(signs)
+            diff[:, :, columns] = np.maximum(diff[:, :, columns] * signs[columns], 0.0)
         sq = (diff ** 2).sum(axis=2)
         return sq + (codes[:, None, :] != train_c[None, :, :]).sum(axis=2)
 
@@ -400,57 +406,77 @@ class RuntimeServing(ConformalServing):
         return point, lower
 
 
-# (numeric t transposed, one-hot(t) transposed, |t|^2 + n_categorical, sign * token t transposed)
-DistanceTable = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-_TABLES: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, DistanceTable | None]] = {}
+class DistanceTable(NamedTuple):
+    """A fitted model's training cases, arranged for the distance's products (:func:`_distance_table`)."""
+
+    numeric_t: np.ndarray  # standardized numeric columns x cases, the one-sided columns zeroed
+    one_hot_t: np.ndarray  # one-hot categorical columns x cases
+    train_constant: np.ndarray  # per case: |t|^2 (two-sided columns) + the number of categorical features
+    signed_t: np.ndarray  # sign * the one-sided columns, one-sided columns x cases
+    one_sided_columns: np.ndarray  # positions of the one-sided columns among the numeric ones
+    one_sided_signs: np.ndarray  # their signs
+    two_sided: np.ndarray  # per numeric column: 1 two-sided, 0 one-sided
+
+
+_TABLES: dict[tuple[int, bytes | None], tuple[np.ndarray, np.ndarray, DistanceTable | None]] = {}
+
+
+def _distance_signs(model: VramServing) -> np.ndarray | None:
+    """The model's one-sided distance signs per numeric column: ``distance_signs_``, else the token features' for
+    an estimator fitted with the earlier ``token_monotone_distance_`` (read back from its skops file), else
+    ``None`` (symmetric)."""
+    signs = getattr(model, "distance_signs_", None)
+    if signs is not None:
+        return np.asarray(signs, dtype=np.float64)
+    return _TOKEN_SIGNS if getattr(model, "token_monotone_distance_", False) else None
 
 
 def _distance_table(model: VramServing) -> DistanceTable | None:
-    """``t`` transposed, ``onehot(t)`` transposed and ``|t|^2 + n_categorical`` of the model's training cases for
-    the distance's products (memoised per fitted model); ``None`` when a training code is outside its
-    vocabulary or the layout is not this code's (numeric columns first, then the categorical ones)."""
+    """The model's training cases arranged for the distance's products (memoised per fitted model and signs);
+    ``None`` when a training code is outside its vocabulary or the layout is not this code's (numeric columns
+    first, then the categorical ones)."""
     train_z, train_c = model.train_numeric_, model.train_codes_
-    monotone = bool(getattr(model, "token_monotone_distance_", False))
-    key = (id(train_z), monotone)
+    signs = _distance_signs(model)
+    key = (id(train_z), None if signs is None else signs.tobytes())
     hit = _TABLES.get(key)
     if hit is not None and hit[0] is train_z and hit[1] is train_c:
         return hit[2]
-    operand = _without_token_columns(train_z) if monotone and train_z.ndim == 2 else train_z
     table: DistanceTable | None = None
     layout = (bool(np.array_equal(_NUMERIC_COLUMNS, np.arange(_N_VRAM_NUMERIC)))
               and train_c.ndim == 2 and train_c.shape[1] == len(_CATEGORY_SIZES)
-              and train_z.ndim == 2 and train_z.shape[1] == _N_VRAM_NUMERIC)
+              and train_z.ndim == 2 and train_z.shape[1] == _N_VRAM_NUMERIC
+              and (signs is None or np.shape(signs) == (_N_VRAM_NUMERIC,)))
     if layout and bool(((train_c >= 0) & (train_c < _CATEGORY_SIZES) & (train_c == np.round(train_c))).all()):
+        signed = np.zeros(_N_VRAM_NUMERIC) if signs is None else signs
+        columns = np.flatnonzero(signed)
+        two_sided = np.where(signed != 0, 0.0, 1.0)
+        operand = train_z * two_sided
         one_hot = np.zeros((train_c.shape[0], _ONE_HOT_WIDTH))
         one_hot[np.arange(train_c.shape[0])[:, None], (_CATEGORY_OFFSETS + train_c).astype(np.intp)] = 1.0
-        table = (np.ascontiguousarray(operand.T), np.ascontiguousarray(one_hot.T),
-                 (operand * operand).sum(axis=1) + train_c.shape[1],
-                 np.ascontiguousarray((train_z[:, _TOKEN_COLUMNS] * _TOKEN_COLUMN_SIGNS).T))
+        table = DistanceTable(np.ascontiguousarray(operand.T), np.ascontiguousarray(one_hot.T),
+                              (operand * operand).sum(axis=1) + train_c.shape[1],
+                              np.ascontiguousarray((train_z[:, columns] * signed[columns]).T),
+                              columns, signed[columns], two_sided)
     if len(_TABLES) > 16:
         _TABLES.clear()
     _TABLES[key] = (train_z, train_c, table)
     return table
 
 
-_KEEP_NON_TOKEN = np.where(_TOKEN_SIGNS != 0, 0.0, 1.0)  # 0 at the token features, 1 elsewhere
-
-
-def _without_token_columns(z: np.ndarray) -> np.ndarray:
-    """Standardized numeric rows ``z`` with the token features set to 0 (out of a product), as a new array."""
-    return z * _KEEP_NON_TOKEN
-
-
-def _token_sq_distance(z: np.ndarray, table: DistanceTable, train_rows: np.ndarray | None) -> np.ndarray:
-    """The token features' one-sided part of the squared distance: ``sum max(0, sign * (z - t))^2`` over
-    ``_TOKEN_COLUMNS`` (standardized ``z``; rows x selected training cases). The training side is the table's signed,
-    transposed token columns (token features x cases), so that each pass runs along the cases."""
-    signed_t = table[3] if train_rows is None else table[3][:, train_rows]
-    excess = (z[:, _TOKEN_COLUMNS] * _TOKEN_COLUMN_SIGNS)[:, :, None] - signed_t[None, :, :]
+def _one_sided_sq_distance(z: np.ndarray, table: DistanceTable, train_rows: np.ndarray | None) -> np.ndarray:
+    """The one-sided features' part of the squared distance: ``sum max(0, sign * (z - t))^2`` over the table's
+    one-sided columns (standardized ``z``; rows x selected training cases). The training side is the table's signed,
+    transposed columns (one-sided features x cases), so that each pass runs along the cases."""
+    signed_t = table.signed_t if train_rows is None else table.signed_t[:, train_rows]
+    # features x rows x cases, C-ordered: a reduction over the outermost axis adds the features' slices one after
+    # another, whatever the number of rows or cases, so each row's sums are the ones it gets alone (over a middle
+    # axis numpy may sum 8 or more features pairwise, in an order that depends on the shape)
+    signed_z = (z[:, table.one_sided_columns] * table.one_sided_signs).T
+    excess = np.empty((signed_z.shape[0], signed_z.shape[1], signed_t.shape[1]))  # C order, whatever the operands'
+    np.subtract(signed_z[:, :, None], signed_t[:, None, :], out=excess)
     np.maximum(excess, 0.0, out=excess)
     excess *= excess
-    # a reduction over the middle axis adds the token features' slices one after another, whatever the number of
-    # rows: each row's sums are the ones it gets alone
-    return excess.sum(axis=1)
+    return excess.sum(axis=0)
 
 
 def scale_features(features: np.ndarray, scaling: dict[str, np.ndarray], clip: bool = True) -> np.ndarray:
@@ -742,12 +768,29 @@ def serving_state(model: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]] | 
         value = getattr(model, name)
         params[name] = ({str(k): float(v) for k, v in value.items()} if isinstance(value, dict)
                         else int(value) if name in ("n_neighbors", "n_features_in_") else float(value))
-    if kind == "vram" and getattr(model, "token_monotone_distance_", False):
-        params["token_monotone_distance_"] = True  # absent (older files): the symmetric distance
+    signs = getattr(model, "distance_signs_", None) if kind == "vram" else None
+    if signs is not None:  # absent (older files): the symmetric distance, or the token-monotone one
+        params["distance_signs_"] = [int(v) for v in np.asarray(signs)]
     site = {name: {str(k): float(v) for k, v in (getattr(model, name, None) or {}).items()} for name in _SITE_SCALARS}
     if any(site.values()):
         params.update(site, serving_format_version=SITE_FORMAT_VERSION)
     return params, arrays
+
+
+def _read_distance_signs(params: dict[str, Any]) -> np.ndarray | None:
+    """The one-sided distance's signs a serving file states: ``distance_signs_`` (one of -1, 0, 1 per numeric
+    feature), or the token features' under the earlier ``token_monotone_distance_``; ``None`` (symmetric) if
+    neither."""
+    signs = params.get("distance_signs_")
+    if signs is not None:
+        if (not isinstance(signs, list) or len(signs) != _N_VRAM_NUMERIC
+                or not all(type(v) is int and v in (-1, 0, 1) for v in signs)):
+            raise ValueError(f"distance_signs_ must be {_N_VRAM_NUMERIC} of -1, 0 and 1; got {signs!r}")
+        return np.asarray(signs, dtype=np.float64)
+    monotone = params.get("token_monotone_distance_", False)
+    if not isinstance(monotone, bool):
+        raise ValueError(f"token_monotone_distance_ must be true or false; got {monotone!r}")
+    return _TOKEN_SIGNS.copy() if monotone else None
 
 
 def served_model(params: dict[str, Any], arrays: dict[str, np.ndarray]) -> ServedVramModel | ServedRuntimeModel:
@@ -765,10 +808,7 @@ def served_model(params: dict[str, Any], arrays: dict[str, np.ndarray]) -> Serve
             raise ValueError(f"{name} is missing")
         setattr(model, name, params[name])
     if kind == "vram":
-        monotone = params.get("token_monotone_distance_", False)
-        if not isinstance(monotone, bool):
-            raise ValueError(f"token_monotone_distance_ must be true or false; got {monotone!r}")
-        model.token_monotone_distance_ = monotone
+        model.distance_signs_ = _read_distance_signs(params)
     for name in _SITE_SCALARS:
         value = params.get(name, {})
         if not isinstance(value, dict) or not all(isinstance(v, int | float) for v in value.values()):

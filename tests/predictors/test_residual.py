@@ -244,11 +244,12 @@ def test_evaluate_cv_source_output(runs_subset: RunsSubset, capsys: pytest.Captu
 # with the GELU and soft-capping terms (the S15 T5 and S07 Gemma 2 rows moved): slack 54.6 %; with transformers'
 # Adafactor stepping one parameter at a time (S17-306 +13.5 % -> -7.8 %): 11.4 % / 42.3 %, 94.8 % at 53.4 %;
 # session 17 (the token features one-sided in the bound's distance; the reserved peak the larger phase's):
-# 11.5 % / 41.9 %, 94.8 % at 52.9 %
+# 11.5 % / 41.9 %, 94.8 % at 52.9 %; session 18 (the trainable, rank and resident-share features one-sided too):
+# 94.8 % at 53.1 %
 LOSO_MEDIAN_APE = 0.115
 LOSO_P90_APE = 0.419
 LOSO_COVERAGE = 0.948
-LOSO_MEDIAN_SLACK = 0.529
+LOSO_MEDIAN_SLACK = 0.531
 
 
 def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[TrainingRow]) -> None:

@@ -14,7 +14,7 @@ import pytest
 from sklearn.neighbors import KNeighborsRegressor
 
 from predictors import persistence
-from predictors.features import FEATURE_NAMES, NUMERIC
+from predictors.features import DISTANCE_SIGNS, FEATURE_NAMES, NUMERIC
 from predictors.reference import parse_runs
 from predictors.residual import ResidualVramRegressor
 from predictors.residual_serving import (
@@ -228,6 +228,31 @@ def test_served_model_errors_name_what_is_missing() -> None:
         served_model({k: v for k, v in params.items() if k != "alpha_"}, {})
 
 
+def test_served_model_reads_the_distance_each_file_was_calibrated_with() -> None:
+    """A file states its one-sided signs (``distance_signs_``); an earlier one its token-monotone distance, or
+    neither (symmetric). A wrong list is refused with what it must be."""
+    from predictors.residual_serving import _read_distance_signs
+
+    token_signs = [float(NUMERIC[name]) for name in NUMERIC]  # the token features' monotonic constraints
+    assert _read_distance_signs({}) is None
+    assert _read_distance_signs({"token_monotone_distance_": True}).tolist() == token_signs
+    assert _read_distance_signs({"token_monotone_distance_": False}) is None
+    signs = [DISTANCE_SIGNS.get(name, 0) for name in NUMERIC]
+    assert _read_distance_signs({"distance_signs_": signs}).tolist() == signs
+    for bad in ([1, 0], [2] * len(NUMERIC), [0.5] * len(NUMERIC), "up", [True] * len(NUMERIC)):
+        with pytest.raises(ValueError, match=f"distance_signs_ must be {len(NUMERIC)} of -1, 0 and 1"):
+            _read_distance_signs({"distance_signs_": bad})
+    with pytest.raises(ValueError, match="token_monotone_distance_ must be true or false"):
+        _read_distance_signs({"token_monotone_distance_": "yes"})
+    # an estimator fitted before distance_signs_, read back from its skops file, keeps its token-monotone distance
+    from predictors.residual_serving import _distance_signs
+
+    legacy = ServedVramModel()
+    assert _distance_signs(legacy) is None
+    legacy.token_monotone_distance_ = True  # type: ignore[attr-defined]
+    assert _distance_signs(legacy).tolist() == token_signs
+
+
 def test_header_is_plain_json(tmp_path: Path) -> None:
     """What a reviewer sees with `unzip -p FILE header.json`: the metadata, the parameters and the hash."""
     header, arrays = persistence.read_serving(persistence.serving_path(persistence.shipped_model_path()))
@@ -276,12 +301,13 @@ def test_distance_by_matrix_product_equals_the_element_wise_distance() -> None:
     features[0, _NUMERIC_COLUMNS] = m.train_numeric_[7] * m.numeric_scale_ + m.numeric_mean_  # a training case
     features[0, _CATEGORICAL_COLUMNS] = m.train_codes_[7]
 
-    assert m.token_monotone_distance_  # the shipped model counts the token features on one side only
-    signs = [NUMERIC[name] for name in FEATURE_NAMES if name in NUMERIC]  # the numeric columns' monotonic signs
+    # the shipped model counts the features that move as a job grows on one side only
+    signs = [DISTANCE_SIGNS.get(name, 0) for name in FEATURE_NAMES if name in NUMERIC]
+    assert m.distance_signs_ is not None and m.distance_signs_.tolist() == signs
 
     def element_wise(rows: np.ndarray, train_rows: np.ndarray | None = None) -> np.ndarray:
         """The squared distance, element by element, in plain Python loops: ``(z - t)^2`` per numeric feature,
-        ``max(0, sign * (z - t))^2`` for a token feature (monotonic sign +1 or -1), plus the mismatches."""
+        ``max(0, sign * (z - t))^2`` for a one-sided feature (sign +1 or -1), plus the mismatches."""
         z = m._standardize(rows)
         train_z, train_c = m.train_numeric_, m.train_codes_
         if train_rows is not None:
@@ -325,11 +351,12 @@ def test_distance_by_matrix_product_equals_the_element_wise_distance() -> None:
 # (re-pinned 2026-11-26: the measured Hopper CUDA context, 632 -> 1,382 MiB, moved the H100 column, and the
 # adapters' own input copies with the models rebuilt on the H200 calibration rows moved the LoRA/QLoRA rows,
 # and the model rebuilt after the cached-logits term moved the FSDP row; the H100's own measured context, 1,382 ->
-# 1,247 MiB, moved the H100 column again)
+# 1,247 MiB, moved the H100 column again; the one-sided trainable, rank and resident-share features moved the
+# FSDP row's T4, farther from the training data, 42,528,848,919 -> 42,793,307,089)
 PINNED_UPPER_BYTES = [
     [135084701690, 135084701690, 136282486066, 135308747689, 136428977681, 135739605378],
     [126540113700, 126540113700, 127737898076, 126764159698, 127884389690, 127195017388],
-    [41982172880, 41982172880, 42982014584, 42169193630, 43104297382, 42528848919],
+    [41982172880, 41982172880, 42982014584, 42169193630, 43104297382, 42793307089],
 ]
 
 
