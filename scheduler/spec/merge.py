@@ -190,7 +190,8 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
         raise w.obj.error(
             dotted(w.annotation_path),
             f"no model found in the job ({_summary(w, gpus)}); "
-            "looked for --model_name_or_path-style flags, torchtune configs, inline axolotl / "
+            + (f"{command.unresolved_model}; " if command.unresolved_model else "")
+            + "looked for --model_name_or_path-style flags, torchtune configs, inline axolotl / "
             "LLaMA-Factory configs, MODEL_ID-style env vars and the annotation",
             ANNOTATION_HINT,
         )

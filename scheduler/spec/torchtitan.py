@@ -5,8 +5,9 @@ torchtitan (github.com/pytorch/torchtitan) reads a TOML job config and dotted co
 file is read when the manifest carries it (a heredoc or a ConfigMap key of that file name), then the flags, which
 win. What maps to the TrainingSpec:
 
-* ``[model] name`` + ``flavor`` (``llama3`` ``8B`` / ``70B`` / ``405B``, ``qwen3`` ``0.6B`` ... ``32B``): the
-  catalog model; other models are named in a note (the ``vramfit.io/spec`` annotation can say which);
+* ``[model] name`` + ``flavor`` (``llama3`` ``1B`` ... ``405B``, ``qwen3`` ``0.6B`` ... ``32B`` and ``30B-A3B``,
+  ``deepseek_v3`` ``16B``; :data:`_MODELS`): the catalog model; another flavor is named in the error that asks for
+  the model (the ``vramfit.io/spec`` annotation can say which);
 * ``[training] local_batch_size`` (``batch_size`` in older configs): the per-rank batch; under pipeline parallelism
   the micro-batch is ``[parallelism] pipeline_parallel_microbatch_size`` (torchtitan's default 1);
   ``global_batch_size`` (-1: local x data-parallel ranks) gives the gradient accumulation once the merge knows the
@@ -22,7 +23,8 @@ win. What maps to the TrainingSpec:
   (``checkpoint_every_n_layers``);
 * ``[optimizer] name`` (AdamW / Adam: ``adamw``), ``implementation`` ``fused`` (``fused_optimizer``),
   ``early_step_in_backward`` (``optimizer_in_backward``); ``[compile] enable`` (``torch_compile``); Float8
-  (``[float8]``, ``model.converters``) cannot be expressed and is noted.
+  (``model.converters``, or ``[float8] enable_float8_linear``) and ``expert_parallel_degree`` cannot be expressed
+  and are noted.
 
 Where the config is read (or none is named), torchtitan's own defaults fill what neither it nor a flag sets
 (torchtitan/config/job_config.py: ``activation_checkpoint.mode`` selective with ``selective_ac_option`` "2", every
@@ -41,8 +43,14 @@ from typing import Any
 
 from scheduler.spec.trainer_args import Reading, Setting, Settings, launch_layout, to_bool
 
-# torchtitan model name + flavor -> vramfit catalog model (torchtitan/models/<name>/__init__.py flavors)
+# torchtitan model name + flavor -> vramfit catalog model (torchtitan/models/<name>/flavors.py MODEL_FLAVORS, or
+# __init__.py in older releases): the same shapes. llama3 1B/3B are the tied Llama 3.2 models; deepseek_v3 16B is
+# DeepSeek-V2-Lite's shape (dim 2048, 27 layers, MLA without a q LoRA, kv_lora_rank 512, 64 routed experts of 1408
+# + 2 shared, top-6, one dense layer of 10944, vocabulary 102400), which torchtitan trains with the
+# deepseek-moe-16b-base tokenizer.
 _MODELS: dict[tuple[str, str], str] = {
+    ("llama3", "1B"): "llama-3.2-1b",
+    ("llama3", "3B"): "llama-3.2-3b",
     ("llama3", "8B"): "llama-3.1-8b",
     ("llama3", "70B"): "llama-3.1-70b",
     ("llama3", "405B"): "llama-3.1-405b",
@@ -52,6 +60,8 @@ _MODELS: dict[tuple[str, str], str] = {
     ("qwen3", "8B"): "qwen3-8b",
     ("qwen3", "14B"): "qwen3-14b",
     ("qwen3", "32B"): "qwen3-32b",
+    ("qwen3", "30B-A3B"): "qwen3-30b-a3b",
+    ("deepseek_v3", "16B"): "deepseek-v2-lite",
 }
 
 
@@ -106,6 +116,7 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
     env = env or {}
     flags = _flags(tokens)
     notes: list[str] = []
+    unresolved = ""
     values: dict[str, tuple[Any, str]] = {}  # dotted key -> (value, source)
     config = next((str(v) for k, v in flags if k == "job.config_file"), env.get("CONFIG_FILE", ""))
     known = True  # every setting in view: torchtitan's defaults fill what neither the config nor a flag sets
@@ -141,8 +152,8 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
         if model is not None:
             put("model", model, f"{name[1]}, {flavor[1]}")
         else:
-            notes.append(f"torchtitan model {name[0]} {flavor[0]} is not in vramfit's table of torchtitan flavors; "
-                         "name the model in the vramfit.io/spec annotation")
+            unresolved = (f"torchtitan model {name[0]} flavor {flavor[0]} ({name[1]}) is not in vramfit's table of "
+                          f"torchtitan flavors ({', '.join(f'{n} {f}' for n, f in _MODELS)})")
     pp_degree = get("parallelism.pipeline_parallel_degree")
     pipelined = pp_degree is not None and str(pp_degree[0]).strip() not in ("", "1")
     batch = get("training.local_batch_size", "training.batch_size")
@@ -205,11 +216,21 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
     compiled = get("compile.enable", "training.compile")
     if compiled is not None and to_bool(compiled[0]) is True:
         put("torch_compile", True, compiled[1])
+    # Float8 is on when a converter names it (model.converters "float8", or "quantize.linear.float8" in newer
+    # releases) or, in 2024 releases, with [float8] enable_float8_linear; a [float8] table of all-gather options
+    # alone, as the presets carry with the converter commented out, changes nothing
     converters = get("model.converters")
+    legacy_float8 = get("float8.enable_float8_linear")
     if (converters is not None and "float8" in str(converters[0]).lower()) or \
-            any(key.startswith("float8.") for key in values):
+            (legacy_float8 is not None and to_bool(legacy_float8[0]) is True):
         notes.append("torchtitan Float8 linears: not expressible in the TrainingSpec; the prediction is for bf16 "
                      "matmuls (Float8 keeps less per block and runs faster)")
-    reading = Reading(out, notes, trainer="torchtitan" if out or notes else "")
+    expert_parallel = get("parallelism.expert_parallel_degree")
+    if expert_parallel is not None and str(expert_parallel[0]).strip() not in ("", "1"):
+        notes.append(f"torchtitan expert_parallel_degree {expert_parallel[0]}: the experts are split over that many "
+                     "ranks and sharded over the rest, as many bytes per GPU as FSDP alone gives them; the "
+                     "all-to-all buffers are not in the prediction")
+    reading = Reading(out, notes, trainer="torchtitan" if out or notes or unresolved else "",
+                      unresolved_model=unresolved)
     reading.launch = launch_layout(list(tokens), None, env)
     return reading

@@ -50,6 +50,8 @@ class Reading:
     notes: list[str] = field(default_factory=list)
     trainer: str = ""
     launch: Launch | None = None  # processes the launcher starts, when its flags say
+    # a model the job names that vramfit cannot resolve: what the error says when no model is found
+    unresolved_model: str = ""
 
 
 @dataclass(frozen=True)
@@ -1079,6 +1081,7 @@ def read_command(
             reading.notes += [note for note in part.notes if note not in reading.notes]  # `cat > f.yml` names f too
             reading.trainer = reading.trainer or part.trainer
         reading.launch = reading.launch or part.launch
+        reading.unresolved_model = reading.unresolved_model or part.unresolved_model
     return reading, script
 
 

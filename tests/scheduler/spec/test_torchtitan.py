@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+
 from predictors.errors import SpecError
 from scheduler.spec.document import ParsedJob
 from scheduler.spec.torchtitan import is_torchtitan
@@ -25,6 +30,7 @@ enable = true
 name = "AdamW"
 implementation = "fused"
 """
+MODELS_DIR = Path(__file__).resolve().parents[3] / "predictors" / "data" / "models"
 TITAN = ["torchrun", "--nproc_per_node=8", "-m", "torchtitan.train"]
 
 
@@ -80,10 +86,56 @@ def test_a_config_the_manifest_does_not_carry_leaves_its_settings_unknown() -> N
     assert any("llama3_8b.toml is not in the manifest" in a for a in job.assumptions), job.assumptions
 
 
-def test_an_unknown_flavor_is_noted_and_the_model_asked_for() -> None:
+def test_an_unknown_flavor_is_named_in_the_error_and_the_model_asked_for() -> None:
     outcomes = scan(pod([*TITAN, "--model.name", "deepseek_v3", "--model.flavor", "671B"], gpus=8))
     assert not any(isinstance(o, ParsedJob) for o in outcomes)
-    assert isinstance(outcomes[0], SpecError) and "no model found" in str(outcomes[0])
+    message = str(outcomes[0])
+    assert isinstance(outcomes[0], SpecError) and "no model found" in message
+    assert "torchtitan model deepseek_v3 flavor 671B (flag --model.name) is not in vramfit's table" in message
+    assert "deepseek_v3 16B" in message and "vramfit.io/spec" in message
+
+
+# torchtitan's flavors (torchtitan/models/<name>/flavors.py) and the shapes the catalog entry must have
+FLAVOR_SHAPES = {
+    ("llama3", "1B"): {"hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
+                       "num_key_value_heads": 8, "intermediate_size": 8192, "tie_word_embeddings": True},
+    ("llama3", "3B"): {"hidden_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 24,
+                       "num_key_value_heads": 8, "intermediate_size": 8192, "tie_word_embeddings": True},
+    ("qwen3", "30B-A3B"): {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
+                           "num_key_value_heads": 4, "head_dim": 128, "moe_intermediate_size": 768,
+                           "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936},
+    ("deepseek_v3", "16B"): {"hidden_size": 2048, "num_hidden_layers": 27, "num_attention_heads": 16,
+                             "q_lora_rank": None, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                             "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 10944,
+                             "moe_intermediate_size": 1408, "n_routed_experts": 64, "n_shared_experts": 2,
+                             "num_experts_per_tok": 6, "first_k_dense_replace": 1, "vocab_size": 102400},
+}
+
+
+@pytest.mark.parametrize(("name", "flavor"), sorted(FLAVOR_SHAPES))
+def test_flavors_resolve_to_catalog_models_of_the_same_shape(name: str, flavor: str) -> None:
+    job = one_job(pod([*TITAN, "--model.name", name, "--model.flavor", flavor], gpus=8))
+    config = json.loads((MODELS_DIR / f"{job.spec.model}.json").read_text())
+    assert {key: config.get(key) for key in FLAVOR_SHAPES[(name, flavor)]} == FLAVOR_SHAPES[(name, flavor)]
+
+
+def test_float8_only_when_a_converter_or_the_old_switch_turns_it_on() -> None:
+    """The presets carry a [float8] (or [quantize.linear.float8]) table of all-gather options with the converter
+    commented out: that is bf16 training. A converter naming float8, or 2024's enable_float8_linear, turns it on."""
+    base = [*TITAN, "--model.name", "llama3", "--model.flavor", "8B"]
+    options_only = one_job(pod([*base, "--float8.enable_fsdp_float8_all_gather", "false",
+                                "--quantize.linear.float8.filter_fqns", "output"], gpus=8))
+    assert not any("Float8" in a for a in options_only.assumptions), options_only.assumptions
+    for switch in (["--model.converters", "quantize.linear.float8"], ["--float8.enable_float8_linear"]):
+        job = one_job(pod([*base, *switch], gpus=8))
+        assert any("Float8" in a for a in job.assumptions), (switch, job.assumptions)
+
+
+def test_expert_parallelism_is_noted() -> None:
+    job = one_job(pod([*TITAN, "--model.name", "qwen3", "--model.flavor", "30B-A3B",
+                       "--parallelism.expert_parallel_degree", "2"], gpus=8))
+    assert job.spec.model == "qwen3-30b-a3b" and job.spec.sharding == "fsdp"
+    assert any("expert_parallel_degree 2" in a for a in job.assumptions), job.assumptions
 
 
 def test_detection() -> None:
