@@ -768,9 +768,9 @@ def serving_state(model: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]] | 
         value = getattr(model, name)
         params[name] = ({str(k): float(v) for k, v in value.items()} if isinstance(value, dict)
                         else int(value) if name in ("n_neighbors", "n_features_in_") else float(value))
-    signs = getattr(model, "distance_signs_", None) if kind == "vram" else None
+    signs = _distance_signs(model) if kind == "vram" else None
     if signs is not None:  # absent (older files): the symmetric distance, or the token-monotone one
-        params["distance_signs_"] = [int(v) for v in np.asarray(signs)]
+        params["distance_signs_"] = [int(v) for v in signs]
     site = {name: {str(k): float(v) for k, v in (getattr(model, name, None) or {}).items()} for name in _SITE_SCALARS}
     if any(site.values()):
         params.update(site, serving_format_version=SITE_FORMAT_VERSION)

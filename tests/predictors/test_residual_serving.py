@@ -251,6 +251,14 @@ def test_served_model_reads_the_distance_each_file_was_calibrated_with() -> None
     assert _distance_signs(legacy) is None
     legacy.token_monotone_distance_ = True  # type: ignore[attr-defined]
     assert _distance_signs(legacy).tolist() == token_signs
+    # and a serving file written from such an estimator states the signs it was calibrated with
+    shipped = persistence.load_model(persistence.shipped_model_path()).model
+    for name in ("quantile_", "class_quantiles_", "alpha_", "distance_ref_", "n_neighbors", "distance_weight",
+                 "max_widening", "n_features_in_", "numeric_mean_", "numeric_scale_", "train_numeric_",
+                 "train_codes_", "compiled_"):
+        setattr(legacy, name, getattr(shipped, name))
+    params, _ = serving_state(legacy)
+    assert params["distance_signs_"] == [int(v) for v in token_signs]
 
 
 def test_header_is_plain_json(tmp_path: Path) -> None:
