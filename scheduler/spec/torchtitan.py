@@ -6,8 +6,8 @@ file is read when the manifest carries it (a heredoc or a ConfigMap key of that 
 win. What maps to the TrainingSpec:
 
 * ``[model] name`` + ``flavor`` (``llama3`` ``1B`` ... ``405B``, ``qwen3`` ``0.6B`` ... ``32B`` and ``30B-A3B``,
-  ``deepseek_v3`` ``16B``; :data:`_MODELS`): the catalog model; another flavor is named in the error that asks for
-  the model (the ``vramfit.io/spec`` annotation can say which);
+  ``deepseek_v3`` ``16B`` and ``671B``; :data:`_MODELS`): the catalog model; another flavor is named in the error
+  that asks for the model (the ``vramfit.io/spec`` annotation can say which);
 * ``[training] local_batch_size`` (``batch_size`` in older configs): the per-rank batch; under pipeline parallelism
   the micro-batch is ``[parallelism] pipeline_parallel_microbatch_size`` (torchtitan's default 1);
   ``global_batch_size`` (-1: local x data-parallel ranks) gives the gradient accumulation once the merge knows the
@@ -47,7 +47,7 @@ from scheduler.spec.trainer_args import Reading, Setting, Settings, launch_layou
 # __init__.py in older releases): the same shapes. llama3 1B/3B are the tied Llama 3.2 models; deepseek_v3 16B is
 # DeepSeek-V2-Lite's shape (dim 2048, 27 layers, MLA without a q LoRA, kv_lora_rank 512, 64 routed experts of 1408
 # + 2 shared, top-6, one dense layer of 10944, vocabulary 102400), which torchtitan trains with the
-# deepseek-moe-16b-base tokenizer.
+# deepseek-moe-16b-base tokenizer; deepseek_v3 671B is DeepSeek-V3.
 _MODELS: dict[tuple[str, str], str] = {
     ("llama3", "1B"): "llama-3.2-1b",
     ("llama3", "3B"): "llama-3.2-3b",
@@ -62,6 +62,7 @@ _MODELS: dict[tuple[str, str], str] = {
     ("qwen3", "32B"): "qwen3-32b",
     ("qwen3", "30B-A3B"): "qwen3-30b-a3b",
     ("deepseek_v3", "16B"): "deepseek-v2-lite",
+    ("deepseek_v3", "671B"): "deepseek-v3",
 }
 
 

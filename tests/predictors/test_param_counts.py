@@ -26,6 +26,7 @@ EXPECTED: dict[str, int] = {
     "codellama-34b": 33_743_970_304,
     "deepseek-llm-7b-base": 6_910_365_696,
     "deepseek-v2-lite": 15_706_484_224,
+    "deepseek-v3": 671_026_404_352,
     "falcon-40b": 41_303_293_952,
     "falcon-7b": 6_921_720_704,
     "flan-t5-large": 783_150_080,
@@ -189,6 +190,24 @@ def test_deepseek_v2_lite_mla_and_shared_experts() -> None:
     assert arch.num_moe_layers == 26 and arch.shared_expert_intermediate_size == 2 * 1408
 
 
+def test_deepseek_v3_q_lora_and_three_dense_layers() -> None:
+    """671B in all (the technical report's total), of which about 37B run per token (its activated count)."""
+    arch = _arch("deepseek-v3")
+    h, layers, heads = 7168, 61, 128
+    attn = layers * (h * 1536 + 1536 * heads * 192 + h * (512 + 64) + 512 * heads * 256 + heads * 128 * h)
+    dense_mlp = 3 * 3 * h * 18432  # layers 0-2
+    expert = 3 * h * 2048
+    moe = 58 * (256 * expert + h * 256 + expert)  # 256 routed + 1 shared, the router
+    norms = (2 * layers + 1) * h + layers * (512 + 1536)  # + kv_a_layernorm and q_a_layernorm
+    embeddings = 2 * 129280 * h
+    assert arch.params_total == attn + dense_mlp + moe + norms + embeddings
+    assert round(arch.params_total / 1e9) == 671
+    # a token runs its 8 routed experts and the shared one; its input embedding is a row lookup (not counted)
+    activated = attn + dense_mlp + 58 * (9 * expert + h * 256) + norms + 129280 * h
+    assert round(activated / 1e9) == 37
+    assert (arch.num_moe_layers, arch.num_experts, arch.num_experts_per_tok) == (58, 256, 8)
+
+
 def test_stablelm2_layernorm_with_bias_and_qkv_bias() -> None:
     arch = _arch("stablelm-2-1.6b")
     assert arch.layernorm and arch.gated_mlp
@@ -229,6 +248,7 @@ def test_t5_families() -> None:
     ("google/gemma-3-27b-it", "gemma-3-27b"),
     ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
     ("deepseek-ai/DeepSeek-V2-Lite-Chat", "deepseek-v2-lite"),
+    ("deepseek-ai/DeepSeek-R1", "deepseek-v3"),
     ("stabilityai/stablelm-2-1_6b", "stablelm-2-1.6b"),
     ("google/flan-t5-large", "flan-t5-large"),
     ("phi4", "phi-4"),

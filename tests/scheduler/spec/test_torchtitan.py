@@ -87,11 +87,11 @@ def test_a_config_the_manifest_does_not_carry_leaves_its_settings_unknown() -> N
 
 
 def test_an_unknown_flavor_is_named_in_the_error_and_the_model_asked_for() -> None:
-    outcomes = scan(pod([*TITAN, "--model.name", "deepseek_v3", "--model.flavor", "671B"], gpus=8))
+    outcomes = scan(pod([*TITAN, "--model.name", "deepseek_v3", "--model.flavor", "236B"], gpus=8))
     assert not any(isinstance(o, ParsedJob) for o in outcomes)
     message = str(outcomes[0])
     assert isinstance(outcomes[0], SpecError) and "no model found" in message
-    assert "torchtitan model deepseek_v3 flavor 671B (flag --model.name) is not in vramfit's table" in message
+    assert "torchtitan model deepseek_v3 flavor 236B (flag --model.name) is not in vramfit's table" in message
     assert "deepseek_v3 16B" in message and "vramfit.io/spec" in message
 
 
@@ -109,6 +109,10 @@ FLAVOR_SHAPES = {
                              "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 10944,
                              "moe_intermediate_size": 1408, "n_routed_experts": 64, "n_shared_experts": 2,
                              "num_experts_per_tok": 6, "first_k_dense_replace": 1, "vocab_size": 102400},
+    ("deepseek_v3", "671B"): {"hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128,
+                              "q_lora_rank": 1536, "kv_lora_rank": 512, "intermediate_size": 18432,
+                              "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+                              "num_experts_per_tok": 8, "first_k_dense_replace": 3, "vocab_size": 129280},
 }
 
 
