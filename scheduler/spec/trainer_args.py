@@ -1071,7 +1071,7 @@ def read_command(
         if tokens and PurePosixPath(tokens[0]).name in _FILE_WRITERS:
             continue  # ``cat > f.yml <<EOF``: writes the config a later command reads (the heredoc is in files)
         if len(tokens) >= 2 and PurePosixPath(tokens[0]).name == "tune" and tokens[1] == "run":
-            part = read_torchtune(tokens[2:], where, script.env)
+            part = read_torchtune(tokens[2:], where, script.env, known)
         elif is_torchtitan(tokens):
             part = read_torchtitan(tokens, where, known, script.env)
         else:
@@ -1305,8 +1305,10 @@ def torchtune_model(family: str, size: str) -> str:
 
 
 def _tune_model_from_config(config: str) -> str | None:
+    """The model a shipped config's name implies (``llama3_1/8B_lora`` -> llama-3.1-8b); None when the directory
+    is not one of torchtune's model families (a mounted ``/cfg/8B_full.yaml`` names no model)."""
     parts = config.strip("/").split("/")
-    if len(parts) < 2:
+    if len(parts) < 2 or parts[-2].lower() not in _TUNE_FAMILIES:
         return None
     size = re.match(r"^(\d+(?:[._]\d+)?[bm]|mini)", parts[-1], re.I)
     return torchtune_model(parts[-2], size.group(1)) if size else None
@@ -1378,8 +1380,24 @@ _TUNE_KEYS: dict[str, tuple[str, Convert]] = {
 }
 
 
-def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | None = None) -> Reading:
-    """``tune run [launcher flags] RECIPE --config CONFIG key=value ...`` (tokens after ``tune run``)."""
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """A nested config as dotted keys (``model: {_component_: x}`` -> ``model._component_``), as torchtune's
+    ``key=value`` overrides name them."""
+    out: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        dotted_key = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out += _flatten(value, f"{dotted_key}.")
+        else:
+            out.append((dotted_key, value))
+    return out
+
+
+def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | None = None,
+                   files: Mapping[str, str] | None = None) -> Reading:
+    """``tune run [launcher flags] RECIPE --config CONFIG key=value ...`` (tokens after ``tune run``): the config
+    the manifest carries (a heredoc or a ConfigMap key of its file name), else torchtune's shipped config of that
+    name, then the overrides."""
     recipe, config = "", ""
     overrides: list[tuple[str, str]] = []
     i = 0
@@ -1412,11 +1430,23 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
         out["sharding"] = Setting("fsdp", f"torchtune recipe {recipe} (FSDP)", where)
     if recipe:  # torchtune's own LoRA modules and torchao's NF4 (TrainingSpec framework: torchtune)
         out["framework"] = Setting("torchtune", f"torchtune recipe {recipe}", where)
-    model = _tune_model_from_config(config)
+    content = (files or {}).get(PurePosixPath(config).name) if config else None
+    carried = _load_mapping(content) if content is not None else None
+    model = _tune_model_from_config(config) if carried is None else None
     if model:
         out["model"] = Setting(model, f"torchtune config {config}", where)
-    shipped = torchtune_config(config) if config else None
+    shipped = torchtune_config(config) if config and carried is None else None
     pairs: list[tuple[str, Any, str]] = []
+    if carried is not None:
+        pairs = [(k, v, f"torchtune config {config} key {k}") for k, v in _flatten(carried)]
+        if not any(k == "dtype" for k, _, _ in pairs):
+            out["precision"] = Setting("bf16-true", f"torchtune config {config} (no dtype: bf16 assumed)", where)
+        if not any(k == "tokenizer.max_seq_len" and v not in (None, "") for k, v, _ in pairs):
+            notes.append(f"torchtune config {config} sets no tokenizer.max_seq_len: sequence length is the "
+                         "dataset's")
+    elif content is not None:
+        notes.append(f"torchtune config {config} in the manifest is not a readable YAML mapping; its settings "
+                     "are unknown")
     if shipped is not None:
         commit = str(shipped.get("commit", ""))[:9]
         pairs = [(k, v, f"torchtune config {config} (shipped, pytorch/torchtune@{commit})")
@@ -1424,7 +1454,7 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
         notes.append(f"torchtune config {config}: its shipped settings (pytorch/torchtune@{commit}) are used; a "
                      "local copy that differs is not seen (give its settings as key=value overrides or in the "
                      "vramfit.io/spec annotation); sequence length is the dataset's")
-    elif config:
+    elif config and carried is None:
         out["precision"] = Setting("bf16-true", f"torchtune config {config} (dtype bf16)", where)
         notes.append(
             f"torchtune config {config} is not read (only its name and the overrides): dtype bf16 "

@@ -442,3 +442,73 @@ def test_variable_expansion_draws_on_the_jobs_text_budget() -> None:
     wide = split_script(["bash", "-c", "train " + "$A " * 10_000], {"A": "y" * 60_000}, budget)
     # 131,072 less the 30,006 of the script leaves room for one 60,000-character value; the rest stay as written
     assert [len(w) for w in wide.commands[0][1:4]] == [60_000, 2, 2] and budget.left == 131_072 - 30_006 - 59_998
+
+
+# A torchtune config as a user mounts it (shapes of pytorch/torchtune recipes/configs/llama3_1/8B_qlora_single_device
+# .yaml: the keys vramfit reads, nested as the file nests them)
+TUNE_QLORA_CONFIG = """
+model:
+  _component_: torchtune.models.llama3_1.qlora_llama3_1_8b
+  lora_attn_modules: ['q_proj', 'v_proj', 'k_proj', 'output_proj']
+  apply_lora_to_mlp: True
+  apply_lora_to_output: False
+  lora_rank: 8
+  lora_alpha: 16
+  lora_dropout: 0.0
+tokenizer:
+  _component_: torchtune.models.llama3.llama3_tokenizer
+  max_seq_len: 4096
+batch_size: 2
+optimizer:
+  _component_: torch.optim.AdamW
+  fused: True
+loss:
+  _component_: torchtune.modules.loss.LinearCrossEntropyLoss
+gradient_accumulation_steps: 16
+dtype: bf16
+enable_activation_checkpointing: True
+enable_activation_offloading: False
+compile: False
+"""
+
+
+def _tune_job(config_text: str | None, *overrides: str) -> list[Any]:
+    from tests.scheduler.spec.helpers import scan
+
+    job = pod(["tune", "run", "lora_finetune_single_device", "--config", "/cfg/8B_qlora_single_device.yaml",
+               *overrides])
+    docs: list[Any] = [job]
+    if config_text is not None:
+        docs.insert(0, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tune-config"},
+                        "data": {"8B_qlora_single_device.yaml": config_text}})
+    return scan(*docs)
+
+
+def test_a_torchtune_config_the_manifest_carries_is_read_and_overrides_win() -> None:
+    from scheduler.spec.document import ParsedJob
+
+    outcomes = _tune_job(TUNE_QLORA_CONFIG, "batch_size=4")
+    job = next(o for o in outcomes if isinstance(o, ParsedJob))
+    s = job.spec
+    assert (s.model, s.method, s.micro_batch_size, s.grad_accum_steps, s.seq_len) == (
+        "llama-3.1-8b", "qlora", 4, 16, 4096)
+    assert s.lora is not None and (s.lora.rank, s.lora.alpha, s.lora.dropout) == (8, 16, 0.0)
+    assert s.lora.target_modules == ["q_proj", "v_proj", "k_proj", "output_proj", "gate_proj", "up_proj",
+                                     "down_proj"]
+    assert (s.precision, s.gradient_checkpointing, s.cross_entropy, s.fused_optimizer) == (
+        "bf16-true", "full", "chunked", True)
+    assert job.provenance["micro_batch_size"] == "torchtune override batch_size=4"
+    assert job.provenance["grad_accum_steps"] == (
+        "torchtune config /cfg/8B_qlora_single_device.yaml key gradient_accumulation_steps")
+    assert not any("is not read" in a for a in job.assumptions), job.assumptions
+
+
+def test_a_mounted_torchtune_config_the_manifest_lacks_names_no_model_from_its_path() -> None:
+    """``/cfg/8B_qlora_single_device.yaml`` is not a shipped config: its directory names no model family (it used
+    to be read as a model 'cfg-8b', which the catalog then refused)."""
+    from predictors.errors import SpecError
+
+    outcomes = _tune_job(None)
+    assert isinstance(outcomes[0], SpecError)
+    message = str(outcomes[0])
+    assert "no model found" in message and "cfg-8b" not in message
