@@ -175,6 +175,15 @@ def _json_mapping(value: Any) -> Any:
     return None
 
 
+def _checkpointing(value: Any) -> Any:
+    """axolotl's ``gradient_checkpointing`` also takes ``offload`` and ``unsloth``: checkpointing whose kept inputs go
+    to host memory (its config schema: ``Literal["unsloth", "offload"] | bool``; the offload itself is read by
+    :func:`trainer_config_defaults`)."""
+    if str(value).strip().lower() in ("offload", "unsloth"):
+        return True
+    return to_bool(value)
+
+
 def _offloading(value: Any) -> Any:
     """axolotl's ``activation_offloading`` also takes ``legacy`` and ``disk`` (offloaded either way)."""
     if str(value).strip().lower() in ("legacy", "disk"):
@@ -210,7 +219,7 @@ KEYS: dict[str, tuple[str, Convert]] = {
     ),
     **dict.fromkeys(
         ("gradient_checkpointing", "activation_checkpointing", "fsdp_activation_checkpointing"),
-        ("gradient_checkpointing", to_bool),
+        ("gradient_checkpointing", _checkpointing),
     ),
     "gradient_accumulation_steps": ("grad_accum_steps", _same),
     "max_steps": ("steps", _positive),
@@ -438,6 +447,10 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
         implied["_dtype"] = Setting(half, f"{label} key {'bf16' if half == 'bfloat16' else 'fp16'} (LLaMA-Factory "
                                           "loads the base in the compute dtype)", where)
         notes.append(f"{label}: LLaMA-Factory loads the base model in {half} for LoRA (adapters in fp32)")
+    if flavour == "LLaMA-Factory config":
+        implied.update(_llamafactory_defaults(keys, ftype, label, where))
+    if flavour == "axolotl config":
+        implied.update(_axolotl_defaults(keys, label, where))
     if flavour == "axolotl config" and keys.get("adapter") in (None, ""):
         lora = sorted(k for k, v in keys.items() if k.startswith("lora_") and v not in (None, ""))
         notes.append(f"{label} sets no adapter: full fine-tuning" + (f" ({', '.join(lora)} unused)" if lora else ""))
@@ -446,6 +459,53 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
         implied["_finetuning_type"] = Setting("lora", f"{label} (finetuning_type default lora)", where)
         notes.append(f"{label} sets no finetuning_type: LLaMA-Factory's default lora")
     return implied, notes
+
+
+def _llamafactory_defaults(keys: Mapping[str, Any], ftype: str, label: str, where: str) -> dict[str, Setting]:
+    """What a LLaMA-Factory config leaves to LLaMA-Factory's defaults (src/llamafactory/hparams): it checkpoints every
+    layer unless ``disable_gradient_checkpointing`` (model_args, default False; model_utils/checkpointing.py
+    prepare_model_for_training calls gradient_checkpointing_enable whatever TrainingArguments says), with
+    ``use_unsloth_gc`` keeping the checkpointed inputs in host memory; its LoRA defaults (finetuning_args
+    LoraArguments) are rank 8, alpha 2 x rank, dropout 0.0 and every linear layer (``lora_target: all``)."""
+    out: dict[str, Setting] = {}
+    disabled = to_bool(keys.get("disable_gradient_checkpointing")) is True
+    out["gradient_checkpointing"] = Setting(
+        not disabled, f"{label} key disable_gradient_checkpointing" if "disable_gradient_checkpointing" in keys
+        else f"{label} (LLaMA-Factory checkpoints unless disable_gradient_checkpointing)", where)
+    if not disabled and to_bool(keys.get("use_unsloth_gc")) is True:
+        out["activation_offloading"] = Setting(True, f"{label} key use_unsloth_gc (checkpointed inputs in host "
+                                                     "memory)", where)
+    if ftype == "lora":
+        rank = keys.get("lora_rank")
+        defaults = (("lora.rank", 8, "lora_rank default 8"), ("lora.dropout", 0.0, "lora_dropout default 0.0"),
+                    ("lora.target_modules", "all", "lora_target default all"))
+        out.update({field: Setting(value, f"{label} ({why})", where) for field, value, why in defaults})
+        if isinstance(rank, int) and not isinstance(rank, bool) and rank > 0:
+            out["lora.alpha"] = Setting(2 * rank, f"{label} (lora_alpha default 2 x lora_rank)", where)
+        else:
+            out["lora.alpha"] = Setting(16, f"{label} (lora_alpha default 2 x lora_rank 8)", where)
+    return out
+
+
+def _axolotl_defaults(keys: Mapping[str, Any], label: str, where: str) -> dict[str, Setting]:
+    """What an axolotl config leaves to axolotl's defaults (src/axolotl/utils/schemas): ``lora_dropout`` 0.0 when an
+    adapter is set (LoraConfig.validate_lora_dropout); Cut Cross-Entropy when its plugin is listed
+    (integrations/cut_cross_entropy args: ``cut_cross_entropy`` default True); ``gradient_checkpointing`` ``offload``
+    or ``unsloth``: checkpointing with the checkpointed inputs in host memory."""
+    out: dict[str, Setting] = {}
+    if keys.get("adapter") not in (None, ""):
+        out["lora.dropout"] = Setting(0.0, f"{label} (lora_dropout default 0.0 with an adapter)", where)
+    plugins = keys.get("plugins")
+    named = [str(p) for p in plugins] if isinstance(plugins, list) else [str(plugins)] if plugins else []
+    cce = next((p for p in named if p.rsplit(".", 1)[-1] == "CutCrossEntropyPlugin"), None)
+    if cce is not None and to_bool(keys.get("cut_cross_entropy", True)) is not False:
+        out["cross_entropy"] = Setting("fused-linear", f"{label} plugin {cce} (cut_cross_entropy default on)",
+                                       where)
+    checkpointing = str(keys.get("gradient_checkpointing", "")).strip().lower()
+    if checkpointing in ("offload", "unsloth"):
+        out["activation_offloading"] = Setting(
+            True, f"{label} key gradient_checkpointing: {checkpointing} (checkpointed inputs in host memory)", where)
+    return out
 
 
 def config_flavour(data: Mapping[str, Any]) -> str:

@@ -512,3 +512,59 @@ def test_a_mounted_torchtune_config_the_manifest_lacks_names_no_model_from_its_p
     assert isinstance(outcomes[0], SpecError)
     message = str(outcomes[0])
     assert "no model found" in message and "cfg-8b" not in message
+
+
+def _config_job(config: dict[str, Any], command: list[str], name: str = "config.yaml") -> Any:
+    import yaml
+
+    cfg = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+           "data": {name: yaml.safe_dump(config)}}
+    return one_job(cfg, pod([*command, f"/cfg/{name}"]))
+
+
+LF_LORA = {"model_name_or_path": "meta-llama/Meta-Llama-3-8B-Instruct", "stage": "sft", "do_train": True,
+           "finetuning_type": "lora", "dataset": "alpaca_en_demo", "template": "llama3", "cutoff_len": 2048,
+           "per_device_train_batch_size": 1, "gradient_accumulation_steps": 8, "bf16": True}
+
+
+def test_llamafactory_checkpoints_by_default_and_its_lora_defaults_apply() -> None:
+    """LLaMA-Factory checkpoints every layer unless disable_gradient_checkpointing (hparams/model_args.py default
+    False) and its LoRA defaults are rank 8, alpha 2 x rank, dropout 0, every linear layer (finetuning_args.py):
+    the upstream examples/train_lora/llama3_lora_sft.yaml was read without checkpointing, 42.1 instead of
+    19.9 GiB."""
+    job = _config_job(LF_LORA, ["llamafactory-cli", "train"])
+    s = job.spec
+    assert s.gradient_checkpointing == "full" and not s.activation_offloading
+    assert "disable_gradient_checkpointing" in job.provenance["gradient_checkpointing"]
+    assert s.lora is not None and (s.lora.rank, s.lora.alpha, s.lora.dropout, s.lora.target_modules) == (
+        8, 16, 0.0, "all-linear")
+    ranked = _config_job({**LF_LORA, "lora_rank": 32, "lora_dropout": 0.1}, ["llamafactory-cli", "train"]).spec
+    assert ranked.lora is not None and (ranked.lora.rank, ranked.lora.alpha, ranked.lora.dropout) == (32, 64, 0.1)
+    off = _config_job({**LF_LORA, "disable_gradient_checkpointing": True}, ["llamafactory-cli", "train"]).spec
+    assert off.gradient_checkpointing == "none"
+    unsloth = _config_job({**LF_LORA, "use_unsloth_gc": True}, ["llamafactory-cli", "train"]).spec
+    assert unsloth.gradient_checkpointing == "full" and unsloth.activation_offloading
+
+
+AX_QLORA = {"base_model": "Qwen/Qwen3-8B", "load_in_4bit": True, "adapter": "qlora", "lora_r": 16,
+            "lora_alpha": 32, "lora_target_modules": ["q_proj", "v_proj"], "sequence_len": 2048,
+            "micro_batch_size": 1, "gradient_accumulation_steps": 2, "bf16": True}
+
+
+def test_axolotl_defaults_offloaded_checkpointing_and_the_cut_cross_entropy_plugin() -> None:
+    """axolotl's schema: lora_dropout 0.0 with an adapter, gradient_checkpointing offload/unsloth (checkpointing
+    with the checkpointed inputs in host memory), CutCrossEntropyPlugin on by default. Its upstream
+    examples/qwen3/32b-qlora.yaml used to fail on 'offload'."""
+    plain = _config_job(AX_QLORA, ["axolotl", "train"]).spec
+    assert plain.lora is not None and plain.lora.dropout == 0.0
+    assert plain.gradient_checkpointing == "none" and plain.cross_entropy is None
+    job = _config_job({**AX_QLORA, "gradient_checkpointing": "offload",
+                       "plugins": ["axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"]},
+                      ["axolotl", "train"])
+    s = job.spec
+    assert (s.gradient_checkpointing, s.activation_offloading, s.cross_entropy) == ("full", True, "fused-linear")
+    assert "CutCrossEntropyPlugin" in job.provenance["cross_entropy"]
+    off = _config_job({**AX_QLORA, "cut_cross_entropy": False,
+                       "plugins": ["axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"]},
+                      ["axolotl", "train"]).spec
+    assert off.cross_entropy is None
