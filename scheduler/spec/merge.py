@@ -17,6 +17,7 @@ Fields that no source gives fall back to the TrainingSpec defaults and are liste
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -91,7 +92,10 @@ _DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("attention", "sdpa"),
     ("offload", "none"),
 )
-_SUFFIXES = ("-instruct", "-chat", "-hf", "-it", "-base")
+# Name suffixes of re-releases with the base model's shapes: tuned variants (instruct, chat, Gemma's -it, Qwen's
+# -thinking), dated refreshes (Qwen3-4B-Instruct-2507), and re-uploads in another dtype (llama-3-70b-fp16); taken
+# off one at a time. Not a quantized checkpoint's (-awq, -gptq, -bnb-4bit): it stores other weights.
+_VARIANT_SUFFIX = re.compile(r"-(?:instruct|chat|it|base|hf|fp16|bf16|fp32|thinking|\d{4})$", re.IGNORECASE)
 
 
 @dataclass
@@ -475,16 +479,15 @@ def _check_model(obj: ObjectRef, merged: Settings) -> list[str]:
         return []
     except SpecError as exc:
         hint = exc.problems[0].hint if exc.problems else ""
-    lowered = name.lower()
-    for suffix in _SUFFIXES:
-        if lowered.endswith(suffix):
-            base = name[: -len(suffix)]
-            try:
-                lookup_model(base)
-            except SpecError:
-                continue
-            merged["model"] = Setting(base, setting.source, setting.where)
-            return [f"model {name} read as {base} (same architecture; the catalog lists the base model)"]
+    base = name
+    while (stripped := _VARIANT_SUFFIX.sub("", base)) != base:
+        base = stripped
+        try:
+            lookup_model(base)
+        except SpecError:
+            continue
+        merged["model"] = Setting(base, setting.source, setting.where)
+        return [f"model {name} read as {base} (same architecture; the catalog lists the base model)"]
     local = name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
     what = "is a local path, which vramfit cannot read" if local else "is not in the model catalog"
     raise obj.error(

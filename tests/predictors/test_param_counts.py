@@ -48,6 +48,7 @@ EXPECTED: dict[str, int] = {
     "llama-2-70b": 68_976_648_192,
     "llama-2-7b": 6_738_415_616,
     "llama-3-8b": 8_030_261_248,
+    "llama-3-70b": 70_553_706_496,
     "llama-3.1-405b": 405_853_388_800,
     "llama-3.1-70b": 70_553_706_496,
     "llama-3.1-8b": 8_030_261_248,
@@ -249,6 +250,7 @@ def test_t5_families() -> None:
     ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
     ("deepseek-ai/DeepSeek-V2-Lite-Chat", "deepseek-v2-lite"),
     ("deepseek-ai/DeepSeek-R1", "deepseek-v3"),
+    ("meta-llama/Meta-Llama-3-70B-Instruct", "llama-3-70b"),
     ("stabilityai/stablelm-2-1_6b", "stablelm-2-1.6b"),
     ("google/flan-t5-large", "flan-t5-large"),
     ("phi4", "phi-4"),
@@ -257,6 +259,8 @@ def test_t5_families() -> None:
 ])
 def test_lookup_resolves_ids_and_aliases(query: str, name: str) -> None:
     assert lookup_model(query).name == name
+
+
 
 
 def test_hf_ids_and_aliases_are_unambiguous() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from predictors.errors import SpecError
 from scheduler.spec.document import NoTrainingJob, read_jobs_text
 from scheduler.spec.merge import ANNOTATION
 from scheduler.spec.pods import ObjectRef, read_container
@@ -112,6 +113,23 @@ def test_instruct_variant_is_read_as_its_base_model() -> None:
     job = one_job(pod(["python", "t.py", "--model_name_or_path", "tiiuae/falcon-7b-chat"]))
     assert job.spec.model == "tiiuae/falcon-7b"
     assert any("falcon-7b-chat read as tiiuae/falcon-7b" in a for a in job.assumptions)
+
+
+@pytest.mark.parametrize(("given", "base"), [
+    ("Qwen/Qwen3-4B-Instruct-2507", "Qwen/Qwen3-4B"),  # LLaMA-Factory's examples/train_lora/qwen3_lora_sft.yaml
+    ("Qwen/Qwen3-30B-A3B-Thinking-2507", "Qwen/Qwen3-30B-A3B"),
+    ("casperhansen/llama-3-70b-fp16", "casperhansen/llama-3-70b"),  # axolotl's examples/llama-3/qlora-fsdp-70b
+])
+def test_dated_and_dtype_re_releases_are_read_as_their_base_model(given: str, base: str) -> None:
+    job = one_job(pod(["python", "t.py", "--model_name_or_path", given]))
+    assert job.spec.model == base
+    assert any(f"{given.split('/')[-1]} read as {base}" in a for a in job.assumptions), job.assumptions
+
+
+def test_a_quantized_checkpoint_is_not_read_as_its_base_model() -> None:
+    """A 4-bit re-upload stores other weights than its base: the error names the base model to annotate."""
+    outcomes = scan(pod(["python", "t.py", "--model_name_or_path", "unsloth/llama-3-8b-bnb-4bit"]))
+    assert isinstance(outcomes[0], SpecError) and "did you mean llama-3-8b" in str(outcomes[0])
 
 
 def test_catalogued_instruct_id_resolves_directly() -> None:
