@@ -711,8 +711,11 @@ def _predict_stage(
         notes.append("framework torchtune: adapters in the model's dtype, each input kept once for the adapters that "
                      "read it" + ("; NF4 layers keep no input" if method == "qlora" else ""))
     if spec.framework == "transformers":
-        if method == "qlora" and spec.resolved_quantization != "gptq-int4":
+        if method == "qlora" and spec.resolved_quantization not in ("gptq-int4", "int8"):
             notes.append("framework transformers: 4-bit layers keep no input for backward (bitsandbytes >= 0.44)")
+        elif method == "qlora" and spec.resolved_quantization == "int8":
+            notes.append("framework transformers: 8-bit layers keep their 16-bit input for backward (bitsandbytes "
+                         "MatMul8bitLt, every release)")
         if arch.activation in _PYTHON_GELU and arch.model_type not in _PYTHON_GELU_FAMILIES:
             notes.append(f"framework transformers: {arch.activation} runs unfused and keeps 3 tensors of the MLP's "
                          "width per block")
@@ -815,7 +818,11 @@ def _saves_input(role: str, spec: TrainingSpec, targets: set[str]) -> bool:
     also outlives backward when a training loop keeps the previous step's outputs (litgpt), which this
     model does not count: litgpt QLoRA rows of the dev set sit 11-27 % above it.
     GPTQ kernels dequantize into a temporary that needs no gradient, so plain autograd rules apply.
+    bitsandbytes' 8-bit matmul (``MatMul8bitLt``) keeps its 16-bit input whenever it needs a gradient, in every
+    release to date (``ctx.tensors = (CAt, subA, A)``): LLM.int8 layers save it under any framework.
     """
+    if spec.method == "qlora" and spec.resolved_quantization == "int8":
+        return True
     if spec.method == "qlora" and spec.resolved_quantization != "gptq-int4" and spec.framework is None:
         return True  # torchao's NF4 (torchtune) keeps no input either: linear_nf4 saves the weight only
     # LoRA: the base weight is frozen, so its matmul keeps no input; what the adapter keeps is its own copy of

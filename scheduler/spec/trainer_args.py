@@ -451,6 +451,15 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
         implied.update(_llamafactory_defaults(keys, ftype, label, where))
     if flavour == "axolotl config":
         implied.update(_axolotl_defaults(keys, label, where))
+        if keys.get("unfrozen_parameters") not in (None, "", []):
+            notes.append(f"{label} sets unfrozen_parameters: only the matching parameters train; read as full "
+                         "fine-tuning (gradients and optimizer states for every parameter: an over-estimate)")
+        replicate = keys.get("dp_replicate_size")
+        if replicate not in (None, "", 1, "1"):
+            notes.append(f"{label} sets dp_replicate_size {replicate} (HSDP: FSDP shards within groups of "
+                         f"dp_shard_size {keys.get('dp_shard_size', 'the rest')} and replicates across them); read as "
+                         "sharding over every data-parallel GPU, which under-estimates the sharded states per GPU "
+                         "(the TrainingSpec has no field for the size of the shard group)")
     if flavour == "axolotl config" and keys.get("adapter") in (None, ""):
         lora = sorted(k for k, v in keys.items() if k.startswith("lora_") and v not in (None, ""))
         notes.append(f"{label} sets no adapter: full fine-tuning" + (f" ({', '.join(lora)} unused)" if lora else ""))
@@ -667,13 +676,21 @@ def _zero_sharding(stage: Any) -> str | None:
 def _offload_devices(optimizer: Any, param: Any, sharding: Setting | None = None,
                      notes: list[str] | None = None) -> str | None:
     """The offload DeepSpeed does: parameters only at ZeRO stage 3 (below it DeepSpeed ignores offload_param,
-    noted), the optimizer at any stage."""
+    noted), the optimizer at any stage. Parameters without the optimizer (ZeRO-Infinity allows it) keep the
+    optimizer states on the GPUs: read as no offload, noted (the parameter shards counted on the GPU are the
+    smaller error, and a safe one)."""
     def on(device: Any) -> bool:
         return str(device).lower() in ("cpu", "nvme")
 
     if on(param):
         if sharding is None or sharding.value == "zero3":
-            return "params+optimizer"
+            if on(optimizer):
+                return "params+optimizer"
+            if notes is not None:
+                notes.append("DeepSpeed offload_param without offload_optimizer: the optimizer states stay on the "
+                             "GPUs; read as no offload, which also counts the 16-bit parameter shards on the GPU "
+                             "(2 bytes per parameter over the ZeRO-3 group: a small over-estimate)")
+            return None
         if notes is not None:
             notes.append(f"offload_param ignored: DeepSpeed offloads parameters only at ZeRO stage 3 ({sharding.value} "
                          f"from {sharding.source})")

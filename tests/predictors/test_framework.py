@@ -57,6 +57,16 @@ def test_qlora_4bit_layers_keep_no_input_on_transformers() -> None:
     assert not any("framework" in n for n in unset.notes)
 
 
+def test_int8_layers_keep_their_input_on_every_framework() -> None:
+    """bitsandbytes' MatMul8bitLt saves (CAt, subA, A) whenever it needs a gradient, in every release: LLM.int8
+    layers keep their 16-bit input on transformers too (it was dropped there as for the 4-bit layers, and the note
+    spoke of 4-bit layers)."""
+    unset, hf = both(LLAMA, method="qlora", quantization="int8")
+    assert hf.breakdown_bytes["activations"] == unset.breakdown_bytes["activations"]
+    assert any("8-bit layers keep their 16-bit input" in n for n in hf.notes)
+    assert not any("4-bit" in n for n in hf.notes)
+
+
 def test_phi_gelu_new_keeps_three_intermediates_on_transformers() -> None:
     # NewGELUActivation's tanh output, 0.5 * x and 1 + tanh: 3 x 2 bytes per MLP unit, per token and block
     unset, hf = both(PHI, precision="bf16-true")

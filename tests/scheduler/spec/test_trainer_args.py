@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -109,6 +110,8 @@ STYLES: list[tuple[str, list[str], dict[str, str], dict[str, Any], dict[str, str
             "--zero_stage",
             "3",
             "--offload_param_device",
+            "cpu",
+            "--offload_optimizer_device",
             "cpu",
             "--mixed_precision",
             "bf16",
@@ -568,3 +571,32 @@ def test_axolotl_defaults_offloaded_checkpointing_and_the_cut_cross_entropy_plug
                        "plugins": ["axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"]},
                       ["axolotl", "train"]).spec
     assert off.cross_entropy is None
+
+
+def test_deepspeed_parameter_offload_alone_keeps_the_optimizer_states_on_the_gpus() -> None:
+    """ZeRO-3 offload_param without offload_optimizer (axolotl's deepspeed_configs/zero3_bf16_cpuoffload_params.json,
+    accelerate --offload_param_device alone) leaves the optimizer states on the GPUs: read as no offload, noted.
+    It used to be read as params+optimizer, which took the states off the GPU in the prediction."""
+    ds = {"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memory": True}},
+          "bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": "auto"}
+    job = one_job(pod(["deepspeed", "train.py", "--model_name_or_path", M, "--deepspeed", json.dumps(ds)], gpus=8))
+    assert (job.spec.sharding, job.spec.offload) == ("zero3", "none")
+    assert any("offload_param without offload_optimizer" in a for a in job.assumptions), job.assumptions
+    flags = one_job(pod(["accelerate", "launch", "--use_deepspeed", "--zero_stage", "3", "--offload_param_device",
+                         "cpu", "train.py", "--model_name_or_path", M], gpus=8))
+    assert flags.spec.offload == "none"
+    both = {**ds, "zero_optimization": {**ds["zero_optimization"], "offload_optimizer": {"device": "cpu"}}}
+    job = one_job(pod(["deepspeed", "train.py", "--model_name_or_path", M, "--deepspeed", json.dumps(both)], gpus=8))
+    assert job.spec.offload == "params+optimizer"
+
+
+def test_axolotl_partial_training_and_hybrid_sharding_are_noted() -> None:
+    """Neither is expressible in a TrainingSpec; the assumptions say which way the prediction errs (upstream
+    examples/mistral/bigstral-ds-zero3.yaml and examples/distributed-parallel/llama-3_1-8b-hsdp-tp.yaml)."""
+    partial = _config_job({**AX_QLORA, "adapter": None, "load_in_4bit": False,
+                           "unfrozen_parameters": ["^lm_head.weight$", "model.layers.4[4-9]+.block_sparse_moe.gate"]},
+                          ["axolotl", "train"])
+    assert partial.spec.method == "full"
+    assert any("unfrozen_parameters" in a and "over-estimate" in a for a in partial.assumptions), partial.assumptions
+    hybrid = _config_job({**AX_QLORA, "dp_replicate_size": 2, "dp_shard_size": 4}, ["axolotl", "train"])
+    assert any("dp_replicate_size 2" in a and "under-estimates" in a for a in hybrid.assumptions), hybrid.assumptions
