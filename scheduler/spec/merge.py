@@ -78,6 +78,10 @@ ENV_KEYS: dict[str, str] = {
     "MODEL_ID": "model_name_or_path",
     "HF_MODEL_ID": "model_name_or_path",
     "MODEL_NAME_OR_PATH": "model_name_or_path",
+    # the trainer arguments as env vars (Kubeflow Trainer's GRPO trainer, cmd/trainers/grpo/train.py, passes them
+    # into its GRPOConfig; many training images read the same names)
+    "PER_DEVICE_TRAIN_BATCH_SIZE": "per_device_train_batch_size",
+    "GRADIENT_ACCUMULATION_STEPS": "gradient_accumulation_steps",
 }
 
 # Defaults shown as assumptions when no source sets the field (TrainingSpec v1 defaults).
@@ -200,6 +204,7 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
             ANNOTATION_HINT,
         )
     notes += _check_model(w.obj, merged)
+    notes += _cap_default_seq_len(merged, dotted(w.annotation_path))
     spec = _validate(w.obj, merged)
     provenance = {k: v for k, v in provenance.items() if k.split(".")[0] in TrainingSpec.model_fields}
     return ParsedJob(
@@ -495,6 +500,38 @@ def _check_model(obj: ObjectRef, merged: Settings) -> list[str]:
         f"{setting.source} names the model {name!r}, which {what}",
         f"{ANNOTATION_HINT}; {hint}" if hint and not local else ANNOTATION_HINT,
     )
+
+
+# Families whose positions are a learned table (GPT-2, GPT-BigCode, OPT; the BERT-style encoders): no sequence longer
+# than the table trains, so a job that states no length runs at most that long (transformers' run_clm, for one, takes
+# min(1024, the tokenizer's limit) as its block size)
+_LEARNED_POSITIONS = ("gpt2", "gpt_bigcode", "opt")
+
+
+def _cap_default_seq_len(merged: Settings, where: str) -> list[str]:
+    """When no source sets ``seq_len`` and the TrainingSpec default is longer than a learned position table the model
+    has, the table's length instead (noted)."""
+    if "seq_len" in merged or not isinstance(merged["model"].value, (str, dict)):
+        return []
+    value = merged["model"].value
+    try:
+        config = lookup_model(value).config if isinstance(value, str) else dict(value.get("config") or {})
+    except SpecError:
+        return []
+    from predictors.architecture import architecture_from_config
+
+    try:
+        arch = architecture_from_config(config)
+    except (SpecError, ValueError, TypeError, KeyError):
+        return []
+    default = TrainingSpec.model_fields["seq_len"].default
+    learned = arch.model_type in _LEARNED_POSITIONS or arch.is_encoder_only
+    limit = arch.max_position_embeddings
+    if not learned or not 0 < limit < default:
+        return []
+    merged["seq_len"] = Setting(limit, f"the model's {limit} learned positions (the TrainingSpec default {default} "
+                                       "is longer)", where)
+    return [f"seq_len = {limit}: the job sets none, and {arch.model_type} has {limit} learned positions"]
 
 
 def _validate(obj: ObjectRef, merged: Settings) -> TrainingSpec:

@@ -239,21 +239,24 @@ KEYS: dict[str, tuple[str, Convert]] = {
     # PEFT modules_to_save (axolotl: lora_modules_to_save; LLaMA-Factory: additional_target)
     **dict.fromkeys(("modules_to_save", "lora_modules_to_save", "additional_target"),
                     ("lora.modules_to_save", _same)),
-    "use_peft": ("_peft", to_bool),
+    **dict.fromkeys(("use_peft", "use_peft_lora"), ("_peft", to_bool)),
     "adapter": ("_adapter", _same),
     "finetuning_type": ("_finetuning_type", _same),
     "use_dora": ("_dora", to_bool),  # PEFT LoraConfig(use_dora=True), TRL --use_dora, LLaMA-Factory use_dora
     "tf32": ("_tf32", to_bool),  # HF TrainingArguments --tf32: torch.backends.cuda.matmul.allow_tf32
-    "load_in_4bit": ("_4bit", to_bool),
-    "load_in_8bit": ("_8bit", to_bool),
+    # PEFT's examples/sft scripts: --use_4bit_quantization / --use_8bit_quantization / --use_nested_quant (utils.py
+    # builds BitsAndBytesConfig from them), --use_peft_lora, --use_flash_attn (flash_attention_2, else eager)
+    **dict.fromkeys(("load_in_4bit", "use_4bit_quantization"), ("_4bit", to_bool)),
+    **dict.fromkeys(("load_in_8bit", "use_8bit_quantization"), ("_8bit", to_bool)),
     "quantization_bit": ("_quant_bits", _same),
     **dict.fromkeys(("bnb_4bit_quant_type", "quantization_type"), ("_quant_type", _same)),
     **dict.fromkeys(
-        ("use_bnb_nested_quant", "bnb_4bit_use_double_quant", "double_quantization"), ("_double", to_bool)
+        ("use_bnb_nested_quant", "bnb_4bit_use_double_quant", "double_quantization", "use_nested_quant"),
+        ("_double", to_bool)
     ),
     **dict.fromkeys(("attn_implementation", "flash_attn"), ("attention", attention_name)),
     **dict.fromkeys(
-        ("use_flash_attention_2", "flash_attention"),
+        ("use_flash_attention_2", "flash_attention", "use_flash_attn"),
         ("attention", lambda v: "flash" if to_bool(v) is True else None),
     ),
     "sdp_attention": ("attention", lambda v: "sdpa" if to_bool(v) is True else None),
@@ -1239,6 +1242,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         del raw["_dtype"]  # DeepSpeed / FSDP keep fp32 masters: the config's bf16 is mixed precision again
         notes = [n for n in notes if "axolotl loads the model in bf16" not in n]
     _trl_defaults(tokens, trainer, raw, flags, notes, where, all_read=not unread)
+    _hf_trainer_defaults(tokens, trainer, raw, notes, where, all_read=not unread)
     if trainer == "LLaMA-Factory" and not notes and "_finetuning_type" not in raw and "model" in raw:
         # every setting is in view (flags, overrides, configs read) and none names the method: LLaMA-Factory's
         # default finetuning_type is lora (llamafactory hparams/finetuning_args.py)
@@ -1261,10 +1265,26 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
     1024)" in older releases). TRL's 4-bit loading (``--load_in_4bit``, ModelConfig -> trl get_quantization_config)
     passes ``bnb_4bit_use_double_quant=use_bnb_nested_quant``, default false, and ``bnb_4bit_quant_type`` nf4
     (trl/trainer/model_config.py): nf4 without double quantization, not the spec's nf4-dq default."""
-    if trainer != "TRL" or not all_read:  # the trl CLI: a script that merely takes --use_peft may default otherwise
-        return
-    names = [PurePosixPath(t).name for t in tokens[:3]]
-    if "trl" in names and "sft" in tokens[:4] and "model" in raw:
+    command = _trl_command(tokens)
+    if (trainer != "TRL" and command is None) or not all_read:
+        return  # a script that merely takes --use_peft may default otherwise
+    _trl_accelerate_config(tokens, raw, notes, where)
+    if command == "dpo" and "model" in raw:
+        # DPOConfig max_length 1024 (trl/trainer/dpo_config.py) and TrainingArguments' per_device_train_batch_size 8;
+        # the reference model: with an adapter the base with the adapter disabled (no second copy), in full
+        # fine-tuning a second, frozen model that the TrainingSpec does not count
+        applied = []
+        for key, value, what in (("seq_len", 1024, "max_length 1024"),
+                                 ("micro_batch_size", 8, "per_device_train_batch_size 8")):
+            if key not in raw and not ("_deepspeed" in raw and key == "micro_batch_size"):
+                raw[key] = Setting(value, f"TRL DPOConfig default {what}", where)
+                applied.append(what)
+        if applied:
+            notes.append(f"trl dpo defaults where its command sets none: {', '.join(applied)}")
+        if "_peft" not in raw and not any(k.startswith("lora.") for k in raw):
+            notes.append("DPO without an adapter also holds a frozen reference model, which the prediction does not "
+                         "count (an under-estimate of its weights' bytes)")
+    if command == "sft" and "model" in raw:
         # SFTConfig's own defaults (its docstring: max_length 1024; "gradient_checkpointing: Defaults to True";
         # "bf16: Defaults to True if fp16 is not set") and TrainingArguments' per_device_train_batch_size 8
         applied: list[str] = []
@@ -1284,6 +1304,63 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
     four = raw.get("_4bit")
     if four is not None and four.value is True and "_double" not in raw and "_quant_bits" not in raw:
         raw["_double"] = Setting(False, "TRL ModelConfig use_bnb_nested_quant default false", where)
+
+
+def _hf_trainer_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], notes: list[str], where: str,
+                         all_read: bool) -> None:
+    """transformers' TrainingArguments defaults for an HF Trainer script (``--do_train``, the flag of transformers'
+    example scripts and of every HfArgumentParser(TrainingArguments) script) that sets neither: a per-device batch of
+    8 and fp32 training (``bf16``/``fp16`` default False; src/transformers/training_args.py). Not for TRL (its own
+    defaults), axolotl or LLaMA-Factory, nor where a DeepSpeed/FSDP config or accelerate may decide."""
+    if trainer in ("TRL", "axolotl", "LLaMA-Factory") or _trl_command(tokens) is not None or not all_read:
+        return
+    if not any(t == "--do_train" or t.startswith("--do_train=") for t in tokens) or "model" not in raw:
+        return
+    engine = any(k in raw for k in ("_deepspeed", "_fsdp", "_use_fsdp", "_use_deepspeed", "_fsdp_config"))
+    applied = []
+    if "micro_batch_size" not in raw and not engine:
+        raw["micro_batch_size"] = Setting(8, "transformers TrainingArguments default per_device_train_batch_size 8",
+                                          where)
+        applied.append("per_device_train_batch_size 8")
+    if not engine and not any(k in raw for k in ("_bf16", "_fp16", "_dtype", "_pure_bf16", "_mixed")):
+        raw["_dtype"] = Setting("float32", "transformers TrainingArguments default (no --bf16 / --fp16: fp32)", where)
+        applied.append("fp32 (no --bf16 / --fp16)")
+    if applied:
+        notes.append(f"HF Trainer defaults where the command sets none: {', '.join(applied)}")
+
+
+# TRL's example scripts, run directly or by its CLI (trl/cli.py runs trl/scripts/<command>.py with the same argv):
+# older releases kept them in examples/scripts/
+_TRL_SCRIPTS = {"sft": ("trl/scripts/sft.py", "examples/scripts/sft.py"),
+                "dpo": ("trl/scripts/dpo.py", "examples/scripts/dpo.py")}
+# the accelerate configs TRL ships (trl/accelerate_configs/<name>.yaml) that `trl ... --accelerate_config NAME` takes
+_TRL_ACCELERATE = {"zero1": ("_zero_stage", 1), "zero2": ("_zero_stage", 2), "zero3": ("_zero_stage", 3),
+                   "fsdp1": ("_use_fsdp", True), "fsdp2": ("_use_fsdp", True)}
+
+
+def _trl_command(tokens: Sequence[str]) -> str | None:
+    """``sft`` / ``dpo`` for ``trl sft ...`` / ``trl dpo ...`` and for TRL's own scripts run directly."""
+    names = [PurePosixPath(t).name for t in tokens[:3]]
+    if "trl" in names:
+        return next((c for c in _TRL_SCRIPTS if c in tokens[:4]), None)
+    return next((c for c, paths in _TRL_SCRIPTS.items() if any(t.endswith(paths) for t in tokens)), None)
+
+
+def _trl_accelerate_config(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """``trl sft --accelerate_config zero2``: one of TRL's shipped accelerate configs by name (trl/accelerate_configs:
+    zero1/zero2/zero3 are DeepSpeed ZeRO stages, fsdp1/fsdp2 full-shard FSDP, multi_gpu plain DDP)."""
+    for i, token in enumerate(tokens):
+        name = token.split("=", 1)[1] if token.startswith("--accelerate_config=") else (
+            tokens[i + 1] if token == "--accelerate_config" and i + 1 < len(tokens) else None)
+        if name is None:
+            continue
+        key = PurePosixPath(name).stem
+        setting = _TRL_ACCELERATE.get(key)
+        if setting is not None and not any(k in raw for k in ("_deepspeed", "_fsdp", "_zero_stage", "_use_fsdp")):
+            raw[setting[0]] = Setting(setting[1], f"flag --accelerate_config {name} (TRL's {key} config)", where)
+        elif setting is None and key not in ("multi_gpu", "single_gpu"):
+            notes.append(f"--accelerate_config {name}: not one of TRL's shipped configs; its sharding is unknown")
+        return
 
 
 def launch_count(text: Any) -> int | None:

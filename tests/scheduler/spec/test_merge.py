@@ -99,7 +99,7 @@ def test_full_method_from_annotation_drops_lora_settings_with_a_note() -> None:
 
 
 def test_defaults_are_listed_as_assumptions() -> None:
-    job = one_job(pod(["python", "train.py", "--model_name_or_path", "gpt2"], gpus=4))
+    job = one_job(pod(["python", "train.py", "--model_name_or_path", "Qwen/Qwen2.5-0.5B"], gpus=4))
     assert job.provenance == {
         "gpus": "pod 1 pod x 4 GPU (nvidia.com/gpu limits)",
         "model": "flag --model_name_or_path",
@@ -107,6 +107,30 @@ def test_defaults_are_listed_as_assumptions() -> None:
     assert "seq_len = 2048 (TrainingSpec default; the job does not say)" in job.assumptions
     assert "sharding = ddp (default for gpus = 4)" in job.assumptions
     assert len([a for a in job.assumptions if "default" in a]) == 10
+
+
+def test_an_unstated_sequence_stops_at_a_learned_position_table() -> None:
+    """GPT-2 has 1,024 learned positions and BERT 512: a job that states no length runs at most that long (the
+    TrainingSpec default 2,048 would size a sequence the model cannot take); a stated length is kept."""
+    gpt2 = one_job(pod(["python", "train.py", "--model_name_or_path", "gpt2"]))
+    assert gpt2.spec.seq_len == 1024
+    assert "seq_len = 1024: the job sets none, and gpt2 has 1024 learned positions" in gpt2.assumptions
+    assert one_job(pod(["python", "train.py", "--model_name_or_path", "bert-base-uncased"])).spec.seq_len == 512
+    stated = one_job(pod(["python", "train.py", "--model_name_or_path", "gpt2", "--max_seq_length", "256"]))
+    assert stated.spec.seq_len == 256
+    assert one_job(pod(["python", "train.py", "--model_name_or_path", "t5-base"])).spec.seq_len == 2048  # relative
+
+
+def test_hf_trainer_scripts_get_training_arguments_defaults() -> None:
+    """transformers' run_clm.py with --do_train and no batch or precision flag trains 8 sequences per device in fp32
+    (TrainingArguments defaults), not the TrainingSpec's 1 in bf16."""
+    job = one_job(pod(["python", "run_clm.py", "--model_name_or_path", "gpt2", "--dataset_name", "wikitext",
+                       "--do_train", "--output_dir", "/tmp/out"]))
+    assert (job.spec.micro_batch_size, job.spec.precision, job.spec.seq_len) == (8, "32-true", 1024)
+    assert any("HF Trainer defaults" in a for a in job.assumptions), job.assumptions
+    flagged = one_job(pod(["python", "run_clm.py", "--model_name_or_path", "gpt2", "--do_train", "--bf16",
+                           "--per_device_train_batch_size", "2"]))
+    assert (flagged.spec.micro_batch_size, flagged.spec.precision) == (2, "bf16-mixed")
 
 
 def test_instruct_variant_is_read_as_its_base_model() -> None:

@@ -600,3 +600,40 @@ def test_axolotl_partial_training_and_hybrid_sharding_are_noted() -> None:
     assert any("unfrozen_parameters" in a and "over-estimate" in a for a in partial.assumptions), partial.assumptions
     hybrid = _config_job({**AX_QLORA, "dp_replicate_size": 2, "dp_shard_size": 4}, ["axolotl", "train"])
     assert any("dp_replicate_size 2" in a and "under-estimates" in a for a in hybrid.assumptions), hybrid.assumptions
+
+
+def test_trl_scripts_run_directly_and_the_cli_accelerate_configs() -> None:
+    """trl/cli.py runs trl/scripts/<command>.py with the same argv, so the script run directly gets SFTConfig's
+    defaults too; `--accelerate_config zero2` names TRL's shipped DeepSpeed ZeRO-2 config; `trl dpo` gets
+    DPOConfig's max_length 1024 and TrainingArguments' batch 8."""
+    script = one_job(pod(["accelerate", "launch", "trl/scripts/sft.py", "--model_name_or_path", "Qwen/Qwen2.5-0.5B",
+                          "--dataset_name", "trl-lib/Capybara"], gpus=8))
+    assert (script.spec.seq_len, script.spec.micro_batch_size, script.spec.gradient_checkpointing) == (
+        1024, 8, "full")
+    for name, sharding in (("zero2", "zero2"), ("zero3", "zero3"), ("fsdp2", "fsdp")):
+        job = one_job(pod(["trl", "sft", "--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--dataset_name", "x",
+                           "--accelerate_config", name], gpus=8))
+        assert job.spec.sharding == sharding, name
+        assert job.provenance["sharding"].startswith(f"flag --accelerate_config {name}")
+    dpo = one_job(pod(["trl", "dpo", "--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--dataset_name", "x"]))
+    assert (dpo.spec.seq_len, dpo.spec.micro_batch_size) == (1024, 8)
+    assert any("reference model" in a for a in dpo.assumptions), dpo.assumptions
+
+
+def test_peft_sft_example_flags() -> None:
+    """PEFT's examples/sft scripts: --use_peft_lora, --use_4bit_quantization with --use_nested_quant (nf4 with double
+    quantization), --use_flash_attn."""
+    job = one_job(pod(["accelerate", "launch", "train.py", "--model_name_or_path", "meta-llama/Llama-2-7b-hf",
+                       "--use_peft_lora", "True", "--lora_r", "8", "--use_4bit_quantization", "True",
+                       "--use_nested_quant", "True", "--bnb_4bit_quant_type", "nf4", "--use_flash_attn", "True",
+                       "--per_device_train_batch_size", "2", "--bf16", "True"]))
+    s = job.spec
+    assert (s.method, s.quantization, s.attention) == ("qlora", "nf4-dq", "flash")
+    assert not any("without --use_peft" in a for a in job.assumptions), job.assumptions
+
+
+def test_trainer_argument_env_vars() -> None:
+    """Kubeflow Trainer's GRPO trainer reads PER_DEVICE_TRAIN_BATCH_SIZE and GRADIENT_ACCUMULATION_STEPS."""
+    job = one_job(pod(["python", "train.py", "--model_name_or_path", "Qwen/Qwen2.5-0.5B"],
+                      env={"PER_DEVICE_TRAIN_BATCH_SIZE": "2", "GRADIENT_ACCUMULATION_STEPS": "4"}))
+    assert (job.spec.micro_batch_size, job.spec.grad_accum_steps) == (2, 4)
