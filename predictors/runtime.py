@@ -517,11 +517,17 @@ def predict_runtime(
                          * (arch.num_layers + arch.num_encoder_layers) / (tp * pp)
                          / (gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization))
     micro_s += elementwise_s
+    # a frozen reference model (reference_model: DPO/KTO without an adapter) runs one forward per micro-batch, under
+    # no_grad, beside the trained model's forward and backward
+    reference_s = 0.0
+    if spec.reference_model and spec.method == "full":
+        reference_s = tokens_micro * fpt.forward * scale / model_parallel / (peak * efficiency)
+    micro_s += reference_s
     compute_step_s = micro_s * n_micro
     # the host: eager PyTorch issues every kernel from Python; a micro-batch cannot run faster than the host
     # walks the layers (forward, backward, and the recomputed forward under full checkpointing). On small
     # micro-batches this, not the GPU, sets the step time.
-    passes_host = 2.0 + recomputed_fraction(spec, arch)
+    passes_host = 2.0 + recomputed_fraction(spec, arch) + (1.0 if reference_s else 0.0)  # + the reference forward
     layers_gpu = (arch.num_layers + arch.num_encoder_layers) / pp
     host_step_s = n_micro * layers_gpu * passes_host * _host_seconds_per_layer_pass(spec, arch, table)
     if host_step_s > compute_step_s:
@@ -630,6 +636,7 @@ def predict_runtime(
         "lora_elementwise": lora_traffic_s * n_micro,
         "eager_elementwise": elementwise_s * n_micro,
         "eager_attention_scores": eager_scores_s * n_micro,
+        "reference_forward": reference_s * n_micro,
         "host_wait": host_wait_s,
         "pipeline_bubble": bubble_s,
         "optimizer_step": optimizer_s,

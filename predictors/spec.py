@@ -271,6 +271,11 @@ class TrainingSpec(BaseModel):
         None, description="vramfit extension: full (default) | chunked (torchtune CEWithChunkedOutputLoss) | "
                           "fused-linear (Liger FusedLinearCrossEntropy, Cut Cross-Entropy)"
     )
+    reference_model: bool | None = Field(
+        None, description="vramfit extension: preference training (DPO, KTO) that holds a frozen reference copy of the "
+                          "model beside the one it trains (TRL's ref_model; with LoRA/QLoRA the reference is the base "
+                          "with the adapter disabled, no copy)"
+    )
     checkpoint_every_n_layers: PositiveCount | None = Field(
         None, description="vramfit extension: with gradient_checkpointing full, only every n-th block is "
                           "checkpointed and the others keep all their activations (transformers "

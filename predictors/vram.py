@@ -605,8 +605,18 @@ def _predict_stage(
         # (stage 1/2 ``single_partition_of_fp32_groups`` grads, stage 3 fp32 partitioned grads)
         step_tmp = trainable_gpu * 4.0 / (dp if shard_states else 1)
 
+    # a frozen reference copy (DPO/KTO without an adapter: TRL loads ref_model as it loads the model, and DeepSpeed
+    # ZeRO-3 or FSDP shard it as they shard the model it copies, trl/trainer/dpo_trainer.py _prepare_deepspeed /
+    # prepare_fsdp); with an adapter the reference is the same base with the adapter disabled
+    reference = 0.0
+    if spec.reference_model and method == "full" and not offload_params:
+        reference = params_gpu * weight_bytes / (dp if shard_params else 1)
+        notes.append(f"reference_model: a frozen copy of the weights, {reference / 2**30:.2f} GiB per GPU")
+    elif spec.reference_model and method != "full":
+        notes.append("reference_model: with an adapter the reference is the base with the adapter disabled (no copy)")
     resident = {
         "weights": weights,
+        "reference_weights": reference,
         "lora_adapters": adapters if lora is not None else 0.0,
         "saved_modules": copies,
         "master_weights": master,

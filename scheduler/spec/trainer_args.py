@@ -1281,9 +1281,12 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
                 applied.append(what)
         if applied:
             notes.append(f"trl dpo defaults where its command sets none: {', '.join(applied)}")
-        if "_peft" not in raw and not any(k.startswith("lora.") for k in raw):
-            notes.append("DPO without an adapter also holds a frozen reference model, which the prediction does not "
-                         "count (an under-estimate of its weights' bytes)")
+        peft = raw.get("_peft")
+        if (peft is None or peft.value is not True) and not any(k.startswith("lora.") for k in raw) \
+                and not any(k in raw for k in ("_4bit", "_8bit")) and "reference_model" not in raw:
+            # DPOTrainer without a PEFT model loads ref_model as it loads the model (trl/trainer/dpo_trainer.py)
+            raw["reference_model"] = Setting(True, "TRL DPOTrainer's reference model (no adapter: a frozen copy)",
+                                             where)
     if command == "sft" and "model" in raw:
         # SFTConfig's own defaults (its docstring: max_length 1024; "gradient_checkpointing: Defaults to True";
         # "bf16: Defaults to True if fp16 is not set") and TrainingArguments' per_device_train_batch_size 8

@@ -448,3 +448,33 @@ def test_auto_find_batch_size_is_noted() -> None:
                        "--auto_find_batch_size"]))
     assert job.spec.micro_batch_size == 16
     assert any("auto_find_batch_size (flag --auto_find_batch_size)" in a for a in job.assumptions), job.assumptions
+
+
+def test_reference_model_holds_a_frozen_copy_and_runs_a_forward() -> None:
+    """DPO/KTO without an adapter: a frozen reference copy of the weights (in the trained model's weight dtype, sharded
+    as ZeRO-3/FSDP shard the model) and one more forward per micro-batch; with an adapter no copy."""
+    plain = vram(precision="bf16-true")
+    ref = vram(precision="bf16-true", reference_model=True)
+    params = plain.params_total
+    assert ref.breakdown_bytes["reference_weights"] == 2 * params
+    assert ref.peak_allocated_bytes - plain.peak_allocated_bytes == 2 * params
+    mixed = vram(precision="bf16-mixed", reference_model=True)
+    assert mixed.breakdown_bytes["reference_weights"] == 4 * params  # the fp32 model AMP trains, copied
+    sharded = vram(precision="bf16-true", reference_model=True, gpus=4, sharding="zero3")
+    assert sharded.breakdown_bytes["reference_weights"] == round(2 * params / 4)
+    lora = vram(method="lora", reference_model=True)
+    assert "reference_weights" not in lora.breakdown_bytes
+    assert any("adapter disabled" in n for n in lora.notes)
+    from predictors.runtime import flops_per_token
+
+    spec = TrainingSpec.model_validate({"model": "llama-3.2-1b", "precision": "bf16-true", "micro_batch_size": 4,
+                                        "seq_len": 2048})
+    arch = resolve_model(spec).architecture
+    gpu = lookup_gpu("A100-80GB")
+    base = predict_runtime(spec, arch, gpu)
+    with_ref = predict_runtime(spec.model_copy(update={"reference_model": True}), arch, gpu)
+    flops_per_second = gpu.dense_flops("bf16-true") * with_ref.matmul_efficiency
+    expected = 4 * 2048 * flops_per_token(spec, arch).forward / flops_per_second
+    assert math.isclose(with_ref.components_seconds["reference_forward"], expected, rel_tol=1e-12)
+    assert base.components_seconds["reference_forward"] == 0.0
+    assert math.isclose(with_ref.step_time_seconds - base.step_time_seconds, expected, rel_tol=1e-9)

@@ -616,8 +616,11 @@ def test_trl_scripts_run_directly_and_the_cli_accelerate_configs() -> None:
         assert job.spec.sharding == sharding, name
         assert job.provenance["sharding"].startswith(f"flag --accelerate_config {name}")
     dpo = one_job(pod(["trl", "dpo", "--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--dataset_name", "x"]))
-    assert (dpo.spec.seq_len, dpo.spec.micro_batch_size) == (1024, 8)
-    assert any("reference model" in a for a in dpo.assumptions), dpo.assumptions
+    assert (dpo.spec.seq_len, dpo.spec.micro_batch_size, dpo.spec.reference_model) == (1024, 8, True)
+    assert dpo.provenance["reference_model"].startswith("TRL DPOTrainer's reference model")
+    peft = one_job(pod(["trl", "dpo", "--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--dataset_name", "x",
+                        "--use_peft", "--lora_r", "16"]))
+    assert peft.spec.method == "lora" and not peft.spec.reference_model  # the base with the adapter disabled
 
 
 def test_peft_sft_example_flags() -> None:
