@@ -240,6 +240,10 @@ KEYS: dict[str, tuple[str, Convert]] = {
     **dict.fromkeys(("modules_to_save", "lora_modules_to_save", "additional_target"),
                     ("lora.modules_to_save", _same)),
     **dict.fromkeys(("use_peft", "use_peft_lora"), ("_peft", to_bool)),
+    # preference training: axolotl `rl: dpo|ipo|orpo|simpo|kto`, LLaMA-Factory `stage: dpo|kto` with `pref_loss`
+    "rl": ("_rl", _same),
+    "stage": ("_stage", _same),
+    "pref_loss": ("_pref_loss", _same),
     "adapter": ("_adapter", _same),
     "finetuning_type": ("_finetuning_type", _same),
     "use_dora": ("_dora", to_bool),  # PEFT LoraConfig(use_dora=True), TRL --use_dora, LLaMA-Factory use_dora
@@ -279,7 +283,9 @@ KEYS: dict[str, tuple[str, Convert]] = {
         ("tensor_parallel_size", "tensor_model_parallel_size", "tp_size"), ("tensor_parallel", _same)
     ),
     **dict.fromkeys(("pipeline_parallel_size", "pipeline_model_parallel_size"), ("pipeline_parallel", _same)),
-    "context_parallel_size": ("context_parallel", _same),
+    # axolotl's sequence_parallel_degree: the deprecated name of its context_parallel_size (schemas/config.py;
+    # validation.py check_context_parallel_size moves it over)
+    **dict.fromkeys(("context_parallel_size", "sequence_parallel_degree"), ("context_parallel", _same)),
     # accelerate >= 1.10 ND parallelism (accelerate launch --parallelism_config_tp_size/--..._cp_size, its config's
     # parallelism_config section, PARALLELISM_CONFIG_* env; accelerate/parallelism_config.py). sp_size is DeepSpeed
     # Ulysses sequence parallelism: each rank holds 1/sp of the sequence outside attention, read as context_parallel
@@ -452,9 +458,16 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
         notes.append(f"{label}: LLaMA-Factory loads the base model in {half} for LoRA (adapters in fp32)")
     if flavour == "LLaMA-Factory config":
         implied.update(_llamafactory_defaults(keys, ftype, label, where))
+        if to_bool(keys.get("use_galore")) is True:
+            rank = keys.get("galore_rank", 16)
+            notes.append(f"{label} sets use_galore: GaLore keeps optimizer states of rank-{rank} projections "
+                         "(layer-wise: stepped in backward); read as AdamW's full states (an over-estimate)")
+        if to_bool(keys.get("use_badam")) is True:
+            notes.append(f"{label} sets use_badam: BAdam trains one block at a time in half precision (states for "
+                         "that block only); read as full fine-tuning with AdamW (an over-estimate)")
     if flavour == "axolotl config":
         implied.update(_axolotl_defaults(keys, label, where))
-        if keys.get("unfrozen_parameters") not in (None, "", []):
+        if keys.get("unfrozen_parameters") not in (None, "", []) and keys.get("adapter") in (None, ""):
             notes.append(f"{label} sets unfrozen_parameters: only the matching parameters train; read as full "
                          "fine-tuning (gradients and optimizer states for every parameter: an over-estimate)")
         replicate = keys.get("dp_replicate_size")
@@ -647,6 +660,39 @@ def _resolve_method(raw: Mapping[str, Setting], out: Settings, notes: list[str])
             out["lora.target_modules"] = Setting(
                 "all-linear", raw["_lora_all_linear"].source, raw["_lora_all_linear"].where
             )
+
+
+# Preference losses that score a chosen and a rejected completion in one forward (TRL's DPOTrainer and CPO/ORPO
+# trainers concatenate them: concatenated_inputs / concatenated_forward), and those of them that compare against a
+# frozen reference model (DPO, IPO; ORPO and SimPO need none)
+_PAIRED_LOSSES = ("dpo", "ipo", "orpo", "simpo", "sigmoid", "hinge")
+_REFERENCE_LOSSES = ("dpo", "ipo", "sigmoid", "hinge")
+
+
+def _resolve_preference(raw: Mapping[str, Setting], out: Settings, notes: list[str]) -> None:
+    """Preference training as the trainers run it: each micro-batch holds a chosen and a rejected sequence per
+    sample, forwarded together (twice the sequences of the per-device batch), and DPO/IPO without an adapter keep a
+    frozen reference model. axolotl ``rl``; LLaMA-Factory ``stage: dpo`` with ``pref_loss`` (sigmoid, i.e. DPO, by
+    default; orpo and simpo use no reference); TRL's ``trl dpo`` sets ``_rl`` itself."""
+    rl, stage, loss = raw.get("_rl"), raw.get("_stage"), raw.get("_pref_loss")
+    kind, source = None, None
+    if rl is not None and str(rl.value).strip().lower() in _PAIRED_LOSSES:
+        kind, source = str(rl.value).strip().lower(), rl
+    elif stage is not None and str(stage.value).strip().lower() == "dpo":
+        kind = str(loss.value).strip().lower() if loss is not None else "sigmoid"
+        source = stage
+    if kind is None or source is None:
+        return
+    batch = out.get("micro_batch_size")
+    count = launch_count(batch.value) if batch is not None else 1
+    if count is not None:
+        what = batch.source if batch is not None else "TrainingSpec default 1"
+        out["micro_batch_size"] = Setting(2 * count, f"{what} x 2 ({source.source}: a chosen and a rejected "
+                                                     "sequence per sample in one forward)", source.where)
+    method = out.get("method")
+    if kind in _REFERENCE_LOSSES and "reference_model" not in out and (method is None or method.value == "full"):
+        out["reference_model"] = Setting(True, f"{source.source} (a frozen reference model beside the trained one)",
+                                         source.where)
 
 
 def _resolve_quantization(
@@ -889,6 +935,7 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     notes: list[str] = []
     _resolve_precision(raw, out)
     _resolve_method(raw, out, notes)
+    _resolve_preference(raw, out, notes)
     _resolve_deepspeed(raw, out, notes, files or {})
     _resolve_fsdp(raw, out, notes, files or {})
     tf32 = raw.get("_tf32")
@@ -1281,12 +1328,8 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
                 applied.append(what)
         if applied:
             notes.append(f"trl dpo defaults where its command sets none: {', '.join(applied)}")
-        peft = raw.get("_peft")
-        if (peft is None or peft.value is not True) and not any(k.startswith("lora.") for k in raw) \
-                and not any(k in raw for k in ("_4bit", "_8bit")) and "reference_model" not in raw:
-            # DPOTrainer without a PEFT model loads ref_model as it loads the model (trl/trainer/dpo_trainer.py)
-            raw["reference_model"] = Setting(True, "TRL DPOTrainer's reference model (no adapter: a frozen copy)",
-                                             where)
+        if "_rl" not in raw:  # DPOTrainer: pairs in one forward, a reference model without an adapter
+            raw["_rl"] = Setting("dpo", "TRL DPOTrainer", where)
     if command == "sft" and "model" in raw:
         # SFTConfig's own defaults (its docstring: max_length 1024; "gradient_checkpointing: Defaults to True";
         # "bf16: Defaults to True if fp16 is not set") and TrainingArguments' per_device_train_batch_size 8
@@ -1550,6 +1593,18 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]
     return out
 
 
+def _split_config_tokens(tokens: Sequence[str]) -> list[str]:
+    """``--config NAME`` given as one argv element (Kubeflow Trainer's torchtune runtimes ship
+    ``- --config llama3_2/1B_full.yaml``) as the two tokens torchtune's parser sees after the launcher splits it."""
+    out: list[str] = []
+    for token in tokens:
+        if token.startswith(("--config ", "-c ")) and len(token.split()) == 2:
+            out += token.split()
+        else:
+            out.append(token)
+    return out
+
+
 def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | None = None,
                    files: Mapping[str, str] | None = None) -> Reading:
     """``tune run [launcher flags] RECIPE --config CONFIG key=value ...`` (tokens after ``tune run``): the config
@@ -1557,6 +1612,7 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
     name, then the overrides."""
     recipe, config = "", ""
     overrides: list[tuple[str, str]] = []
+    tokens = _split_config_tokens(tokens)
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -1649,4 +1705,23 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
                 targets += [r for r in roles if r not in targets]
                 sources.append(lora_parts[key][1])
         out["lora.target_modules"] = Setting(targets, "; ".join(dict.fromkeys(sources)), where)
+    method = out.get("method")
+    if method is not None and method.value in ("lora", "qlora") and "lora.dropout" not in out:
+        # torchtune's LoRA builders default lora_dropout to 0.0 (torchtune/models/*/_model_builders.py)
+        out["lora.dropout"] = Setting(0.0, "torchtune LoRA builders' default lora_dropout 0.0", where)
+    if "dpo" in recipe:
+        # torchtune's DPO recipes forward the chosen and rejected responses together (concatenated_forward); the full
+        # recipe also loads a frozen reference model (recipes/full_dpo_distributed.py)
+        batch = out.get("micro_batch_size")
+        count = launch_count(batch.value) if batch is not None else 1
+        if count is not None:
+            what = batch.source if batch is not None else "TrainingSpec default 1"
+            out["micro_batch_size"] = Setting(2 * count, f"{what} x 2 (torchtune {recipe}: a chosen and a rejected "
+                                                         "response per sample in one forward)", where)
+        if recipe.startswith("full_dpo"):
+            out["reference_model"] = Setting(True, f"torchtune {recipe} (a frozen reference model)", where)
+    teacher = next((v for k, v, _ in pairs if k == "teacher_model._component_"), None)
+    if teacher is not None:
+        notes.append(f"knowledge distillation: the frozen teacher {str(teacher).rsplit('.', 1)[-1]} on the same GPU "
+                     "is not counted (an under-estimate of its weights' bytes)")
     return Reading(out, notes, "torchtune" if recipe else "", launch)

@@ -517,12 +517,12 @@ def test_a_mounted_torchtune_config_the_manifest_lacks_names_no_model_from_its_p
     assert "no model found" in message and "cfg-8b" not in message
 
 
-def _config_job(config: dict[str, Any], command: list[str], name: str = "config.yaml") -> Any:
+def _config_job(config: dict[str, Any], command: list[str], name: str = "config.yaml", gpus: int = 1) -> Any:
     import yaml
 
     cfg = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
            "data": {name: yaml.safe_dump(config)}}
-    return one_job(cfg, pod([*command, f"/cfg/{name}"]))
+    return one_job(cfg, pod([*command, f"/cfg/{name}"], gpus=gpus))
 
 
 LF_LORA = {"model_name_or_path": "meta-llama/Meta-Llama-3-8B-Instruct", "stage": "sft", "do_train": True,
@@ -616,8 +616,9 @@ def test_trl_scripts_run_directly_and_the_cli_accelerate_configs() -> None:
         assert job.spec.sharding == sharding, name
         assert job.provenance["sharding"].startswith(f"flag --accelerate_config {name}")
     dpo = one_job(pod(["trl", "dpo", "--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--dataset_name", "x"]))
-    assert (dpo.spec.seq_len, dpo.spec.micro_batch_size, dpo.spec.reference_model) == (1024, 8, True)
-    assert dpo.provenance["reference_model"].startswith("TRL DPOTrainer's reference model")
+    # TrainingArguments' 8 per device, each a chosen and a rejected sequence in one forward
+    assert (dpo.spec.seq_len, dpo.spec.micro_batch_size, dpo.spec.reference_model) == (1024, 16, True)
+    assert dpo.provenance["reference_model"].startswith("TRL DPOTrainer")
     peft = one_job(pod(["trl", "dpo", "--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--dataset_name", "x",
                         "--use_peft", "--lora_r", "16"]))
     assert peft.spec.method == "lora" and not peft.spec.reference_model  # the base with the adapter disabled
@@ -640,3 +641,59 @@ def test_trainer_argument_env_vars() -> None:
     job = one_job(pod(["python", "train.py", "--model_name_or_path", "Qwen/Qwen2.5-0.5B"],
                       env={"PER_DEVICE_TRAIN_BATCH_SIZE": "2", "GRADIENT_ACCUMULATION_STEPS": "4"}))
     assert (job.spec.micro_batch_size, job.spec.grad_accum_steps) == (2, 4)
+
+
+def test_preference_training_forwards_pairs_and_keeps_a_reference() -> None:
+    """DPO-style trainers forward a chosen and a rejected sequence per sample together (TRL concatenated_forward, which
+    axolotl's and LLaMA-Factory's DPO trainers use), so a micro-batch holds twice the per-device batch; DPO/IPO
+    without an adapter keep a frozen reference model, ORPO/SimPO none."""
+    lora = _config_job({**AX_QLORA, "rl": "dpo"}, ["axolotl", "train"])
+    assert (lora.spec.micro_batch_size, lora.spec.reference_model) == (2, None)
+    assert "a chosen and a rejected sequence" in lora.provenance["micro_batch_size"]
+    full = _config_job({"base_model": "Qwen/Qwen2.5-0.5B", "rl": "dpo", "micro_batch_size": 4, "sequence_len": 1024,
+                        "bf16": True}, ["axolotl", "train"])
+    assert (full.spec.method, full.spec.micro_batch_size, full.spec.reference_model) == ("full", 8, True)
+    lf = _config_job({**LF_LORA, "stage": "dpo", "finetuning_type": "full", "per_device_train_batch_size": 2},
+                     ["llamafactory-cli", "train"])
+    assert (lf.spec.micro_batch_size, lf.spec.reference_model) == (4, True)
+    orpo = _config_job({**LF_LORA, "stage": "dpo", "pref_loss": "orpo", "finetuning_type": "full"},
+                       ["llamafactory-cli", "train"])
+    assert (orpo.spec.micro_batch_size, orpo.spec.reference_model) == (2, None)
+    sft = _config_job({**LF_LORA, "finetuning_type": "full"}, ["llamafactory-cli", "train"])
+    assert (sft.spec.micro_batch_size, sft.spec.reference_model) == (1, None)
+
+
+def test_axolotl_sequence_parallel_degree_and_torchtune_odds() -> None:
+    """axolotl's deprecated sequence_parallel_degree is its context_parallel_size; torchtune's LoRA builders default
+    lora_dropout to 0.0; a Kubeflow runtime's single `--config NAME` token is read as torchtune splits it; a
+    distillation teacher is noted."""
+    alst = _config_job({"base_model": "meta-llama/Llama-3.1-8B", "sequence_parallel_degree": 8,
+                        "sequence_len": 65536, "micro_batch_size": 1}, ["axolotl", "train"], gpus=8)
+    assert alst.spec.context_parallel == 8
+    tt = one_job(pod(["tune", "run", "lora_finetune_single_device", "--config llama3_1/8B_lora_single_device",
+                      "model._component_=torchtune.models.llama3_1.lora_llama3_1_8b"]))
+    assert tt.provenance["micro_batch_size"].startswith("torchtune config llama3_1/8B_lora_single_device")
+    no_dropout = TUNE_QLORA_CONFIG.replace("  lora_dropout: 0.0\n", "")
+    from scheduler.spec.document import ParsedJob
+
+    job = next(o for o in _tune_job(no_dropout) if isinstance(o, ParsedJob))
+    assert job.spec.lora is not None and job.spec.lora.dropout == 0.0
+    assert job.provenance["lora.dropout"] == "torchtune LoRA builders' default lora_dropout 0.0"
+    kd = next(o for o in _tune_job(TUNE_QLORA_CONFIG + "teacher_model:\n  _component_: "
+                                   "torchtune.models.llama3_1.llama3_1_8b\n") if isinstance(o, ParsedJob))
+    assert any("teacher llama3_1_8b" in a for a in kd.assumptions), kd.assumptions
+
+
+def test_torchtune_dpo_recipes_and_llamafactory_optimizer_notes() -> None:
+    from scheduler.spec.document import ParsedJob
+
+    job = one_job(pod(["tune", "run", "lora_dpo_single_device", "--config", "llama3_1/8B_lora_dpo_single_device",
+                       "batch_size=4", "model._component_=torchtune.models.llama3_1.lora_llama3_1_8b"]))
+    assert job.spec.micro_batch_size == 8 and not job.spec.reference_model
+    full = one_job(pod(["tune", "run", "full_dpo_distributed", "--config", "llama3_1/8B_full_dpo", "batch_size=2",
+                        "model._component_=torchtune.models.llama3_1.llama3_1_8b"], gpus=8))
+    assert (full.spec.micro_batch_size, full.spec.reference_model) == (4, True)
+    galore = _config_job({**LF_LORA, "finetuning_type": "full", "use_galore": True, "galore_rank": 128},
+                         ["llamafactory-cli", "train"])
+    assert any("GaLore" in a and "over-estimate" in a for a in galore.assumptions), galore.assumptions
+    assert isinstance(galore, ParsedJob)
