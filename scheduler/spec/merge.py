@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from predictors.architecture import architecture_from_config
 from predictors.catalog import lookup_model
 from predictors.errors import FieldProblem, SpecError
 from predictors.spec import TrainingSpec, parse_training_spec
@@ -518,8 +519,6 @@ def _cap_default_seq_len(merged: Settings, where: str) -> list[str]:
         config = lookup_model(value).config if isinstance(value, str) else dict(value.get("config") or {})
     except SpecError:
         return []
-    from predictors.architecture import architecture_from_config
-
     try:
         arch = architecture_from_config(config)
     except (SpecError, ValueError, TypeError, KeyError):

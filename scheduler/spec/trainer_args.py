@@ -1318,8 +1318,8 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
     _trl_accelerate_config(tokens, raw, notes, where)
     if command == "dpo" and "model" in raw:
         # DPOConfig max_length 1024 (trl/trainer/dpo_config.py) and TrainingArguments' per_device_train_batch_size 8;
-        # the reference model: with an adapter the base with the adapter disabled (no second copy), in full
-        # fine-tuning a second, frozen model that the TrainingSpec does not count
+        # the paired forward and the reference model (a frozen copy without an adapter) follow from _rl
+        # (_resolve_preference)
         applied = []
         for key, value, what in (("seq_len", 1024, "max_length 1024"),
                                  ("micro_batch_size", 8, "per_device_train_batch_size 8")):
