@@ -767,9 +767,19 @@ def _resolve_deepspeed(
             for key in ("micro_batch_size", "grad_accum_steps"):
                 if key in sub and key not in raw and str(sub[key].value) != "auto":
                     out.setdefault(key, sub[key])
+            batch = sub.get("micro_batch_size")
+            if "_hf_trainer" in raw and "micro_batch_size" not in raw and (batch is None or str(batch.value) == "auto"):
+                # the HF Trainer fills "auto" (or an absent batch) with TrainingArguments' per_device_train_batch_size
+                out.setdefault("micro_batch_size", Setting(
+                    8, "transformers TrainingArguments default per_device_train_batch_size 8 (DeepSpeed config "
+                       "\"auto\")", config.where))
             if "precision" not in out:
                 _deepspeed_precision(sub, out, notes)
         else:
+            if "_hf_trainer" in raw and "micro_batch_size" not in raw:
+                # whatever the config says, the HF Trainer requires its batch to match TrainingArguments'
+                out.setdefault("micro_batch_size", Setting(
+                    8, "transformers TrainingArguments default per_device_train_batch_size 8", config.where))
             stage, offload = deepspeed_stage_from_name(text)
             if stage is not None:
                 _put(out, "sharding", _zero_sharding(stage), config)
@@ -1267,6 +1277,11 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         if content is None:
             unread.append(path)
         data = _load_mapping(content) if content is not None else None
+        if isinstance(data, dict) and config_flavour(data) == "DeepSpeed config" and "_deepspeed" not in flags:
+            # a DeepSpeed config under another flag (Ray's fine-tuning template: --ds-config): read as --deepspeed is,
+            # its "auto" values filled from the trainer's arguments
+            raw["_deepspeed"] = Setting(path, f"DeepSpeed config {path} named by the command", where)
+            continue
         if isinstance(data, dict) and looks_like_trainer_config(data):
             label = f"{config_flavour(data)} {path}"
             implied, implied_notes = trainer_config_defaults(data, label, where)
@@ -1288,6 +1303,11 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
             any(k in flags for k in ("_deepspeed", "_fsdp", "_use_fsdp", "_use_deepspeed", "_fsdp_config")):
         del raw["_dtype"]  # DeepSpeed / FSDP keep fp32 masters: the config's bf16 is mixed precision again
         notes = [n for n in notes if "axolotl loads the model in bf16" not in n]
+    no_trainer = any(t.endswith("_no_trainer.py") for t in tokens)
+    if no_trainer and not any(k in raw for k in ("optimizer", "fused_optimizer")):
+        # transformers' *_no_trainer examples build torch.optim.AdamW(params, lr=...) themselves: foreach, not fused
+        raw["fused_optimizer"] = Setting(False, "torch.optim.AdamW of a *_no_trainer script (foreach, not the "
+                                                "Trainer's fused default)", where)
     _trl_defaults(tokens, trainer, raw, flags, notes, where, all_read=not unread)
     _hf_trainer_defaults(tokens, trainer, raw, notes, where, all_read=not unread)
     if trainer == "LLaMA-Factory" and not notes and "_finetuning_type" not in raw and "model" in raw:
@@ -1362,7 +1382,11 @@ def _hf_trainer_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Set
         return
     if not any(t == "--do_train" or t.startswith("--do_train=") for t in tokens) or "model" not in raw:
         return
-    engine = any(k in raw for k in ("_deepspeed", "_fsdp", "_use_fsdp", "_use_deepspeed", "_fsdp_config"))
+    # DeepSpeed's config may state the batch and the precision ("auto": the Trainer's, transformers
+    # integrations/deepspeed.py trainer_config_process); FSDP takes both from the Trainer's arguments
+    engine = any(k in raw for k in ("_deepspeed", "_use_deepspeed"))
+    if engine:
+        raw["_hf_trainer"] = Setting(True, "an HF Trainer script (--do_train)", where)
     applied = []
     if "micro_batch_size" not in raw and not engine:
         raw["micro_batch_size"] = Setting(8, "transformers TrainingArguments default per_device_train_batch_size 8",

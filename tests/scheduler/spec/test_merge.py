@@ -247,3 +247,31 @@ def test_kubernetes_var_expansion_is_bounded_per_object() -> None:
     assert container.env["L4"] == "x" * 100_000 and container.env["L5"] == "x" * 100_000 + "$(L4)" * 9
     assert sum(map(len, container.env.values())) + sum(map(len, container.argv)) < 300_000
     assert ref.expansion.left < 256 * 1024 - 100_000
+
+
+def test_hf_trainer_batch_under_deepspeed_and_fsdp_and_no_trainer_scripts() -> None:
+    """Under DeepSpeed an HF Trainer fills "auto" (and must match any stated batch) with TrainingArguments'
+    per_device_train_batch_size, 8 by default; FSDP takes the Trainer's batch too. transformers' *_no_trainer
+    scripts build torch.optim.AdamW themselves: not the Trainer's fused default. A DeepSpeed config under another
+    flag (Ray's template: --ds-config) is read as --deepspeed is, "auto" values included (it used to fail)."""
+    import json
+
+    ds = {"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": "auto",
+          "gradient_accumulation_steps": "auto", "fp16": {"enabled": "auto"}}
+    base = ["deepspeed", "run_clm.py", "--model_name_or_path", "gpt2", "--do_train", "--fp16"]
+    inline = one_job(pod([*base, "--deepspeed", json.dumps(ds)], gpus=8))
+    assert (inline.spec.micro_batch_size, inline.spec.sharding, inline.spec.precision) == (8, "zero3", "16-mixed")
+    uncarried = one_job(pod([*base, "--deepspeed", "/cfg/ds_zero3.json"], gpus=8))
+    assert uncarried.spec.micro_batch_size == 8
+    fsdp = one_job(pod(["torchrun", "--nproc_per_node", "2", "run_clm.py", "--model_name_or_path", "gpt2",
+                        "--do_train", "--fsdp", "full_shard auto_wrap"], gpus=2))
+    assert (fsdp.spec.micro_batch_size, fsdp.spec.sharding, fsdp.spec.precision) == (8, "fsdp", "32-true")
+    no_trainer = one_job(pod(["accelerate", "launch", "run_clm_no_trainer.py", "--model_name_or_path", "gpt2",
+                              "--per_device_train_batch_size", "2"]))
+    assert no_trainer.spec.fused_optimizer is False
+    cfg = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ds"},
+           "data": {"zero_3.json": json.dumps(ds)}}
+    ray_style = scan(cfg, pod(["python", "finetune.py", "--model_name", "meta-llama/Llama-2-7b-hf",
+                               "--ds-config", "./deepspeed_configs/zero_3.json"], gpus=8))
+    jobs = [o for o in ray_style if not isinstance(o, Exception) and hasattr(o, "spec")]
+    assert jobs and jobs[0].spec.sharding == "zero3", ray_style
