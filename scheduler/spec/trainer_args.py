@@ -666,7 +666,8 @@ def _resolve_method(raw: Mapping[str, Setting], out: Settings, notes: list[str])
 # trainers concatenate them: concatenated_inputs / concatenated_forward), and those of them that compare against a
 # frozen reference model (DPO, IPO; ORPO and SimPO need none)
 _PAIRED_LOSSES = ("dpo", "ipo", "orpo", "simpo", "sigmoid", "hinge")
-_REFERENCE_LOSSES = ("dpo", "ipo", "sigmoid", "hinge")
+# KTO scores single completions (its KL term runs the policy under no_grad) against a reference model
+_REFERENCE_LOSSES = ("dpo", "ipo", "sigmoid", "hinge", "kto")
 
 
 def _resolve_preference(raw: Mapping[str, Setting], out: Settings, notes: list[str]) -> None:
@@ -676,16 +677,18 @@ def _resolve_preference(raw: Mapping[str, Setting], out: Settings, notes: list[s
     default; orpo and simpo use no reference); TRL's ``trl dpo`` sets ``_rl`` itself."""
     rl, stage, loss = raw.get("_rl"), raw.get("_stage"), raw.get("_pref_loss")
     kind, source = None, None
-    if rl is not None and str(rl.value).strip().lower() in _PAIRED_LOSSES:
+    if rl is not None and str(rl.value).strip().lower() in (*_PAIRED_LOSSES, "kto"):
         kind, source = str(rl.value).strip().lower(), rl
     elif stage is not None and str(stage.value).strip().lower() == "dpo":
         kind = str(loss.value).strip().lower() if loss is not None else "sigmoid"
         source = stage
+    elif stage is not None and str(stage.value).strip().lower() == "kto":
+        kind, source = "kto", stage
     if kind is None or source is None:
         return
     batch = out.get("micro_batch_size")
     count = launch_count(batch.value) if batch is not None else 1
-    if count is not None:
+    if count is not None and kind in _PAIRED_LOSSES:
         what = batch.source if batch is not None else "TrainingSpec default 1"
         out["micro_batch_size"] = Setting(2 * count, f"{what} x 2 ({source.source}: a chosen and a rejected "
                                                      "sequence per sample in one forward)", source.where)

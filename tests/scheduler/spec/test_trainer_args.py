@@ -661,6 +661,10 @@ def test_preference_training_forwards_pairs_and_keeps_a_reference() -> None:
     assert (orpo.spec.micro_batch_size, orpo.spec.reference_model) == (2, None)
     sft = _config_job({**LF_LORA, "finetuning_type": "full"}, ["llamafactory-cli", "train"])
     assert (sft.spec.micro_batch_size, sft.spec.reference_model) == (1, None)
+    kto = _config_job({**LF_LORA, "stage": "kto", "finetuning_type": "full"}, ["llamafactory-cli", "train"])
+    assert (kto.spec.micro_batch_size, kto.spec.reference_model) == (1, True)  # single completions, a reference
+    ax_kto = _config_job({**AX_QLORA, "rl": "kto"}, ["axolotl", "train"])
+    assert (ax_kto.spec.micro_batch_size, ax_kto.spec.reference_model) == (1, None)  # an adapter: no copy
 
 
 def test_axolotl_sequence_parallel_degree_and_torchtune_odds() -> None:
