@@ -21,6 +21,10 @@ _BYTE_IEC = {"ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30, 
              "ti": 2**40, "tib": 2**40}
 
 
+# ``$NAME``, ``${NAME}``, ``{{ .Values.x }}``: a value a template engine has not filled in yet
+_TEMPLATE_RE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\{\{.*?\}\}")
+
+
 class QuantityError(ValueError):
     """A size or count could not be read; the message says what was expected."""
 
@@ -35,6 +39,9 @@ def _split(value: object, what: str) -> tuple[float, str]:
     if not isinstance(value, str):
         raise QuantityError(f"{what} must be a number or a string like '2k'; got {type(value).__name__}")
     match = _QUANTITY_RE.match(value.replace("_", "").replace(",", ""))
+    if not match and _TEMPLATE_RE.search(value):
+        raise QuantityError(f"{what} must be a number; got {value!r}, an unfilled template variable (render the "
+                            "manifest first: envsubst, helm template, kustomize)")
     if not match:
         raise QuantityError(f"{what} must be a number with an optional unit suffix; got {value!r}")
     number = float(match.group(1))

@@ -83,6 +83,12 @@ ENV_KEYS: dict[str, str] = {
     # into its GRPOConfig; many training images read the same names)
     "PER_DEVICE_TRAIN_BATCH_SIZE": "per_device_train_batch_size",
     "GRADIENT_ACCUMULATION_STEPS": "gradient_accumulation_steps",
+    # the LoRA settings and the length as tutorial images take them (GKE's Gemma QLoRA tutorial: LORA_R, LORA_ALPHA,
+    # MAX_SEQ_LENGTH); a LoRA rank alone reads as LoRA, with a note
+    "LORA_R": "lora_r",
+    "LORA_ALPHA": "lora_alpha",
+    "LORA_DROPOUT": "lora_dropout",
+    "MAX_SEQ_LENGTH": "max_seq_length",
 }
 
 # Defaults shown as assumptions when no source sets the field (TrainingSpec v1 defaults).

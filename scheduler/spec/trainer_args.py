@@ -225,7 +225,14 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "max_steps": ("steps", _positive),
     "bf16": ("_bf16", _same),
     "fp16": ("_fp16", _same),
-    "pure_bf16": ("_pure_bf16", to_bool),
+    **dict.fromkeys(("pure_bf16", "fsdp_config.pure_bf16"), ("_pure_bf16", to_bool)),
+    # Meta's llama-cookbook (llama-recipes) finetuning.py: --enable_fsdp, --batch_size_training, --context_length
+    # (the packed sequence, packing being its default batching_strategy), --quantization 4bit|8bit
+    # (src/llama_cookbook/configs/training.py)
+    "enable_fsdp": ("_use_fsdp", to_bool),
+    "batch_size_training": ("micro_batch_size", _same),
+    "context_length": ("seq_len", _same),
+    "quantization": ("_quant_bits", lambda v: {"4bit": 4, "8bit": 8}.get(str(v).strip().lower())),
     "mixed_precision": ("_mixed", _same),
     **dict.fromkeys(("torch_dtype", "dtype"), ("_dtype", _same)),
     **dict.fromkeys(("optim", "optimizer"), ("optimizer", optimizer_name)),

@@ -275,3 +275,30 @@ def test_hf_trainer_batch_under_deepspeed_and_fsdp_and_no_trainer_scripts() -> N
                                "--ds-config", "./deepspeed_configs/zero_3.json"], gpus=8))
     jobs = [o for o in ray_style if not isinstance(o, Exception) and hasattr(o, "spec")]
     assert jobs and jobs[0].spec.sharding == "zero3", ray_style
+
+
+def test_llama_cookbook_flags_lora_env_vars_and_template_variables() -> None:
+    """Meta's llama-cookbook finetuning.py (--enable_fsdp, --fsdp_config.pure_bf16, --batch_size_training,
+    --context_length, --quantization 4bit), a tutorial image's LORA_R / MAX_SEQ_LENGTH env vars, and an unfilled
+    template variable where a count belongs, named as such."""
+    from predictors.errors import SpecError as Problem
+    from tests.scheduler.spec.helpers import scan
+
+    job = one_job(pod(["torchrun", "--nnodes=2", "--nproc_per_node=8", "finetuning.py", "--enable_fsdp",
+                       "--fsdp_config.pure_bf16", "--model_name", "meta-llama/Meta-Llama-3-8B",
+                       "--batch_size_training=8", "--context_length", "4096"], gpus=16))
+    s = job.spec
+    assert (s.sharding, s.precision, s.micro_batch_size, s.seq_len) == ("fsdp", "bf16-true", 8, 4096)
+    quantized = one_job(pod(["python", "finetuning.py", "--use_peft", "--peft_method", "lora", "--quantization",
+                             "4bit", "--model_name", "meta-llama/Meta-Llama-3-8B"]))
+    assert quantized.spec.method == "qlora"
+    env = one_job(pod(["python", "/finetune.py"], env={"MODEL_NAME": "google/gemma-2b", "LORA_R": "8",
+                                                      "MAX_SEQ_LENGTH": "512"}))
+    assert env.spec.method == "lora" and env.spec.lora is not None and env.spec.lora.rank == 8
+    assert env.spec.seq_len == 512
+    templated = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "t"},
+                 "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": "$NUM_NODES", "template": {"spec": {
+                     "containers": [{"name": "pytorch", "image": "x", "command": ["torchrun", "train.py"],
+                                     "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}}
+    outcome = scan(templated)[0]
+    assert isinstance(outcome, Problem) and "unfilled template variable" in str(outcome), outcome
