@@ -677,6 +677,17 @@ _PAIRED_LOSSES = ("dpo", "ipo", "orpo", "simpo", "sigmoid", "hinge")
 _REFERENCE_LOSSES = ("dpo", "ipo", "sigmoid", "hinge", "kto")
 
 
+def _pair_batch(out: Settings, trainer: str, where: str) -> None:
+    """The micro-batch of a trainer that forwards a chosen and a rejected sequence per sample together: twice the
+    per-device batch (the TrainingSpec default 1 where the job states none), said in its provenance."""
+    batch = out.get("micro_batch_size")
+    count = launch_count(batch.value) if batch is not None else 1
+    if count is not None:
+        what = batch.source if batch is not None else "TrainingSpec default 1"
+        out["micro_batch_size"] = Setting(2 * count, f"{what} x 2 ({trainer}: a chosen and a rejected sequence per "
+                                                     "sample in one forward)", where)
+
+
 def _resolve_preference(raw: Mapping[str, Setting], out: Settings, notes: list[str]) -> None:
     """Preference training as the trainers run it: each micro-batch holds a chosen and a rejected sequence per
     sample, forwarded together (twice the sequences of the per-device batch), and DPO/IPO without an adapter keep a
@@ -693,12 +704,8 @@ def _resolve_preference(raw: Mapping[str, Setting], out: Settings, notes: list[s
         kind, source = "kto", stage
     if kind is None or source is None:
         return
-    batch = out.get("micro_batch_size")
-    count = launch_count(batch.value) if batch is not None else 1
-    if count is not None and kind in _PAIRED_LOSSES:
-        what = batch.source if batch is not None else "TrainingSpec default 1"
-        out["micro_batch_size"] = Setting(2 * count, f"{what} x 2 ({source.source}: a chosen and a rejected "
-                                                     "sequence per sample in one forward)", source.where)
+    if kind in _PAIRED_LOSSES:
+        _pair_batch(out, source.source, source.where)
     method = out.get("method")
     if kind in _REFERENCE_LOSSES and "reference_model" not in out and (method is None or method.value == "full"):
         out["reference_model"] = Setting(True, f"{source.source} (a frozen reference model beside the trained one)",
@@ -1350,12 +1357,9 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
         # DPOConfig max_length 1024 (trl/trainer/dpo_config.py) and TrainingArguments' per_device_train_batch_size 8;
         # the paired forward and the reference model (a frozen copy without an adapter) follow from _rl
         # (_resolve_preference)
-        applied = []
-        for key, value, what in (("seq_len", 1024, "max_length 1024"),
-                                 ("micro_batch_size", 8, "per_device_train_batch_size 8")):
-            if key not in raw and not ("_deepspeed" in raw and key == "micro_batch_size"):
-                raw[key] = Setting(value, f"TRL DPOConfig default {what}", where)
-                applied.append(what)
+        applied = _fill_defaults(raw, (("seq_len", 1024, "max_length 1024"),
+                                       ("micro_batch_size", 8, "per_device_train_batch_size 8")),
+                                 "TRL DPOConfig default", where, batch_decided_elsewhere="_deepspeed" in raw)
         if applied:
             notes.append(f"trl dpo defaults where its command sets none: {', '.join(applied)}")
         if "_rl" not in raw:  # DPOTrainer: pairs in one forward, a reference model without an adapter
@@ -1363,15 +1367,12 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
     if command == "sft" and "model" in raw:
         # SFTConfig's own defaults (its docstring: max_length 1024; "gradient_checkpointing: Defaults to True";
         # "bf16: Defaults to True if fp16 is not set") and TrainingArguments' per_device_train_batch_size 8
-        applied: list[str] = []
         deepspeed = "_deepspeed" in raw  # its config may set the micro-batch and the precision: read later, it wins
-        for key, value, what in (("seq_len", 1024, "max_length 1024"),
-                                 ("micro_batch_size", 8, "per_device_train_batch_size 8"),
-                                 ("gradient_checkpointing", True, "gradient_checkpointing on")):
-            if key not in raw and not (deepspeed and key == "micro_batch_size"):
-                raw[key] = Setting(value, f"TRL SFTConfig default {what}", where)
-                applied.append(what)
-        if not deepspeed and not any(k in raw for k in ("_bf16", "_fp16", "_dtype", "_pure_bf16", "_mixed")):
+        applied = _fill_defaults(raw, (("seq_len", 1024, "max_length 1024"),
+                                       ("micro_batch_size", 8, "per_device_train_batch_size 8"),
+                                       ("gradient_checkpointing", True, "gradient_checkpointing on")),
+                                 "TRL SFTConfig default", where, batch_decided_elsewhere=deepspeed)
+        if not deepspeed and not any(k in raw for k in _PRECISION_KEYS):
             raw["_bf16"] = Setting(True, "TRL SFTConfig default bf16 (fp16 not set)", where)
             applied.append("bf16")
         if applied:
@@ -1380,6 +1381,22 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
     four = raw.get("_4bit")
     if four is not None and four.value is True and "_double" not in raw and "_quant_bits" not in raw:
         raw["_double"] = Setting(False, "TRL ModelConfig use_bnb_nested_quant default false", where)
+
+
+# raw keys that state a precision: a trainer's default precision applies only without any of them
+_PRECISION_KEYS = ("_bf16", "_fp16", "_dtype", "_pure_bf16", "_mixed")
+
+
+def _fill_defaults(raw: dict[str, Setting], defaults: Sequence[tuple[str, Any, str]], source: str, where: str,
+                   batch_decided_elsewhere: bool = False) -> list[str]:
+    """A trainer's defaults ``(field, value, what)`` for the fields the command leaves unset (the micro-batch not
+    where a DeepSpeed config decides it); the ``what`` of those set."""
+    applied = []
+    for key, value, what in defaults:
+        if key not in raw and not (batch_decided_elsewhere and key == "micro_batch_size"):
+            raw[key] = Setting(value, f"{source} {what}", where)
+            applied.append(what)
+    return applied
 
 
 def _hf_trainer_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], notes: list[str], where: str,
@@ -1397,12 +1414,9 @@ def _hf_trainer_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Set
     engine = any(k in raw for k in ("_deepspeed", "_use_deepspeed"))
     if engine:
         raw["_hf_trainer"] = Setting(True, "an HF Trainer script (--do_train)", where)
-    applied = []
-    if "micro_batch_size" not in raw and not engine:
-        raw["micro_batch_size"] = Setting(8, "transformers TrainingArguments default per_device_train_batch_size 8",
-                                          where)
-        applied.append("per_device_train_batch_size 8")
-    if not engine and not any(k in raw for k in ("_bf16", "_fp16", "_dtype", "_pure_bf16", "_mixed")):
+    applied = _fill_defaults(raw, (("micro_batch_size", 8, "per_device_train_batch_size 8"),),
+                             "transformers TrainingArguments default", where, batch_decided_elsewhere=engine)
+    if not engine and not any(k in raw for k in _PRECISION_KEYS):
         raw["_dtype"] = Setting("float32", "transformers TrainingArguments default (no --bf16 / --fp16: fp32)", where)
         applied.append("fp32 (no --bf16 / --fp16)")
     if applied:
@@ -1746,12 +1760,7 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
     if "dpo" in recipe:
         # torchtune's DPO recipes forward the chosen and rejected responses together (concatenated_forward); the full
         # recipe also loads a frozen reference model (recipes/full_dpo_distributed.py)
-        batch = out.get("micro_batch_size")
-        count = launch_count(batch.value) if batch is not None else 1
-        if count is not None:
-            what = batch.source if batch is not None else "TrainingSpec default 1"
-            out["micro_batch_size"] = Setting(2 * count, f"{what} x 2 (torchtune {recipe}: a chosen and a rejected "
-                                                         "response per sample in one forward)", where)
+        _pair_batch(out, f"torchtune {recipe}", where)
         if recipe.startswith("full_dpo"):
             out["reference_model"] = Setting(True, f"torchtune {recipe} (a frozen reference model)", where)
     teacher = next((v for k, v, _ in pairs if k == "teacher_model._component_"), None)

@@ -689,8 +689,6 @@ def test_axolotl_sequence_parallel_degree_and_torchtune_odds() -> None:
 
 
 def test_torchtune_dpo_recipes_and_llamafactory_optimizer_notes() -> None:
-    from scheduler.spec.document import ParsedJob
-
     job = one_job(pod(["tune", "run", "lora_dpo_single_device", "--config", "llama3_1/8B_lora_dpo_single_device",
                        "batch_size=4", "model._component_=torchtune.models.llama3_1.lora_llama3_1_8b"]))
     assert job.spec.micro_batch_size == 8 and not job.spec.reference_model
@@ -700,4 +698,3 @@ def test_torchtune_dpo_recipes_and_llamafactory_optimizer_notes() -> None:
     galore = _config_job({**LF_LORA, "finetuning_type": "full", "use_galore": True, "galore_rank": 128},
                          ["llamafactory-cli", "train"])
     assert any("GaLore" in a and "over-estimate" in a for a in galore.assumptions), galore.assumptions
-    assert isinstance(galore, ParsedJob)
