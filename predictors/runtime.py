@@ -452,6 +452,7 @@ def predict_runtime(
     tp, pp, cp = spec.tensor_parallel, spec.pipeline_parallel, spec.context_parallel
     model_parallel = tp * pp * cp
     dp = spec.data_parallel(n_gpus)
+    shard = spec.shard_group(n_gpus)  # data-parallel ranks of one copy of the sharded states (dp unless hybrid)
     sharding = spec.resolved_sharding(n_gpus)
     notes: list[str] = []
     scale = params_override / arch.params_total if params_override else 1.0
@@ -544,8 +545,8 @@ def predict_runtime(
                      + sum(saved_module_params(arch, lora.modules_to_save).values()) * scale) / model_parallel
     else:
         trainable = params_gpu
-    sharded_states = sharding in ("zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op") and dp * cp > 1
-    trainable_shard = trainable / (dp * cp) if sharded_states else trainable
+    sharded_states = sharding in ("zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op") and shard * cp > 1
+    trainable_shard = trainable / (shard * cp) if sharded_states else trainable
     optimizer_bytes_per_param = 28.0 if spec.precision.endswith("mixed") or weight_bytes == 4 else 14.0
     offload_states = spec.offload in ("optimizer", "params+optimizer")
     optimizer_s = 0.0 if offload_states else trainable_shard * optimizer_bytes_per_param / bandwidth
@@ -557,6 +558,11 @@ def predict_runtime(
     # data-parallel group spans dp x cp x tp consecutive GPUs, so with pipeline stages one node per stage its
     # collectives stay on the node's links
     link_bps = _link_bytes_per_second(gpu, group * tp, link, table)
+    # hybrid sharding: gathers and reduce-scatters run inside a shard group (shard x cp x tp consecutive GPUs: a
+    # node's for FSDP HYBRID_SHARD), and each group's gradient shard is all-reduced across the replica groups
+    shard_group = shard * cp
+    replicas = group // shard_group
+    shard_link_bps = _link_bytes_per_second(gpu, shard_group * tp, link, table) if replicas > 1 else link_bps
     grad_bytes = 4.0 if spec.precision.endswith("mixed") or weight_bytes == 4 else 2.0
     dp_comm_bytes = 0.0
     # bytes of the weights a sharded engine all-gathers: the 16-bit (32-bit) weights; QLoRA's frozen base
@@ -567,8 +573,9 @@ def predict_runtime(
         quantized = arch.quantizable_params() * scale / model_parallel
         code_bytes = _QUANT_CODE_BYTES.get(spec.resolved_quantization or "nf4-dq", 0.5)
         gathered_bytes = quantized * code_bytes + max(params_gpu - quantized, 0.0) * weight_bytes
+    dp_comm_s = 0.0
     if group > 1:
-        ring = (group - 1) / group
+        ring = (shard_group - 1) / shard_group
         if sharding in ("zero3", "fsdp"):
             # all-gather parameters for forward and backward of every micro-batch, reduce-scatter gradients
             dp_comm_bytes = n_micro * ring * (2 * gathered_bytes + trainable * grad_bytes)
@@ -576,7 +583,11 @@ def predict_runtime(
             dp_comm_bytes = ring * gathered_bytes + n_micro * ring * trainable * grad_bytes
         else:  # ddp, zero1, zero2: all-reduce (= reduce-scatter + all-gather) of gradients once per step
             dp_comm_bytes = 2 * ring * trainable * grad_bytes
-    dp_comm_s = dp_comm_bytes / link_bps
+        dp_comm_s = dp_comm_bytes / shard_link_bps
+        if replicas > 1:
+            # FSDP's post-backward hook all-reduces the reduce-scattered shard across replicas, every micro-batch
+            replica_bytes = n_micro * 2 * (replicas - 1) / replicas * trainable / shard_group * grad_bytes
+            dp_comm_s += replica_bytes / link_bps
     tp_comm_s = 0.0
     if tp > 1:
         # a tensor-parallel group wider than a node spans nodes: its all-reduces run at the network's bandwidth
@@ -599,8 +610,8 @@ def predict_runtime(
         offload_transfer_s = trainable_shard * (grad_bytes + weight_bytes) / pcie
         cpu_step_s = trainable_shard * 28.0 / table.host_memory_bytes_per_second_per_gpu
     if spec.offload == "params+optimizer":
-        shard = gathered_bytes / (group if sharding in ("zero3", "fsdp") else 1)
-        offload_transfer_s += n_micro * 2 * shard / pcie  # parameters up for forward and backward
+        offloaded_shard = gathered_bytes / (shard_group if sharding in ("zero3", "fsdp") else 1)
+        offload_transfer_s += n_micro * 2 * offloaded_shard / pcie  # parameters up for forward and backward
 
     # activation offloading: the saved activations go to host memory in the forward and come back in backward, on a
     # side stream that compute hides (torchtune's OffloadActivations with use_streams, TRL's and axolotl's ports:

@@ -57,6 +57,9 @@ _CROSS_ENTROPY_ALIASES = {"standard": "full", "chunked-output": "chunked", "fuse
 # stage 3, FSDP's CPUOffload(offload_params=True) an FSDP sharding strategy. Optimizer offload alone also runs
 # unsharded (DeepSpeed ZeRO-Offload at stage 1/2, torchao's CPUOffloadOptimizer on one GPU).
 PARAM_OFFLOAD_SHARDING = ("zero3", "fsdp", "fsdp-grad-op")
+# the sharding that hybrid sharding (shard_group_size) applies to: FSDP HYBRID_SHARD / _HYBRID_SHARD_ZERO2, torchtitan
+# HSDP, DeepSpeed MiCS (a ZeRO-3 feature)
+HYBRID_SHARDING = ("zero3", "fsdp", "fsdp-grad-op")
 
 # torch.optim's fused implementations (fused=True) of the TrainingSpec optimizers
 FUSABLE_OPTIMIZERS = ("adamw", "sgd", "sgd-momentum")
@@ -276,6 +279,12 @@ class TrainingSpec(BaseModel):
                           "model beside the one it trains (TRL's ref_model; with LoRA/QLoRA the reference is the base "
                           "with the adapter disabled, no copy)"
     )
+    shard_group_size: PositiveCount | None = Field(
+        None, description="vramfit extension: hybrid sharding (HSDP): the data-parallel ranks one copy of the "
+                          "sharded states is split over, replicated across the other ranks (FSDP HYBRID_SHARD: the "
+                          "GPUs of a node; torchtitan data_parallel_shard_degree with a replicate degree; DeepSpeed "
+                          "MiCS mics_shard_size). Unset: every data-parallel rank"
+    )
     checkpoint_every_n_layers: PositiveCount | None = Field(
         None, description="vramfit extension: with gradient_checkpointing full, only every n-th block is "
                           "checkpointed and the others keep all their activations (transformers "
@@ -403,6 +412,18 @@ class TrainingSpec(BaseModel):
                     f"gpus ({self.gpus}) must be a multiple of tensor_parallel x pipeline_parallel x "
                     f"context_parallel ({model_parallel})"
                 )
+        if self.shard_group_size is not None:
+            if self.sharding not in HYBRID_SHARDING:
+                raise ValueError(
+                    f"shard_group_size {self.shard_group_size} splits the states of sharding "
+                    f"{', '.join(HYBRID_SHARDING)} over groups of ranks; sharding is {self.sharding or 'unset'}. "
+                    "To fix: set sharding: fsdp (or zero3, fsdp-grad-op), or drop shard_group_size")
+            dp = self.data_parallel()
+            if isinstance(self.gpus, int) and dp % self.shard_group_size:
+                raise ValueError(
+                    f"shard_group_size {self.shard_group_size} must divide the {dp} data-parallel ranks (gpus "
+                    f"{self.gpus} / tensor x pipeline x context parallel {self.model_parallel()}): each group holds "
+                    f"one whole copy of the states. To fix: use a divisor of {dp}, or drop shard_group_size")
         return self
 
     # --- resolved views (defaults that depend on other fields) ---------------------------------
@@ -437,6 +458,12 @@ class TrainingSpec(BaseModel):
     def data_parallel(self, gpus: int | None = None) -> int:
         n = gpus if gpus is not None else (self.gpus if isinstance(self.gpus, int) else 1)
         return max(1, n // self.model_parallel())
+
+    def shard_group(self, gpus: int | None = None) -> int:
+        """Data-parallel ranks that share one copy of the sharded states: ``shard_group_size`` (hybrid sharding),
+        at most the data-parallel size; every data-parallel rank when unset."""
+        dp = self.data_parallel(gpus)
+        return min(self.shard_group_size, dp) if self.shard_group_size else dp
 
     def with_gpus(self, gpus: int) -> TrainingSpec:
         return self.model_copy(update={"gpus": gpus})

@@ -175,6 +175,7 @@ class _Layout:
 
     gpus: int
     dp: int
+    shard: int  # data-parallel ranks one copy of the sharded states spans (dp unless hybrid sharding)
     tp: int
     pp: int
     cp: int
@@ -182,14 +183,15 @@ class _Layout:
 
 
 def _layout(spec: TrainingSpec, gpus: int) -> _Layout:
-    return _Layout(gpus=gpus, dp=spec.data_parallel(gpus), tp=spec.tensor_parallel, pp=spec.pipeline_parallel,
-                   cp=spec.context_parallel, sharding=spec.resolved_sharding(gpus))
+    return _Layout(gpus=gpus, dp=spec.data_parallel(gpus), shard=spec.shard_group(gpus), tp=spec.tensor_parallel,
+                   pp=spec.pipeline_parallel, cp=spec.context_parallel, sharding=spec.resolved_sharding(gpus))
 
 
 def _shard_degree(lay: _Layout) -> int:
     """Ranks that share one copy of the sharded states: data parallel x context parallel (torchtitan
-    shards FSDP over dp_shard x cp; DeepSpeed ZeRO over the data-parallel group)."""
-    return lay.dp * lay.cp
+    shards FSDP over dp_shard x cp; DeepSpeed ZeRO over the data-parallel group). Under hybrid sharding only the
+    shard group's data-parallel ranks (FSDP HYBRID_SHARD: a node's GPUs), the states replicated across groups."""
+    return lay.shard * lay.cp
 
 
 def _task_notes(spec: TrainingSpec, arch: Architecture) -> list[str]:
@@ -419,6 +421,10 @@ def _predict_stage(
 
     # ---- model states (resident) --------------------------------------------------------------
     dp = _shard_degree(lay)
+    if lay.shard < lay.dp and lay.sharding in ("zero3", "fsdp", "fsdp-grad-op"):
+        notes.append(f"hybrid sharding: the states are split over {dp} ranks (shard_group_size {lay.shard}"
+                     + (f" x context parallel {lay.cp}" if lay.cp > 1 else "")
+                     + f") and replicated across {lay.dp // lay.shard} groups")
     # FSDP SHARD_GRAD_OP also keeps parameters sharded at rest (unsharded only between fwd and bwd)
     shard_params = lay.sharding in ("zero3", "fsdp", "fsdp-grad-op") and dp > 1
     shard_grads = lay.sharding in ("zero2", "zero3", "fsdp", "fsdp-grad-op") and dp > 1

@@ -345,6 +345,10 @@ def candidate_gpu_counts(spec: TrainingSpec, pool: NodePool, keep_growing: bool 
     shrinks = (spec.sharding or "ddp") not in _REPLICATED
     if not shrinks and not keep_growing:
         counts = counts[:1]
+    if spec.shard_group_size:
+        # hybrid sharding: whole groups only once the job is wider than one group
+        group = spec.shard_group_size * model_parallel
+        counts = [n for n in counts if n <= group or n % group == 0]
     return counts
 
 
@@ -670,6 +674,8 @@ def _variants(spec: TrainingSpec) -> list[tuple[str, dict[str, Any]]]:
         accum = spec.grad_accum_steps * spec.micro_batch_size
         out.append((f"micro_batch_size: 1 with grad_accum_steps: {accum}",
                     {"micro_batch_size": 1, "grad_accum_steps": accum}))
+    if spec.shard_group_size:
+        out.append(("shard over every data-parallel rank (no shard_group_size)", {"shard_group_size": None}))
     if spec.sharding not in ("zero3", "fsdp") or spec.gpus != "auto":
         out.append(("sharding: fsdp across {gpus} (gpus: auto)", {"sharding": "fsdp", "gpus": "auto"}))
     if spec.method == "full":

@@ -25,10 +25,11 @@ from typing import Any, Literal
 from predictors.architecture import architecture_from_config
 from predictors.catalog import lookup_model
 from predictors.errors import FieldProblem, SpecError
-from predictors.spec import TrainingSpec, parse_training_spec
+from predictors.spec import HYBRID_SHARDING, TrainingSpec, parse_training_spec
 from scheduler.spec.document import NoTrainingJob, ParsedJob, PodTemplateRef
 from scheduler.spec.pods import Container, ObjectRef, Path, Role, dotted, pointer
 from scheduler.spec.trainer_args import (
+    HYBRID_MARKERS,
     Launch,
     Reading,
     Setting,
@@ -201,6 +202,9 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
                      "which is what its pods get")
         merged["gpus"] = stages[0]["gpus"]
         provenance["gpus"] = stages[0]["gpus"].source
+    notes += _shard_group_size(merged, training)
+    if "shard_group_size" in merged:
+        provenance["shard_group_size"] = merged["shard_group_size"].source
     if "model" not in merged:
         raise w.obj.error(
             dotted(w.annotation_path),
@@ -229,6 +233,55 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
 
 
 # --- GPUs ----------------------------------------------------------------------------------------
+
+
+def _shard_group_size(merged: Settings, training: Sequence[Role]) -> list[str]:
+    """Hybrid sharding's group as ``shard_group_size``, from the markers the trainers' settings leave: a stated
+    group size (``_shard_group``), a replica count (``_dp_replicate``: the data-parallel ranks / that), or FSDP1's
+    HYBRID_SHARD (``_hybrid_node``: the GPUs of one pod, a node, over the model-parallel size). Set only when it
+    divides the data-parallel ranks into more than one group; otherwise a note says why not (sharding over every
+    rank, which under-estimates the memory per GPU when the states really are replicated)."""
+    markers = {key: merged.pop(key) for key in HYBRID_MARKERS if key in merged}
+    if not markers or "shard_group_size" in merged:
+        return []
+    key, marker = next(iter(markers.items()))
+    sharding = merged.get("sharding")
+    if sharding is None or sharding.value not in HYBRID_SHARDING:
+        return [f"hybrid sharding ({marker.source}) not read: it splits ZeRO-3/FSDP states, and sharding is "
+                f"{sharding.value if sharding else 'not set'}"]
+    model_parallel = 1
+    for name in ("tensor_parallel", "pipeline_parallel", "context_parallel"):
+        model_parallel *= (launch_count(merged[name].value) or 1) if name in merged else 1
+    gpus = launch_count(merged["gpus"].value) if "gpus" in merged else None
+    ranks = gpus // model_parallel if gpus else None
+    size: int | None = None
+    if key == "_shard_group":
+        size = launch_count(marker.value)
+        why = marker.source
+    elif key == "_dp_replicate":
+        copies = launch_count(marker.value)
+        size = ranks // copies if ranks and copies and ranks % copies == 0 else None
+        why = f"{ranks} data-parallel ranks / {marker.source} {copies}"
+    else:
+        per_pod = {r.gpus_per_pod for r in training}
+        spread = model_parallel // (launch_count(merged["pipeline_parallel"].value) or 1) \
+            if "pipeline_parallel" in merged else model_parallel
+        node = next(iter(per_pod)) if len(per_pod) == 1 else None
+        size = node // spread if node and node % spread == 0 else None
+        why = f"{marker.source}: FSDP {marker.value} shards within a node ({node} GPUs per pod)"
+    if size is not None and ranks is None and key == "_shard_group":  # gpus: auto; placement keeps it whole
+        merged["shard_group_size"] = Setting(size, why, marker.where)
+        return [f"hybrid sharding ({why}): states sharded over {size} data-parallel ranks, replicated across the rest"]
+    if size is None or ranks is None or ranks % size or size == ranks:
+        if size is not None and size == ranks:
+            return [f"hybrid sharding ({why}): one group of all {ranks} data-parallel ranks, sharded as usual"]
+        return [f"hybrid sharding ({marker.source}) not read: its shard group does not divide the "
+                f"{ranks if ranks is not None else 'unknown number of'} data-parallel ranks; read as sharding over "
+                "every rank, which under-estimates the memory per GPU. To fix: set shard_group_size in "
+                f"{ANNOTATION}"]
+    merged["shard_group_size"] = Setting(size, why, marker.where)
+    return [f"hybrid sharding ({why}): states sharded over {size} data-parallel ranks and replicated across "
+            f"{ranks // size} groups"]
 
 
 def _gpu_total(w: Workload, training: Sequence[Role]) -> tuple[int | Literal["auto"], str]:

@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from scheduler.spec.trainer_args import Reading, Setting, Settings, launch_layout, to_bool
+from scheduler.spec.trainer_args import Reading, Setting, Settings, hybrid_markers, launch_layout, to_bool
 
 # torchtitan model name + flavor -> vramfit catalog model (torchtitan/models/<name>/flavors.py MODEL_FLAVORS, or
 # __init__.py in older releases): the same shapes. llama3 1B/3B are the tied Llama 3.2 models; deepseek_v3 16B is
@@ -192,6 +192,14 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
             put("sharding", "fsdp-grad-op", reshard[1])
         else:
             put("sharding", "fsdp", source)
+        # HSDP: data_parallel_replicate_degree copies of the dp_shard x cp ranks' states (torchtitan ParallelDims);
+        # the merge turns the degrees into shard_group_size once the GPU count is known
+        replicate = get("parallelism.data_parallel_replicate_degree")
+        stated_shard = shard if shard is not None and str(shard[0]).strip() != "-1" else None
+        for key, setting in hybrid_markers(
+                Setting(stated_shard[0], stated_shard[1], where) if stated_shard else None,
+                Setting(replicate[0], replicate[1], where) if replicate else None).items():
+            put(key, setting.value, setting.source)
     mode, option = get("activation_checkpoint.mode"), get("activation_checkpoint.selective_ac_option")
     if mode is None and known:  # torchtitan's ActivationCheckpoint default: selective, every 2nd block
         mode = ("selective", "torchtitan activation_checkpoint default mode selective")

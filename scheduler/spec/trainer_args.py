@@ -300,6 +300,8 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "parallelism_config_cp_size": ("context_parallel", _same),
     "parallelism_config_sp_size": ("_sp_size", _same),
     "parallelism_config_dp_shard_size": ("_dp_shard_size", _same),  # > 1: FSDP2 shards over those ranks
+    # > 1 with FSDP: HSDP, the dp_shard ranks' states replicated this many times (merge: shard_group_size)
+    "parallelism_config_dp_replicate_size": ("_dp_replicate_size", _same),
     # vramfit extensions: HF TrainingArguments --torch_compile / axolotl torch_compile; Liger's fused linear
     # cross-entropy (HF --use_liger_kernel, LLaMA-Factory enable_liger_kernel, axolotl
     # liger_fused_linear_cross_entropy) and Cut Cross-Entropy (axolotl cut_cross_entropy); activation offloading
@@ -355,6 +357,9 @@ def read_pairs(pairs: Iterable[tuple[str, Any, str]], where: str) -> dict[str, S
     shard = raw.pop("_dp_shard_size", None)
     if shard is not None and str(shard.value).strip() not in ("", "0", "1") and "_use_fsdp" not in raw:
         raw["_use_fsdp"] = Setting(True, f"{shard.source} (sharded data parallelism: FSDP)", where)
+    replicate = raw.pop("_dp_replicate_size", None)
+    hybrid = hybrid_markers(shard, replicate)
+    raw.update(hybrid)
     kwargs = raw.pop("_checkpointing_kwargs", None)
     if kwargs is not None:
         every = kwargs.value.get("every_n_layers")
@@ -369,6 +374,25 @@ def read_pairs(pairs: Iterable[tuple[str, Any, str]], where: str) -> dict[str, S
         # momentum_buffer per parameter: one state, as sgd-momentum
         raw["optimizer"] = Setting("sgd-momentum", _joined(name, args)[0], where)
     return raw
+
+
+# Raw settings the merge turns into shard_group_size once the pods give the GPU count (merge._shard_group_size)
+HYBRID_MARKERS = ("_shard_group", "_dp_replicate", "_hybrid_node")
+
+
+def hybrid_markers(shard: Setting | None, replicate: Setting | None) -> dict[str, Setting]:
+    """Hybrid sharding from a shard size and a replicate size (accelerate's ParallelismConfig dp_shard_size /
+    dp_replicate_size, axolotl's keys of those names, torchtitan's data_parallel_shard_degree /
+    data_parallel_replicate_degree): with more than one replica, the shard group's size (``_shard_group``) when the
+    shard size is stated, else the replica count (``_dp_replicate``: the group is the data-parallel ranks over it,
+    known once the GPUs are). Merge turns either into ``shard_group_size``."""
+    copies = launch_count(replicate.value) if replicate is not None else None
+    if replicate is None or copies is None or copies <= 1:
+        return {}
+    size = launch_count(shard.value) if shard is not None else None
+    if shard is not None and size is not None and size > 1:
+        return {"_shard_group": Setting(size, f"{shard.source} with {replicate.source} {copies}", shard.where)}
+    return {"_dp_replicate": replicate}
 
 
 def _sgd_momentum(optim_args: Any) -> bool:
@@ -477,12 +501,10 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
         if keys.get("unfrozen_parameters") not in (None, "", []) and keys.get("adapter") in (None, ""):
             notes.append(f"{label} sets unfrozen_parameters: only the matching parameters train; read as full "
                          "fine-tuning (gradients and optimizer states for every parameter: an over-estimate)")
-        replicate = keys.get("dp_replicate_size")
-        if replicate not in (None, "", 1, "1"):
-            notes.append(f"{label} sets dp_replicate_size {replicate} (HSDP: FSDP shards within groups of "
-                         f"dp_shard_size {keys.get('dp_shard_size', 'the rest')} and replicates across them); read as "
-                         "sharding over every data-parallel GPU, which under-estimates the sharded states per GPU "
-                         "(the TrainingSpec has no field for the size of the shard group)")
+        replicate, shard = keys.get("dp_replicate_size"), keys.get("dp_shard_size")
+        implied.update(hybrid_markers(
+            Setting(shard, f"{label} dp_shard_size", where) if shard not in (None, "") else None,
+            Setting(replicate, f"{label} dp_replicate_size", where) if replicate not in (None, "") else None))
     if flavour == "axolotl config" and keys.get("adapter") in (None, ""):
         lora = sorted(k for k, v in keys.items() if k.startswith("lora_") and v not in (None, ""))
         notes.append(f"{label} sets no adapter: full fine-tuning" + (f" ({', '.join(lora)} unused)" if lora else ""))
@@ -763,6 +785,23 @@ def _offload_devices(optimizer: Any, param: Any, sharding: Setting | None = None
     return "optimizer" if on(optimizer) else None
 
 
+def _deepspeed_hierarchy(section: Mapping[str, Any], zero: Setting, out: Settings, notes: list[str]) -> None:
+    """ZeRO-3's hierarchical layouts: MiCS (``mics_shard_size`` > 0) shards the model states within groups of that
+    many ranks and replicates them across the groups (deepspeed/runtime/zero/mics.py): ``shard_group_size``, through
+    the merge's checks. ZeRO++ hpZ (``zero_hpz_partition_size`` > 1) keeps the states sharded over every rank but adds a
+    secondary copy of the 16-bit parameters sharded within that many ranks, which is only noted."""
+    if _zero_sharding(section.get("stage")) != "zero3":
+        return
+    mics = launch_count(section.get("mics_shard_size"))
+    if mics is not None and mics > 0:
+        out["_shard_group"] = Setting(mics, f"{zero.source} mics_shard_size {mics} (MiCS)", zero.where)
+    hpz = launch_count(section.get("zero_hpz_partition_size"))
+    if hpz is not None and hpz > 1:
+        notes.append(f"{zero.source} sets zero_hpz_partition_size {hpz} (ZeRO++ hpZ): a secondary copy of the 16-bit "
+                     f"parameters sharded over {hpz} ranks is not counted, an under-estimate of 2 bytes per parameter "
+                     f"/ {hpz} per GPU")
+
+
 def _resolve_deepspeed(
     raw: Mapping[str, Setting], out: Settings, notes: list[str], files: Mapping[str, str]
 ) -> None:
@@ -823,6 +862,7 @@ def _resolve_deepspeed(
         )
         if off:
             _put(out, "offload", off, zero)
+        _deepspeed_hierarchy(section, zero, out, notes)
     stage_flag = raw.get("_zero_stage")
     if stage_flag is not None and _zero_sharding(stage_flag.value):
         _put(out, "sharding", _zero_sharding(stage_flag.value), stage_flag)
@@ -949,16 +989,17 @@ def _resolve_fsdp(raw: Mapping[str, Setting], out: Settings, notes: list[str],
                      "unit being computed on the GPU, as FULL_SHARD with offload does: read as sharding fsdp")
     _put(out, "sharding", chosen, source)
     if chosen_word in _HYBRID:
-        notes.append(f"FSDP {chosen_word.upper().lstrip('_')} ({source.source}) shards within a node and replicates "
-                     "across nodes; read as sharding over every GPU of the job, which under-estimates the memory per "
-                     "GPU of a job on several nodes (the TrainingSpec has no field for the size of the shard group)")
+        # FSDP1's default hybrid process groups: the intra-node group of the GPUs the process sees
+        # (torch.distributed.fsdp._init_utils._init_intra_and_inter_node_groups, num_devices_per_node =
+        # device_count()), replicated across nodes; the pods give that count (merge: shard_group_size)
+        out["_hybrid_node"] = Setting(chosen_word.upper().lstrip("_"), source.source, source.where)
     if offload:
         _put(out, "offload", "params+optimizer", offload_source)
 
 
 def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) -> Reading:
     """Raw keys of one source -> TrainingSpec fields (method, precision, sharding are derived)."""
-    out: Settings = {k: v for k, v in raw.items() if not k.startswith(("_", "lora."))}
+    out: Settings = {k: v for k, v in raw.items() if not k.startswith(("_", "lora.")) or k in HYBRID_MARKERS}
     notes: list[str] = []
     _resolve_precision(raw, out)
     _resolve_method(raw, out, notes)

@@ -286,3 +286,19 @@ def test_paged_optimizer_states_need_no_margin_only_their_expected_size() -> Non
     # and a card too small for the expected peak with the states resident is not chosen (paging would be expected)
     small = _pool("l4", gpu="L4", price=0.5)
     assert place(spec, [small], headroom_fraction=0.05, suggest=False).decision == "unschedulable"
+
+
+def test_hybrid_sharding_tries_whole_groups_and_the_memory_stops_shrinking() -> None:
+    """Past one shard group, more GPUs add replicas, not memory: the counts tried are those up to a group, then
+    whole groups; a job too large for one group fits nowhere, and a suggestion drops the group."""
+    pool = _pool("p", gpus_per_node=6, nodes=4)  # nodes of 6: 6 and 18 GPUs are not whole groups of 4
+    spec = _spec(gpus="auto", sharding="fsdp", shard_group_size=4)
+    assert candidate_gpu_counts(spec, pool) == [1, 2, 4, 12, 24]
+    big = _spec(model="llama-3.1-8b", method="full", precision="bf16-mixed", gpus="auto", sharding="fsdp",
+                shard_group_size=2)
+    pools = [_pool("h", gpu="H100-80GB", nodes=4)]
+    d = place(big, pools)
+    assert d.decision == "unschedulable"
+    assert "on 32 GPUs" in d.reasons[0]
+    assert "shard over every data-parallel rank (no shard_group_size)" in [s.change for s in d.suggestions]
+    assert place(big.model_copy(update={"shard_group_size": None}), pools).decision == "placed"

@@ -590,16 +590,18 @@ def test_deepspeed_parameter_offload_alone_keeps_the_optimizer_states_on_the_gpu
     assert job.spec.offload == "params+optimizer"
 
 
-def test_axolotl_partial_training_and_hybrid_sharding_are_noted() -> None:
-    """Neither is expressible in a TrainingSpec; the assumptions say which way the prediction errs (upstream
-    examples/mistral/bigstral-ds-zero3.yaml and examples/distributed-parallel/llama-3_1-8b-hsdp-tp.yaml)."""
+def test_axolotl_partial_training_is_noted_and_hybrid_sharding_needs_sharding() -> None:
+    """Partial training is not expressible in a TrainingSpec: the assumptions say which way the prediction errs
+    (upstream examples/mistral/bigstral-ds-zero3.yaml). Hybrid sharding without FSDP has nothing to split (the
+    sharded case: test_hybrid_sharding.py)."""
     partial = _config_job({**AX_QLORA, "adapter": None, "load_in_4bit": False,
                            "unfrozen_parameters": ["^lm_head.weight$", "model.layers.4[4-9]+.block_sparse_moe.gate"]},
                           ["axolotl", "train"])
     assert partial.spec.method == "full"
     assert any("unfrozen_parameters" in a and "over-estimate" in a for a in partial.assumptions), partial.assumptions
     hybrid = _config_job({**AX_QLORA, "dp_replicate_size": 2, "dp_shard_size": 4}, ["axolotl", "train"])
-    assert any("dp_replicate_size 2" in a and "under-estimates" in a for a in hybrid.assumptions), hybrid.assumptions
+    assert hybrid.spec.shard_group_size is None
+    assert any("dp_replicate_size 2" in a and "not read" in a for a in hybrid.assumptions), hybrid.assumptions
 
 
 def test_trl_scripts_run_directly_and_the_cli_accelerate_configs() -> None:

@@ -125,9 +125,9 @@ def test_unknown_fsdp_strategy_is_noted_not_silently_defaulted() -> None:
     assert "'fullshard' is not one of" in _notes(job)
 
 
-def test_hybrid_shard_says_it_under_estimates_across_nodes() -> None:
+def test_hybrid_shard_on_one_node_shards_over_the_node() -> None:
     job = one_job(pod([*HF, "--fsdp", "hybrid_shard auto_wrap"], gpus=8))
-    assert job.spec.sharding == "fsdp"
+    assert (job.spec.sharding, job.spec.shard_group_size) == ("fsdp", None)
     assert "HYBRID_SHARD" in _notes(job)
 
 
