@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from predictors.architecture import Architecture, architecture_from_config
-from predictors.errors import SpecError
+from predictors.errors import FieldProblem, SpecError
 from predictors.spec import ModelRef, TrainingSpec
 
 
@@ -93,6 +93,11 @@ class ResolvedModel:
     architecture: Architecture
     params_override: int | None
     source: str  # "catalog:<name>", "inline config", or a file path
+    teacher: ResolvedModel | None = None  # the spec's teacher_model (knowledge distillation)
+
+    @property
+    def teacher_architecture(self) -> Architecture | None:
+        return self.teacher.architecture if self.teacher is not None else None
 
     @property
     def params_total(self) -> int:
@@ -100,8 +105,28 @@ class ResolvedModel:
 
 
 def resolve_model(spec: TrainingSpec, base_dir: Path | None = None) -> ResolvedModel:
-    """Resolve ``spec.model`` into an architecture (catalog entry, inline config or config file)."""
-    ref = spec.model
+    """Resolve ``spec.model`` into an architecture (catalog entry, inline config or config file), and
+    ``spec.teacher_model`` likewise when the spec distils from a teacher."""
+    student = _resolve(spec.model, base_dir)
+    if spec.teacher_model is None:
+        return student
+    try:
+        teacher = _resolve(spec.teacher_model, base_dir)
+    except SpecError as exc:  # name the teacher's field, not the model's
+        raise SpecError([FieldProblem(_teacher_path(p.path), p.message, p.hint) for p in exc.problems],
+                        exc.source) from None
+    return replace(student, teacher=teacher)
+
+
+def _teacher_path(path: str) -> str:
+    """``spec.model...`` / ``model...`` (where the model's errors point) -> the teacher's field."""
+    for prefix in ("spec.model", "model"):
+        if path == prefix or path.startswith(prefix + "."):
+            return prefix.replace("model", "teacher_model") + path[len(prefix):]
+    return path
+
+
+def _resolve(ref: str | ModelRef, base_dir: Path | None) -> ResolvedModel:
     if isinstance(ref, str):
         entry = lookup_model(ref)
         return ResolvedModel(entry.name, architecture_from_config(entry.config, entry.name), None,

@@ -270,7 +270,7 @@ class SpecPredictor:
         base = self._without_gpu.get(gpus)
         if base is None:
             base = self._without_gpu[gpus] = predict_vram_without_gpu(
-                self.spec, self.model.architecture, gpus, self.model.params_override)
+                self.spec, self.model.architecture, gpus, self.model.params_override, self.model.teacher_architecture)
         return base
 
     def upper_floor_bytes(self, gpu_name: str | None, gpus: int | None) -> int:
@@ -348,7 +348,8 @@ class SpecPredictor:
                     runtimes.append(None)
                     continue
                 runtime = predict_runtime(spec, arch, mem.gpu, gpus=gpus, interconnect=interconnect,
-                                          params_override=resolved.params_override)
+                                          params_override=resolved.params_override,
+                                          teacher=resolved.teacher_architecture)
                 n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else 1)
                 runtimes.append(runtime)
                 timed.append((mem.gpu, n_gpus, runtime))

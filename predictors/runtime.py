@@ -148,7 +148,7 @@ class RuntimePrediction:
         c = self.components_seconds
         bound, under = ("compute", "memory_floor") if c["compute"] >= c["memory_floor"] else ("memory_floor", "compute")
         additive = (bound, "dequantization", "lora_elementwise", "eager_elementwise", "eager_attention_scores",
-                    "host_wait",
+                    "reference_forward", "teacher_forward", "host_wait",
                     "pipeline_bubble", "optimizer_step", "communication_exposed", "tensor_parallel_communication",
                     "context_parallel_exposed", "cpu_optimizer_step")
         parts = {name: c[name] for name in additive if c.get(name, 0.0) > 0}
@@ -443,8 +443,13 @@ def predict_runtime(
     gpus: int | None = None,
     interconnect: Interconnect | None = None,
     params_override: int | None = None,
+    teacher: Architecture | None = None,
 ) -> RuntimePrediction:
-    """Predict job throughput, step time and runtime of ``spec`` on ``gpus`` GPUs of type ``gpu``."""
+    """Predict job throughput, step time and runtime of ``spec`` on ``gpus`` GPUs of type ``gpu`` (``teacher``: the
+    architecture of the spec's ``teacher_model``, required when it names one)."""
+    if spec.teacher_model is not None and teacher is None:
+        raise ValueError("spec.teacher_model needs its architecture: pass teacher= (catalog.resolve_model resolves it "
+                         "as ResolvedModel.teacher_architecture)")
     table = efficiency_table()
     link = interconnect or Interconnect()
     arch = arch.for_task(spec.task)
@@ -524,6 +529,16 @@ def predict_runtime(
     if spec.reference_model and spec.method == "full":
         reference_s = tokens_micro * fpt.forward * scale / model_parallel / (peak * efficiency)
     micro_s += reference_s
+    # a distillation teacher (teacher_model) runs one no_grad forward per micro-batch on the same tokens: its forward
+    # FLOPs at the same tensor-core efficiency, or its weights' read where that takes longer
+    teacher_s = 0.0
+    if teacher is not None:
+        as_full = spec.model_copy(update={"method": "full", "lora": None, "quantization": None,
+                                          "teacher_model": None})
+        teacher_flops = tokens_micro * flops_per_token(as_full, teacher).forward / model_parallel
+        teacher_read = teacher.params_total / model_parallel * weight_bytes / bandwidth
+        teacher_s = max(teacher_flops / (peak * efficiency), teacher_read)
+    micro_s += teacher_s
     compute_step_s = micro_s * n_micro
     # the host: eager PyTorch issues every kernel from Python; a micro-batch cannot run faster than the host
     # walks the layers (forward, backward, and the recomputed forward under full checkpointing). On small
@@ -531,6 +546,8 @@ def predict_runtime(
     passes_host = 2.0 + recomputed_fraction(spec, arch) + (1.0 if reference_s else 0.0)  # + the reference forward
     layers_gpu = (arch.num_layers + arch.num_encoder_layers) / pp
     host_step_s = n_micro * layers_gpu * passes_host * _host_seconds_per_layer_pass(spec, arch, table)
+    if teacher is not None:  # the teacher's forward, one pass over its blocks
+        host_step_s += n_micro * max(teacher.num_layers, 1) * table.host_seconds_per_layer_pass
     if host_step_s > compute_step_s:
         notes.append("host bound: launching the kernels of each layer takes longer than running them "
                      "(a larger micro-batch costs little extra time)")
@@ -574,13 +591,16 @@ def predict_runtime(
         code_bytes = _QUANT_CODE_BYTES.get(spec.resolved_quantization or "nf4-dq", 0.5)
         gathered_bytes = quantized * code_bytes + max(params_gpu - quantized, 0.0) * weight_bytes
     dp_comm_s = 0.0
+    # a sharded teacher's weights are gathered for its forward of every micro-batch
+    teacher_gathered = (teacher.params_total / model_parallel * weight_bytes
+                        if teacher is not None and sharding in ("zero3", "fsdp", "fsdp-grad-op") else 0.0)
     if group > 1:
         ring = (shard_group - 1) / shard_group
         if sharding in ("zero3", "fsdp"):
             # all-gather parameters for forward and backward of every micro-batch, reduce-scatter gradients
-            dp_comm_bytes = n_micro * ring * (2 * gathered_bytes + trainable * grad_bytes)
+            dp_comm_bytes = n_micro * ring * (2 * gathered_bytes + trainable * grad_bytes + teacher_gathered)
         elif sharding == "fsdp-grad-op":
-            dp_comm_bytes = ring * gathered_bytes + n_micro * ring * trainable * grad_bytes
+            dp_comm_bytes = ring * gathered_bytes + n_micro * ring * (trainable * grad_bytes + teacher_gathered)
         else:  # ddp, zero1, zero2: all-reduce (= reduce-scatter + all-gather) of gradients once per step
             dp_comm_bytes = 2 * ring * trainable * grad_bytes
         dp_comm_s = dp_comm_bytes / shard_link_bps
@@ -648,6 +668,7 @@ def predict_runtime(
         "eager_elementwise": elementwise_s * n_micro,
         "eager_attention_scores": eager_scores_s * n_micro,
         "reference_forward": reference_s * n_micro,
+        "teacher_forward": teacher_s * n_micro,
         "host_wait": host_wait_s,
         "pipeline_bubble": bubble_s,
         "optimizer_step": optimizer_s,

@@ -113,7 +113,8 @@ def runtime_measurements(runs: Iterable[ReferenceRun]) -> tuple[list[RuntimeMeas
             skipped.append(f"{run.id}: {exc}")
             continue
         gpus = run.spec.gpus if isinstance(run.spec.gpus, int) else 1
-        pred = predict_runtime(run.spec, model.architecture, gpu, gpus=gpus, params_override=model.params_override)
+        pred = predict_runtime(run.spec, model.architecture, gpu, gpus=gpus, params_override=model.params_override,
+                               teacher=model.teacher_architecture)
         scope = run.measured.tokens_per_second_scope or "per_gpu"
         if scope == "per_gpu" and gpus > 1 and _implied_utilization(measured, pred.flops_per_token, gpu,
                                                                     run.spec.precision) > 1.0:

@@ -279,6 +279,11 @@ class TrainingSpec(BaseModel):
                           "model beside the one it trains (TRL's ref_model; with LoRA/QLoRA the reference is the base "
                           "with the adapter disabled, no copy)"
     )
+    teacher_model: str | ModelRef | None = Field(
+        None, description="vramfit extension: knowledge distillation from a frozen teacher (a catalog name, HF id or "
+                          "mapping, as `model`) held on the same GPUs in the compute dtype, sharded as the model is, "
+                          "running one forward per micro-batch (torchtune's KD recipes, TRL's GKDTrainer)"
+    )
     shard_group_size: PositiveCount | None = Field(
         None, description="vramfit extension: hybrid sharding (HSDP): the data-parallel ranks one copy of the "
                           "sharded states is split over, replicated across the other ranks (FSDP HYBRID_SHARD: the "
@@ -357,7 +362,7 @@ class TrainingSpec(BaseModel):
                 raise ValueError(f"{problem.message}; {problem.hint}") from None
         return value
 
-    @field_validator("model", mode="before")
+    @field_validator("model", "teacher_model", mode="before")
     @classmethod
     def _model_str(cls, value: Any) -> Any:
         if isinstance(value, str) and not value.strip():
@@ -412,6 +417,14 @@ class TrainingSpec(BaseModel):
                     f"gpus ({self.gpus}) must be a multiple of tensor_parallel x pipeline_parallel x "
                     f"context_parallel ({model_parallel})"
                 )
+        if self.teacher_model is not None and self.pipeline_parallel > 1:
+            raise ValueError(
+                "teacher_model with pipeline_parallel > 1 is not modelled: distillation recipes (torchtune KD, TRL "
+                "GKD) run the teacher beside a data-parallel student. To fix: drop pipeline_parallel or teacher_model")
+        if self.teacher_model is not None and self.task in ("seq-classification", "token-classification"):
+            raise ValueError(
+                f"teacher_model distils a language model's token distribution; task {self.task} has a classifier "
+                "head. To fix: drop teacher_model")
         if self.shard_group_size is not None:
             if self.sharding not in HYBRID_SHARDING:
                 raise ValueError(

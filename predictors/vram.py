@@ -235,12 +235,14 @@ def predict_vram(
     gpu: GpuSpec | None = None,
     gpus: int | None = None,
     params_override: int | None = None,
+    teacher: Architecture | None = None,
 ) -> VramPrediction:
     """Predict peak memory per GPU for ``spec`` on ``gpu`` (context sizes depend on the GPU family).
 
-    ``gpus`` overrides ``spec.gpus`` (needed when the spec says ``auto``).
+    ``gpus`` overrides ``spec.gpus`` (needed when the spec says ``auto``); ``teacher`` is the architecture of the
+    spec's ``teacher_model`` (``ResolvedModel.teacher_architecture``), required when it names one.
     """
-    return on_gpu(predict_vram_without_gpu(spec, arch, gpus, params_override), gpu)
+    return on_gpu(predict_vram_without_gpu(spec, arch, gpus, params_override, teacher), gpu)
 
 
 def _context_bytes(gpu: GpuSpec | None) -> int:
@@ -280,6 +282,7 @@ def predict_vram_without_gpu(
     arch: Architecture,
     gpus: int | None = None,
     params_override: int | None = None,
+    teacher: Architecture | None = None,
 ) -> VramPrediction:
     """All of :func:`predict_vram` but the GPU type's part: ``cuda_context`` is 0 until :func:`on_gpu`.
 
@@ -290,8 +293,11 @@ def predict_vram_without_gpu(
     head's logits (also cached by the allocator at an optimizer-step peak). The most loaded GPU is the end whose
     device peak is higher, every level and the breakdown taken from that one end.
     """
+    if spec.teacher_model is not None and teacher is None:
+        raise ValueError("spec.teacher_model needs its architecture: pass teacher= (catalog.resolve_model resolves it "
+                         "as ResolvedModel.teacher_architecture)")
     if spec.pipeline_parallel <= 1:
-        return _predict_stage(spec, arch, gpus, params_override, last_stage=False)
+        return _predict_stage(spec, arch, gpus, params_override, last_stage=False, teacher=teacher)
     first = _predict_stage(spec, arch, gpus, params_override, last_stage=False)
     last = _predict_stage(spec, arch, gpus, params_override, last_stage=True)
     if last.peak_vram_bytes > first.peak_vram_bytes:
@@ -307,6 +313,7 @@ def _predict_stage(
     gpus: int | None,
     params_override: int | None,
     last_stage: bool,
+    teacher: Architecture | None = None,
 ) -> VramPrediction:
     """:func:`predict_vram_without_gpu` of the first pipeline stage, or with ``last_stage`` of the last one
     (without pipeline parallelism the one stage is both: ``last_stage`` False)."""
@@ -620,9 +627,26 @@ def _predict_stage(
         notes.append(f"reference_model: a frozen copy of the weights, {reference / 2**30:.2f} GiB per GPU")
     elif spec.reference_model and method != "full":
         notes.append("reference_model: with an adapter the reference is the base with the adapter disabled (no copy)")
+    # a frozen teacher (knowledge distillation): its weights in the compute dtype, sharded as the model is (torchtune's
+    # KD recipes build it under set_default_dtype(dtype) and FSDP-shard it with the student's settings; TRL's GKD
+    # prepares it as DPO's reference model); its forward's working set and logits, and the distillation loss's saved
+    # tensors, are transient beside the student's (below)
+    teacher_weights = teacher_gathered = 0.0
+    if teacher is not None:
+        teacher_params = teacher.params_total / lay.tp
+        if not offload_params:
+            teacher_weights = teacher_params * e / (dp if shard_params else 1)
+        if (lay.sharding in ("zero3", "fsdp", "fsdp-grad-op") and dp > 1) or offload_params:
+            # the teacher's no_grad forward gathers one block and prefetches the next, as the student's does
+            teacher_gathered = 2 * teacher.body_linear_params / max(teacher.num_layers, 1) / lay.tp * e
+        notes.append(f"teacher_model {teacher.name}: frozen weights {teacher_weights / 2**30:.2f} GiB per GPU "
+                     f"({teacher.params_total:,} parameters, {e} bytes each"
+                     + (f", sharded over {dp}" if shard_params and not offload_params else "")
+                     + (", offloaded" if offload_params else "") + ")")
     resident = {
         "weights": weights,
         "reference_weights": reference,
+        "teacher_weights": teacher_weights,
         "lora_adapters": adapters if lora is not None else 0.0,
         "saved_modules": copies,
         "master_weights": master,
@@ -640,11 +664,16 @@ def _predict_stage(
         # gradient accumulation: the previous micro-batches' gradients stay allocated through the next
         # forward and backward (sharded where the sharding reduces them every micro-batch)
         pp_grads = grads
+    teacher_forward, distillation = _distillation_bytes(spec, arch, teacher, e, lay)
+    if teacher_gathered:
+        resident["gathered_params"] = max(gathered, teacher_gathered)
     backward_phase = {
         **resident,
         "gradients": head_grad + pp_grads + (grads if method != "full" else 0.0),
         "activations": act,
         "logits": logits,
+        "teacher_forward": teacher_forward,
+        "distillation_loss": distillation,
         "quantization_workspace": quant_work,
         "autocast_weight_copies": amp_copies,
     }
@@ -691,7 +720,8 @@ def _predict_stage(
     # What the caching allocator holds at each phase's high-water mark: block rounding and fragmentation of the
     # phase's tensors, plus the blocks it still caches from the phase before.
     b_reserved = b_total + _allocator_overhead(
-        b_total, act + logits + quant_work + gathered + amp_copies + in_backward_step) + cached_other_phase
+        b_total, act + logits + quant_work + gathered + amp_copies + in_backward_step + teacher_forward
+        + distillation) + cached_other_phase
     # The caching allocator still holds the blocks of the backward's logits (vocab-sized, the largest transient
     # tensors, which the optimizer step's parameter-shaped tensors do not fill) when the optimizer step peaks:
     # on vramfit's H200 rows (predictors/data/measured/H200.jsonl) full fine-tuning with an optimizer-step peak
@@ -1139,6 +1169,29 @@ def _logits(spec: TrainingSpec, arch: Architecture, e: int, lay: _Layout) -> flo
         per_elem += min(e, 4)
     # with pipeline parallelism the head lives on the last stage, which holds one micro-batch
     return _logit_elements(spec, arch, lay) * per_elem
+
+
+# Bytes per logit that a forward-KL distillation loss saves for backward: the teacher's fp32 probabilities, the
+# student's fp32 log-probabilities and the -inf mask (torchtune/modules/loss/kd_losses.py ForwardKLLoss: softmax and
+# log_softmax in float32, a masked product; autograd keeps both operands of the product). Chunking
+# (ForwardKLWithChunkedOutputLoss) bounds the fp32 work in flight, not what every chunk saves. TRL's GKD
+# (generalized JSD) keeps a few more log-probability tensors of the same size.
+_KD_SAVED_BYTES_PER_LOGIT = 4.0 + 4.0 + 1.0
+
+
+def _distillation_bytes(spec: TrainingSpec, arch: Architecture, teacher: Architecture | None, e: int,
+                        lay: _Layout) -> tuple[float, float]:
+    """(teacher_forward, distillation_loss): the teacher's logits in the compute dtype (alive until the losses are
+    computed; the recipes delete them then) plus the widest tensor of its no_grad forward, one block's MLP
+    intermediates; and the distillation loss's saved fp32 tensors over the student's logits."""
+    if teacher is None:
+        return 0.0, 0.0
+    tokens = spec.micro_batch_size * spec.seq_len / lay.cp
+    teacher_logits = tokens * teacher.vocab_size / lay.tp * e
+    width = max(teacher.intermediate_size, teacher.moe_intermediate_size * max(teacher.num_experts_per_tok, 1))
+    working = tokens * width * (3 if teacher.gated_mlp else 2) / lay.tp * e
+    saved = _logit_elements(spec, arch, lay) * _KD_SAVED_BYTES_PER_LOGIT
+    return teacher_logits + working, saved
 
 
 def _fused_loss_bytes(spec: TrainingSpec, arch: Architecture, e: int, lay: _Layout) -> float:

@@ -160,6 +160,10 @@ def skip_reason(spec: TrainingSpec, config: dict[str, Any], device_type: str,
         return "sharding and CPU offload are not supported by the harness"
     if spec.torch_compile:
         return "torch_compile: not run by the harness (it trains eagerly)"
+    if spec.reference_model and spec.method == "full":
+        return "reference_model: the harness trains one model, without a frozen reference copy"
+    if spec.teacher_model is not None:
+        return "teacher_model: the harness has no distillation loop (no teacher forward, no KD loss)"
     layered = (spec.checkpoint_every_n_layers or 1) > 1
     if (spec.activation_offloading or layered) and not _has_layered_checkpointing(installed.get("transformers")):
         return ("activation_offloading and checkpoint_every_n_layers need transformers >= "

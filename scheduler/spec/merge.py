@@ -74,6 +74,8 @@ ENV_KEYS: dict[str, str] = {
     "PARALLELISM_CONFIG_CP_SIZE": "parallelism_config_cp_size",
     "PARALLELISM_CONFIG_SP_SIZE": "parallelism_config_sp_size",
     "PARALLELISM_CONFIG_DP_SHARD_SIZE": "parallelism_config_dp_shard_size",
+    "PARALLELISM_CONFIG_DP_REPLICATE_SIZE": "parallelism_config_dp_replicate_size",
+    "ACCELERATE_USE_PARALLELISM_CONFIG": "use_parallelism_config",
     # Not read by a library but by most training scripts; the last one set wins.
     "MODEL_NAME": "model_name_or_path",
     "BASE_MODEL": "model_name_or_path",

@@ -186,8 +186,14 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
     elif param is not None or known:
         put("precision", "bf16-mixed", param[1] if param else "torchtitan mixed_precision_param default bfloat16")
     shard, reshard = get("parallelism.data_parallel_shard_degree"), get("parallelism.fsdp_reshard_after_forward")
-    if (shard is not None or known) and (shard is None or str(shard[0]).strip() not in ("1", "0")):
+    context = get("parallelism.context_parallel_degree")
+    # FSDP (HSDP with a replicate degree) is applied over dp_shard x cp whenever either is > 1
+    # (torchtitan models/llama3/infra/parallelize.py: `if parallel_dims.dp_shard_enabled or parallel_dims.cp_enabled`)
+    context_on = context is not None and str(context[0]).strip().isdigit() and int(str(context[0]).strip()) > 1
+    if (shard is not None or known) and (shard is None or str(shard[0]).strip() not in ("1", "0") or context_on):
         source = shard[1] if shard else "torchtitan data_parallel_shard_degree default -1 (FSDP over the rest)"
+        if shard is not None and str(shard[0]).strip() in ("1", "0") and context is not None:
+            source = f"{context[1]} (torchtitan applies FSDP over the context-parallel ranks)"
         if reshard is not None and str(reshard[0]).lower() == "never":
             put("sharding", "fsdp-grad-op", reshard[1])
         else:

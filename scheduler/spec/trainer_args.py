@@ -286,6 +286,7 @@ KEYS: dict[str, tuple[str, Convert]] = {
     # strategy name here
     **dict.fromkeys(("fsdp_reshard_after_forward", "reshard_after_forward"), ("_fsdp_reshard", _same)),
     "fsdp_config": ("_fsdp_config", _same),
+    "fsdp_version": ("_fsdp_version", _same),
     **dict.fromkeys(
         ("tensor_parallel_size", "tensor_model_parallel_size", "tp_size"), ("tensor_parallel", _same)
     ),
@@ -296,12 +297,17 @@ KEYS: dict[str, tuple[str, Convert]] = {
     # accelerate >= 1.10 ND parallelism (accelerate launch --parallelism_config_tp_size/--..._cp_size, its config's
     # parallelism_config section, PARALLELISM_CONFIG_* env; accelerate/parallelism_config.py). sp_size is DeepSpeed
     # Ulysses sequence parallelism: each rank holds 1/sp of the sequence outside attention, read as context_parallel
-    "parallelism_config_tp_size": ("tensor_parallel", _same),
-    "parallelism_config_cp_size": ("context_parallel", _same),
+    # Applied in resolve (_resolve_parallelism_config): the launcher passes them on only with --use_parallelism_config
+    # (or a config file's parallelism_config section), and the Accelerator builds its ParallelismConfig only then.
+    "parallelism_config_tp_size": ("_pc_tp_size", _same),
+    "parallelism_config_cp_size": ("_pc_cp_size", _same),
     "parallelism_config_sp_size": ("_sp_size", _same),
     "parallelism_config_dp_shard_size": ("_dp_shard_size", _same),  # > 1: FSDP2 shards over those ranks
-    # > 1 with FSDP: HSDP, the dp_shard ranks' states replicated this many times (merge: shard_group_size)
+    # > 1 with a dp_shard size: HSDP, the dp_shard ranks' states replicated this many times (shard_group_size)
     "parallelism_config_dp_replicate_size": ("_dp_replicate_size", _same),
+    "use_parallelism_config": ("_use_parallelism_config", to_bool),
+    # TRL's GKDTrainer (examples/scripts/gkd.py, GKDConfig): the frozen teacher it loads beside the student
+    "teacher_model_name_or_path": ("teacher_model", _same),
     # vramfit extensions: HF TrainingArguments --torch_compile / axolotl torch_compile; Liger's fused linear
     # cross-entropy (HF --use_liger_kernel, LLaMA-Factory enable_liger_kernel, axolotl
     # liger_fused_linear_cross_entropy) and Cut Cross-Entropy (axolotl cut_cross_entropy); activation offloading
@@ -350,16 +356,6 @@ def read_pairs(pairs: Iterable[tuple[str, Any, str]], where: str) -> dict[str, S
         raw[canon] = Setting(converted, source, where)
         if canon == "optimizer":  # the name as written, for :func:`optimizer_note`
             raw["_optimizer_name"] = Setting(value, source, where)
-    sequence = raw.pop("_sp_size", None)
-    if sequence is not None and str(sequence.value).strip() not in ("", "1") and "context_parallel" not in raw:
-        raw["context_parallel"] = Setting(sequence.value, f"{sequence.source} (DeepSpeed Ulysses sequence parallelism: "
-                                          "the sequence split over its ranks, read as context_parallel)", where)
-    shard = raw.pop("_dp_shard_size", None)
-    if shard is not None and str(shard.value).strip() not in ("", "0", "1") and "_use_fsdp" not in raw:
-        raw["_use_fsdp"] = Setting(True, f"{shard.source} (sharded data parallelism: FSDP)", where)
-    replicate = raw.pop("_dp_replicate_size", None)
-    hybrid = hybrid_markers(shard, replicate)
-    raw.update(hybrid)
     kwargs = raw.pop("_checkpointing_kwargs", None)
     if kwargs is not None:
         every = kwargs.value.get("every_n_layers")
@@ -378,6 +374,50 @@ def read_pairs(pairs: Iterable[tuple[str, Any, str]], where: str) -> dict[str, S
 
 # Raw settings the merge turns into shard_group_size once the pods give the GPU count (merge._shard_group_size)
 HYBRID_MARKERS = ("_shard_group", "_dp_replicate", "_hybrid_node")
+
+
+_PARALLELISM_CONFIG_KEYS = ("_pc_tp_size", "_pc_cp_size", "_sp_size", "_dp_shard_size", "_dp_replicate_size")
+
+
+def _resolve_parallelism_config(raw: Mapping[str, Setting], out: Settings, notes: list[str]) -> dict[str, Setting]:
+    """accelerate's ND parallelism (ParallelismConfig: dp_replicate / dp_shard / tp / cp / sp sizes) as TrainingSpec
+    fields, when accelerate applies it: ``accelerate launch`` exports its ``--parallelism_config_*`` flags only with
+    ``--use_parallelism_config``, which a config file's ``parallelism_config`` section implies (accelerate
+    commands/launch.py ``_validate_launch_command``, utils/launch.py), and the Accelerator builds the config only
+    when ACCELERATE_USE_PARALLELISM_CONFIG is true. dp_shard_size defaults to 1 (parallelism_config.py), so a
+    replicate size alone is no hybrid layout accelerate runs. Returns the raw settings it implies for the FSDP
+    resolution (``_use_fsdp``)."""
+    given = {k: raw[k] for k in _PARALLELISM_CONFIG_KEYS if k in raw}
+    if not given:
+        return {}
+    use = raw.get("_use_parallelism_config")
+    enabled = (use is not None and use.value is True) or any(
+        "key parallelism_config." in setting.source for setting in given.values())
+    if not enabled:
+        notes.append(f"{', '.join(s.source for s in given.values())}: accelerate applies parallelism_config settings "
+                     "only with --use_parallelism_config (ACCELERATE_USE_PARALLELISM_CONFIG=true, or a config file's "
+                     "parallelism_config section); ignored")
+        return {}
+    implied: dict[str, Setting] = {}
+    for key, name in (("_pc_tp_size", "tensor_parallel"), ("_pc_cp_size", "context_parallel")):
+        if key in given and name not in out:
+            out[name] = given[key]
+    sequence = given.get("_sp_size")
+    if sequence is not None and str(sequence.value).strip() not in ("", "1") and "context_parallel" not in out:
+        out["context_parallel"] = Setting(sequence.value, f"{sequence.source} (DeepSpeed Ulysses sequence "
+                                          "parallelism: the sequence split over its ranks, read as context_parallel)",
+                                          sequence.where)
+    shard, replicate = given.get("_dp_shard_size"), given.get("_dp_replicate_size")
+    if shard is not None and str(shard.value).strip() not in ("", "0", "1"):
+        implied["_use_fsdp"] = Setting(True, f"{shard.source} (sharded data parallelism: FSDP)", shard.where)
+    if replicate is not None and (launch_count(replicate.value) or 1) > 1 and \
+            (shard is None or (launch_count(shard.value) or 1) <= 1):
+        notes.append(f"{replicate.source} without a dp_shard size: accelerate's dp_shard_size defaults to 1, and "
+                     "its ParallelismConfig refuses FSDP without sharding ranks (the job does not start as written); "
+                     "read as no hybrid sharding")
+        return implied
+    out.update(hybrid_markers(shard, replicate))
+    return implied
 
 
 def hybrid_markers(shard: Setting | None, replicate: Setting | None) -> dict[str, Setting]:
@@ -502,9 +542,16 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
             notes.append(f"{label} sets unfrozen_parameters: only the matching parameters train; read as full "
                          "fine-tuning (gradients and optimizer states for every parameter: an over-estimate)")
         replicate, shard = keys.get("dp_replicate_size"), keys.get("dp_shard_size")
-        implied.update(hybrid_markers(
-            Setting(shard, f"{label} dp_shard_size", where) if shard not in (None, "") else None,
-            Setting(replicate, f"{label} dp_replicate_size", where) if replicate not in (None, "") else None))
+        if launch_count(shard) is not None and launch_count(shard) > 1 and replicate in (None, ""):
+            # axolotl replicates over whatever ranks the shard, tensor and context sizes leave
+            # (utils/distributed.py _get_parallel_config_kwargs: dp_replicate_size = the remaining world size): a
+            # group of dp_shard_size, more than one group when the job has more ranks (the merge checks)
+            implied["_shard_group"] = Setting(launch_count(shard), f"{label} dp_shard_size (axolotl replicates over "
+                                              "the remaining ranks)", where)
+        else:
+            implied.update(hybrid_markers(
+                Setting(shard, f"{label} dp_shard_size", where) if shard not in (None, "") else None,
+                Setting(replicate, f"{label} dp_replicate_size", where) if replicate not in (None, "") else None))
     if flavour == "axolotl config" and keys.get("adapter") in (None, ""):
         lora = sorted(k for k, v in keys.items() if k.startswith("lora_") and v not in (None, ""))
         notes.append(f"{label} sets no adapter: full fine-tuning" + (f" ({', '.join(lora)} unused)" if lora else ""))
@@ -988,7 +1035,14 @@ def _resolve_fsdp(raw: Mapping[str, Setting], out: Settings, notes: list[str],
         notes.append(f"FSDP NO_SHARD with parameter offload ({_joined(source, offload_source)[0]}) keeps only the "
                      "unit being computed on the GPU, as FULL_SHARD with offload does: read as sharding fsdp")
     _put(out, "sharding", chosen, source)
-    if chosen_word in _HYBRID:
+    version = raw.get("_fsdp_version")
+    if chosen_word in _HYBRID and version is not None and str(version.value).strip() == "2" and why is strategy:
+        # accelerate reads sharding_strategy for FSDP1 only (utils/dataclasses.py FullyShardedDataParallelPlugin:
+        # FSDP2 warns it is deprecated and shards by reshard_after_forward over the whole data-parallel mesh)
+        notes.append(f"FSDP {chosen_word.upper().lstrip('_')} ({strategy.source}) with fsdp_version 2 "
+                     f"({version.source}): accelerate reads sharding_strategy for FSDP1 only; FSDP2 shards over every "
+                     "rank (hybrid sharding there is parallelism_config's dp_replicate_size)")
+    elif chosen_word in _HYBRID:
         # FSDP1's default hybrid process groups: the intra-node group of the GPUs the process sees
         # (torch.distributed.fsdp._init_utils._init_intra_and_inter_node_groups, num_devices_per_node =
         # device_count()), replicated across nodes; the pods give that count (merge: shard_group_size)
@@ -1005,7 +1059,14 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     _resolve_method(raw, out, notes)
     _resolve_preference(raw, out, notes)
     _resolve_deepspeed(raw, out, notes, files or {})
-    _resolve_fsdp(raw, out, notes, files or {})
+    implied = _resolve_parallelism_config(raw, out, notes)
+    _resolve_fsdp({**implied, **raw} if implied else raw, out, notes, files or {})
+    teacher = raw.get("teacher_model")
+    if teacher is not None and "teacher_model_name_or_path" in teacher.source:
+        # GKDTrainer: AutoModelForCausalLM.from_pretrained(teacher, **teacher_model_init_kwargs), {} by default
+        notes.append(f"teacher_model ({teacher.source}): TRL's GKDTrainer loads it with teacher_model_init_kwargs, "
+                     "by default in transformers' default dtype (float32 before transformers 5, the checkpoint's "
+                     "from 5); predicted in the compute dtype, so a float32 teacher holds twice its weights' bytes")
     tf32 = raw.get("_tf32")
     if tf32 is not None and tf32.value is True:
         # the runtime model takes fp32 matmuls at the CUDA cores' peak, PyTorch's default (allow_tf32 False)
@@ -1599,7 +1660,9 @@ def _tune_model_from_config(config: str) -> str | None:
     parts = config.strip("/").split("/")
     if len(parts) < 2 or parts[-2].lower() not in _TUNE_FAMILIES:
         return None
-    size = re.match(r"^(\d+(?:[._]\d+)?[bm]|mini)", parts[-1], re.I)
+    # a distillation config names the teacher's size, then the student's: llama3_2/8B_to_1B_KD_lora_single_device
+    student = re.match(r"^\d+(?:[._]\d+)?[bm]?_to_(\d+(?:[._]\d+)?[bm])", parts[-1], re.I)
+    size = student or re.match(r"^(\d+(?:[._]\d+)?[bm]|mini)", parts[-1], re.I)
     return torchtune_model(parts[-2], size.group(1)) if size else None
 
 
@@ -1804,8 +1867,18 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
         _pair_batch(out, f"torchtune {recipe}", where)
         if recipe.startswith("full_dpo"):
             out["reference_model"] = Setting(True, f"torchtune {recipe} (a frozen reference model)", where)
-    teacher = next((v for k, v, _ in pairs if k == "teacher_model._component_"), None)
+    teacher = next(((v, source) for k, v, source in pairs if k == "teacher_model._component_"), None)
     if teacher is not None:
-        notes.append(f"knowledge distillation: the frozen teacher {str(teacher).rsplit('.', 1)[-1]} on the same GPU "
-                     "is not counted (an under-estimate of its weights' bytes)")
+        # torchtune's KD recipes build the teacher from this component beside the student, in the same dtype
+        teacher_name, _ = _tune_model_from_component(str(teacher[0]))
+        if teacher_name:
+            out["teacher_model"] = Setting(teacher_name, teacher[1], where)
+        else:
+            notes.append(f"knowledge distillation: the teacher {str(teacher[0]).rsplit('.', 1)[-1]} ({teacher[1]}) "
+                         "names no model vramfit knows; it is not counted (an under-estimate of its weights' bytes): "
+                         "set teacher_model in the vramfit.io/spec annotation")
+    elif "distillation" in recipe or recipe.startswith("kd_"):
+        notes.append(f"knowledge distillation recipe {recipe}: its teacher is not known (the config is not read); it "
+                     "is not counted (an under-estimate of its weights' bytes): set teacher_model in the "
+                     "vramfit.io/spec annotation")
     return Reading(out, notes, "torchtune" if recipe else "", launch)

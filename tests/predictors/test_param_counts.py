@@ -73,6 +73,8 @@ EXPECTED: dict[str, int] = {
     "qwen-1_8b": 1_836_828_672,
     "qwen-72b": 72_287_920_128,
     "qwen-7b": 7_721_324_544,
+    "qwen2-0.5b": 494_032_768,  # Qwen2-0.5B model card: 0.49B; same shape as Qwen2.5-0.5B
+    "qwen2-1.5b": 1_543_714_304,  # Qwen2-1.5B: same shape as Qwen2.5-1.5B
     "qwen2-7b": 7_615_616_512,
     "qwen2.5-0.5b": 494_032_768,
     "qwen2.5-1.5b": 1_543_714_304,

@@ -264,6 +264,9 @@ ALL_INSTALLED = {"bitsandbytes": "0.45", "flash_attn": "2.7", "torchao": "0.9"}
     ({"cross_entropy": "fused-linear"}, "cuda", ALL_INSTALLED, "liger-kernel"),
     ({"cross_entropy": "fused-linear"}, "cuda", {**ALL_INSTALLED, "liger_kernel": "0.6"}, None),
     ({"cross_entropy": "chunked", "task": "masked-lm"}, "cuda", ALL_INSTALLED, "causal-lm only"),
+    ({"reference_model": True}, "cuda", ALL_INSTALLED, "frozen reference copy"),
+    ({"reference_model": True, "method": "lora"}, "cuda", ALL_INSTALLED, None),  # the base, adapter disabled
+    ({"teacher_model": "llama-3.1-8b"}, "cuda", ALL_INSTALLED, "no distillation loop"),
 ])
 def test_skip_reasons(fields: dict[str, Any], device: str, installed: dict[str, str], expect: str | None) -> None:
     reason = skip_reason(_spec(**fields), TINY_LLAMA, device, installed)

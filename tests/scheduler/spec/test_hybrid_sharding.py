@@ -50,16 +50,29 @@ def test_hybrid_shard_on_one_node_is_plain_sharding() -> None:
 
 
 def test_accelerate_parallelism_config_replicate_and_shard_sizes() -> None:
-    argv = ["accelerate", "launch", "--parallelism_config_dp_replicate_size", "2",
-            "--parallelism_config_dp_shard_size", "8", "train.py", "--model_name_or_path", M, "--bf16"]
-    job = one_job(*pytorchjob(argv, workers=1, gpus=8))
+    """accelerate exports --parallelism_config_* only with --use_parallelism_config (commands/launch.py), or from
+    a config file's parallelism_config section, or the env its launcher sets; dp_shard_size defaults to 1, so a
+    replicate size alone is a layout accelerate refuses (parallelism_config.py)."""
+    launch = ["accelerate", "launch", "--use_fsdp", "--fsdp_version", "2", "--use_parallelism_config"]
+    script = ["train.py", "--model_name_or_path", M, "--bf16"]
+    hsdp = ["--parallelism_config_dp_replicate_size", "2", "--parallelism_config_dp_shard_size", "8"]
+    job = one_job(*pytorchjob([*launch, *hsdp, *script], workers=1, gpus=8))
     assert (job.spec.sharding, job.spec.shard_group_size) == ("fsdp", 8)
-    replicate_only = ["accelerate", "launch", "--use_fsdp", "--parallelism_config_dp_replicate_size", "4",
-                      "train.py", "--model_name_or_path", M, "--bf16"]
-    job = one_job(*pytorchjob(replicate_only, workers=3, gpus=8))
-    assert job.spec.shard_group_size == 8  # 32 data-parallel ranks / 4 replicas
-    assert job.provenance["shard_group_size"].startswith("32 data-parallel ranks / flag --parallelism_config_dp_"
-                                                         "replicate_size 4")
+    # the same flags without --use_parallelism_config: accelerate never sees them, plain FSDP over every rank
+    job = one_job(*pytorchjob(["accelerate", "launch", "--use_fsdp", *hsdp, *script], workers=1, gpus=8))
+    assert (job.spec.sharding, job.spec.shard_group_size) == ("fsdp", None)
+    assert "only with --use_parallelism_config" in _notes(job)
+    # the env its launcher sets (a manifest may set it directly)
+    env_job = pytorchjob(["accelerate", "launch", "--use_fsdp", *script], workers=1, gpus=8)
+    env_job[0]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "ACCELERATE_USE_PARALLELISM_CONFIG", "value": "true"},
+        {"name": "PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "value": "2"},
+        {"name": "PARALLELISM_CONFIG_DP_SHARD_SIZE", "value": "8"}]
+    assert one_job(*env_job).spec.shard_group_size == 8
+    # a replicate size alone: dp_shard_size 1, refused by accelerate; noted, not read as hybrid
+    job = one_job(*pytorchjob([*launch, "--parallelism_config_dp_replicate_size", "4", *script], workers=3, gpus=8))
+    assert job.spec.shard_group_size is None
+    assert "dp_shard_size defaults to 1" in _notes(job)
 
 
 def test_axolotl_dp_replicate_and_shard_sizes() -> None:
@@ -74,6 +87,17 @@ def test_axolotl_dp_replicate_and_shard_sizes() -> None:
                               files={"hsdp.yaml": yaml.safe_dump(config)}))
     assert (job.spec.gpus, job.spec.tensor_parallel, job.spec.sharding, job.spec.shard_group_size) == (
         8, 2, "fsdp", 2)
+    # upstream examples/distributed-parallel/qwen3-8b-fsdp-tp-cp.yaml names dp_shard_size 2 with tensor and context
+    # parallel 2 and no replicate size: axolotl replicates over the remaining ranks, so on 2 nodes a group of 2
+    # (4 data-parallel ranks), on one node the one group of 2
+    ndp = {**config, "context_parallel_size": 2}
+    del ndp["dp_replicate_size"]
+    two_nodes = one_job(*pytorchjob(["axolotl", "train", "/cfg/ndp.yaml"], workers=1, gpus=8,
+                                    files={"ndp.yaml": yaml.safe_dump(ndp)}))
+    assert (two_nodes.spec.context_parallel, two_nodes.spec.shard_group_size) == (2, 2)
+    one_node = one_job(*pytorchjob(["axolotl", "train", "/cfg/ndp.yaml"], workers=0, gpus=8,
+                                   files={"ndp.yaml": yaml.safe_dump(ndp)}))
+    assert one_node.spec.shard_group_size is None
 
 
 def test_torchtitan_replicate_degree() -> None:
@@ -113,19 +137,20 @@ def test_deepspeed_mics_and_hpz() -> None:
 @pytest.mark.parametrize(
     ("argv", "workers", "gpus", "why"),
     [
-        # a replica count that does not divide the data-parallel ranks
-        (["accelerate", "launch", "--use_fsdp", "--parallelism_config_dp_replicate_size", "3", "train.py",
+        # a shard group that does not divide the data-parallel ranks
+        (["accelerate", "launch", "--use_fsdp", "--fsdp_version", "2", "--use_parallelism_config",
+          "--parallelism_config_dp_replicate_size", "2", "--parallelism_config_dp_shard_size", "6", "train.py",
           "--model_name_or_path", M], 1, 8, "does not divide the 16 data-parallel ranks"),
-        # hybrid sharding of a job that does not shard
-        (["accelerate", "launch", "--parallelism_config_dp_replicate_size", "2", "--parallelism_config_dp_shard_"
-          "size", "1", "train.py", "--model_name_or_path", M], 1, 8, "and sharding is not set"),
+        # hybrid sharding of a job that does not shard (DeepSpeed ZeRO-2 with a MiCS size: MiCS is ZeRO-3's)
+        (["deepspeed", "train.py", "--model_name_or_path", M, "--deepspeed",
+          json.dumps({"zero_optimization": {"stage": 2, "mics_shard_size": 8}})], 1, 8, "__no_note__"),
     ],
     ids=["indivisible", "not-sharded"],
 )
 def test_unusable_hybrid_settings_are_noted_not_errors(argv: list[str], workers: int, gpus: int, why: str) -> None:
     job = one_job(*pytorchjob(argv, workers=workers, gpus=gpus))
     assert job.spec.shard_group_size is None
-    assert why in _notes(job)
+    assert why in _notes(job) if why != "__no_note__" else "MiCS" not in _notes(job)
 
 
 def test_the_annotation_wins() -> None:
@@ -134,3 +159,37 @@ def test_the_annotation_wins() -> None:
     docs[0]["metadata"]["annotations"] = {"vramfit.io/spec": json.dumps(spec)}
     job = one_job(*docs)
     assert job.spec.shard_group_size == 16
+
+
+def test_torchtitan_shards_over_context_parallel_without_dp_shard() -> None:
+    """torchtitan's integration test "HSDP+CP (without dp_shard)": dp_shard 1, dp_replicate 2, cp 2 on 4 GPUs. FSDP
+    runs over the cp ranks (parallelize.py applies it when dp_shard or cp is enabled), replicated twice."""
+    toml = """[model]
+name = "llama3"
+flavor = "8B"
+[training]
+local_batch_size = 1
+seq_len = 8192
+[parallelism]
+data_parallel_replicate_degree = 2
+data_parallel_shard_degree = 1
+context_parallel_degree = 2
+"""
+    job = one_job(*pytorchjob(["torchrun", "-m", "torchtitan.train", "--job.config_file", "/cfg/t.toml"],
+                              workers=1, gpus=2, files={"t.toml": toml}))
+    assert (job.spec.sharding, job.spec.context_parallel, job.spec.shard_group_size) == ("fsdp", 2, 1)
+    assert "over the context-parallel ranks" in job.provenance["sharding"]
+
+
+def test_accelerate_fsdp2_ignores_the_fsdp1_strategy() -> None:
+    """accelerate reads fsdp_sharding_strategy for FSDP1 only (utils/dataclasses.py); with fsdp_version 2 a
+    HYBRID_SHARD there is not hybrid sharding."""
+    config = ("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_sharding_strategy: HYBRID_SHARD\n"
+              "mixed_precision: bf16\n")
+    argv = ["accelerate", "launch", "--config_file", "/cfg/accel.yaml", "train.py", "--model_name_or_path", M]
+    job = one_job(*pytorchjob(argv, workers=1, gpus=8, files={"accel.yaml": config}))
+    assert (job.spec.sharding, job.spec.shard_group_size) == ("fsdp", None)
+    assert "reads sharding_strategy for FSDP1 only" in _notes(job)
+    fsdp1 = one_job(*pytorchjob(argv, workers=1, gpus=8,
+                                files={"accel.yaml": config.replace("fsdp_version: 2", "fsdp_version: 1")}))
+    assert fsdp1.spec.shard_group_size == 8

@@ -212,16 +212,21 @@ parallelism_config:
 @pytest.mark.parametrize(
     ("argv", "env", "expected"),
     [
-        (["accelerate", "launch", "--parallelism_config_dp_shard_size", "2", "--parallelism_config_tp_size", "2",
+        (["accelerate", "launch", "--use_fsdp", "--fsdp_version", "2", "--use_parallelism_config",
+          "--parallelism_config_dp_shard_size", "2", "--parallelism_config_tp_size", "2",
           "--parallelism_config_cp_size", "2", "train.py", "--model_name_or_path", M],
          {}, ("fsdp", 2, 2, "flag --parallelism_config_cp_size")),
+        # without --use_parallelism_config accelerate launch does not export them (utils/launch.py)
+        (["accelerate", "launch", "--parallelism_config_dp_shard_size", "2", "--parallelism_config_tp_size", "2",
+          "--parallelism_config_cp_size", "2", "train.py", "--model_name_or_path", M],
+         {}, ("ddp", 1, 1, "")),
         (_heredoc(ACCEL_ND, f"accelerate launch --config_file /etc/accel.yaml train.py --model_name_or_path {M}"),
          {}, ("fsdp", 2, 2, "accelerate config /etc/accel.yaml key parallelism_config.parallelism_config_cp_size")),
         (["accelerate", "launch", "train.py", "--model_name_or_path", M],
          {"ACCELERATE_USE_PARALLELISM_CONFIG": "true", "PARALLELISM_CONFIG_DP_SHARD_SIZE": "4",
           "PARALLELISM_CONFIG_SP_SIZE": "2"}, ("fsdp", 1, 2, "env PARALLELISM_CONFIG_SP_SIZE")),
     ],
-    ids=["launch-flags", "config-file", "env-ulysses"],
+    ids=["launch-flags", "launch-flags-unused", "config-file", "env-ulysses"],
 )
 def test_accelerate_nd_parallelism(argv: list[str], env: dict[str, str], expected: tuple[str, int, int, str]) -> None:
     """accelerate's ParallelismConfig (dp_shard / tp / cp / sp sizes) from launcher flags, the config file's
@@ -229,8 +234,11 @@ def test_accelerate_nd_parallelism(argv: list[str], env: dict[str, str], expecte
     parallelism (sp) is read as context parallelism."""
     job = one_job(pod(argv, env, gpus=8))
     sharding, tp, cp, cp_source = expected
-    assert (job.spec.sharding, job.spec.tensor_parallel, job.spec.context_parallel) == (sharding, tp, cp)
-    assert job.provenance["context_parallel"].startswith(cp_source), job.provenance
+    assert (job.spec.resolved_sharding(), job.spec.tensor_parallel, job.spec.context_parallel) == (sharding, tp, cp)
+    if cp_source:
+        assert job.provenance["context_parallel"].startswith(cp_source), job.provenance
+    else:
+        assert "only with --use_parallelism_config" in "\n".join(job.assumptions)
 
 # --- processes per pod vs GPUs per pod ---------------------------------------------------------------
 

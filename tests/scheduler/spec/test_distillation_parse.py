@@ -1,0 +1,62 @@
+"""Distillation jobs read with their teacher: torchtune's KD recipes (shipped configs, carried configs) and TRL's
+GKD script. Before, the teacher was only noted, and the 8B teacher of torchtune's 8B_to_1B configs (16 GB of bf16
+weights) was missing from the prediction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from tests.scheduler.spec.helpers import one_job, pod
+
+
+def _notes(job: Any) -> str:
+    return "\n".join(job.assumptions)
+
+
+def test_torchtune_shipped_kd_config_reads_student_and_teacher() -> None:
+    job = one_job(pod(["tune", "run", "knowledge_distillation_single_device", "--config",
+                       "llama3_2/8B_to_1B_KD_lora_single_device"]))
+    s = job.spec
+    assert (s.model, s.teacher_model, s.method, s.micro_batch_size, s.cross_entropy) == (
+        "llama-3.2-1b", "llama-3.1-8b", "lora", 4, "chunked")
+    assert s.lora is not None and s.lora.rank == 64
+    assert "8B_to_1B_KD_lora_single_device (shipped" in job.provenance["teacher_model"]
+    qwen = one_job(pod(["tune", "run", "--nproc_per_node", "2", "knowledge_distillation_distributed", "--config",
+                        "qwen2/1.5_to_0.5B_KD_lora_distributed"], gpus=2)).spec
+    assert (qwen.model, qwen.teacher_model, qwen.sharding) == ("qwen2-0.5b", "qwen2-1.5b", "fsdp")
+
+
+def test_an_unknown_kd_config_names_the_student_not_the_teacher() -> None:
+    """A KD config vramfit does not ship is named teacher size first: 8B_to_1B is a 1B student."""
+    job = one_job(pod(["tune", "run", "knowledge_distillation_single_device", "--config",
+                       "llama3_2/8B_to_1B_KD_single_device_custom"]))
+    assert job.spec.model == "llama-3.2-1b"
+    assert job.spec.teacher_model is None
+    assert "its teacher is not known" in _notes(job)
+
+
+def test_torchtune_carried_config_teacher_component() -> None:
+    config = {"model": {"_component_": "torchtune.models.qwen2_5.lora_qwen2_5_1_5b_instruct",
+                        "lora_attn_modules": ["q_proj", "v_proj"], "lora_rank": 16, "lora_alpha": 32},
+              "teacher_model": {"_component_": "torchtune.models.qwen2_5.qwen2_5_7b_instruct"},
+              "batch_size": 2, "dtype": "bf16", "tokenizer": {"max_seq_len": 2048}}
+    cfg = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+           "data": {"kd.yaml": yaml.safe_dump(config)}}
+    job = one_job(cfg, pod(["tune", "run", "knowledge_distillation_single_device", "--config", "/cfg/kd.yaml"]))
+    assert (job.spec.model, job.spec.teacher_model) == ("qwen2.5-1.5b", "qwen2.5-7b")
+    unknown = {**config, "teacher_model": {"_component_": "my_models.build_teacher"}}
+    cfg["data"] = {"kd.yaml": yaml.safe_dump(unknown)}
+    job = one_job(cfg, pod(["tune", "run", "knowledge_distillation_single_device", "--config", "/cfg/kd.yaml"]))
+    assert job.spec.teacher_model is None
+    assert "the teacher build_teacher" in _notes(job) and "set teacher_model" in _notes(job)
+
+
+def test_trl_gkd_teacher_flag() -> None:
+    """TRL's examples/scripts/gkd.py: --teacher_model_name_or_path, loaded by GKDTrainer beside the student."""
+    job = one_job(pod(["python", "examples/scripts/gkd.py", "--model_name_or_path", "Qwen/Qwen2-0.5B-Instruct",
+                       "--teacher_model_name_or_path", "Qwen/Qwen2-1.5B-Instruct", "--per_device_train_batch_size",
+                       "16", "--gradient_checkpointing", "--bf16"]))
+    assert (job.spec.model, job.spec.teacher_model) == ("Qwen/Qwen2-0.5B-Instruct", "Qwen/Qwen2-1.5B-Instruct")
+    assert "float32 before transformers 5" in _notes(job)
