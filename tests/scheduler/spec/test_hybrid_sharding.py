@@ -100,23 +100,18 @@ def test_axolotl_dp_replicate_and_shard_sizes() -> None:
     assert one_node.spec.shard_group_size is None
 
 
+def torchtitan_job(parallelism: str, workers: int, gpus: int) -> Any:
+    """A torchtitan Llama 3 8B job whose TOML config (carried by a ConfigMap) has this [parallelism] section."""
+    toml = ('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 8192\n'
+            f"[parallelism]\n{parallelism}")
+    return one_job(*pytorchjob(["torchrun", "-m", "torchtitan.train", "--job.config_file", "/cfg/llama3_8b.toml"],
+                               workers=workers, gpus=gpus, files={"llama3_8b.toml": toml}))
+
+
 def test_torchtitan_replicate_degree() -> None:
-    toml = """[model]
-name = "llama3"
-flavor = "8B"
-[training]
-local_batch_size = 1
-seq_len = 8192
-[parallelism]
-data_parallel_replicate_degree = 2
-data_parallel_shard_degree = -1
-"""
-    job = one_job(*pytorchjob(["torchrun", "-m", "torchtitan.train", "--job.config_file", "/cfg/llama3_8b.toml"],
-                              workers=1, gpus=8, files={"llama3_8b.toml": toml}))
+    job = torchtitan_job("data_parallel_replicate_degree = 2\ndata_parallel_shard_degree = -1\n", 1, 8)
     assert (job.spec.sharding, job.spec.shard_group_size) == ("fsdp", 8)
-    stated = toml.replace("data_parallel_shard_degree = -1", "data_parallel_shard_degree = 4")
-    job = one_job(*pytorchjob(["torchrun", "-m", "torchtitan.train", "--job.config_file", "/cfg/llama3_8b.toml"],
-                              workers=1, gpus=8, files={"llama3_8b.toml": stated}))
+    job = torchtitan_job("data_parallel_replicate_degree = 2\ndata_parallel_shard_degree = 4\n", 1, 8)
     assert job.spec.shard_group_size == 4
 
 
@@ -164,19 +159,8 @@ def test_the_annotation_wins() -> None:
 def test_torchtitan_shards_over_context_parallel_without_dp_shard() -> None:
     """torchtitan's integration test "HSDP+CP (without dp_shard)": dp_shard 1, dp_replicate 2, cp 2 on 4 GPUs. FSDP
     runs over the cp ranks (parallelize.py applies it when dp_shard or cp is enabled), replicated twice."""
-    toml = """[model]
-name = "llama3"
-flavor = "8B"
-[training]
-local_batch_size = 1
-seq_len = 8192
-[parallelism]
-data_parallel_replicate_degree = 2
-data_parallel_shard_degree = 1
-context_parallel_degree = 2
-"""
-    job = one_job(*pytorchjob(["torchrun", "-m", "torchtitan.train", "--job.config_file", "/cfg/t.toml"],
-                              workers=1, gpus=2, files={"t.toml": toml}))
+    job = torchtitan_job("data_parallel_replicate_degree = 2\ndata_parallel_shard_degree = 1\n"
+                         "context_parallel_degree = 2\n", 1, 2)
     assert (job.spec.sharding, job.spec.context_parallel, job.spec.shard_group_size) == ("fsdp", 2, 1)
     assert "over the context-parallel ranks" in job.provenance["sharding"]
 
