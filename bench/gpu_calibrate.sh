@@ -38,8 +38,8 @@ fi
 # configs, 70B-width LoRA, Gemma-2, GPT-2. On the H200 all 122 are measured (2026-11-25/26); on the H100 80GB the
 # first 38 (2026-11-26: same allocated bytes as the H200 on every one, so another GPU adds throughput and the
 # reserved/NVML levels, not allocated-memory information). The memory-saving switches (open-switches*, 16 configs,
-# none measured yet) go first: they test terms no GPU has checked.
-GROUPS_IN_ORDER=(open-switches open-switches-fused-adamw open-switches-lora
+# none measured yet) and DoRA (open-dora, 8) go first: they test terms no GPU has checked.
+GROUPS_IN_ORDER=(open-switches open-switches-fused-adamw open-switches-lora open-dora
                  lora-targets scaled-layers small-full micro-batch seq-attention optimizers qlora
                  open-ckpt-logits open-qlora-inputs open-phi-gelu configs scaled-layers-lora scaled-layers-gemma2
                  gpt2-full open-switches-layered)

@@ -355,6 +355,16 @@ def job_tokens(spec: TrainingSpec, gpus: int | None = None) -> float | None:
 _LORA_IN_BYTES = 19.0 + 19.0
 _LORA_IN_DROPOUT_BYTES = 9.0 + 9.0
 _LORA_OUT_BYTES = 28.0 + 18.0
+# DoRA's rescaling on top (peft/tuners/lora/dora.py DoraLinearLayer.forward), per token and output feature:
+# forward, (magnitude scale - 1) x the 16-bit base output into fp32 (read 2, write 4), the scale x the adapter output
+# (4 + 4), x scaling (4 + 4), their sum (8 + 4); backward, the gradients of both products and of the magnitude
+# (a reduction over the tokens of the gradient x each output) and the scaling: about as many again
+_DORA_OUT_BYTES = 26.0 + 40.0
+# DoRA's weight norm, per adapted layer and forward: the identity fed through the adapter (in x in, fp32: written
+# and read), and per weight element the adapter product written (4), the base weight cast to fp32 (2 + 4), the
+# scaled product (4 + 4), the sum (8 + 4) and the norm's read (4)
+_DORA_NORM_BYTES_PER_IN_SQUARED = 8.0
+_DORA_NORM_BYTES_PER_WEIGHT = 34.0
 # Bytes per attention-score element and layer of eager attention (transformers' eager_attention_forward):
 # forward: QK^T writes 16-bit scores (2), the mask add reads and writes them (2 + 2), softmax in fp32 reads 2 and
 # writes 4, the cast back reads 4 and writes 2, the value matmul reads 2 -> 20; backward about as many.
@@ -369,12 +379,25 @@ def _lora_elementwise_bytes_per_token(spec: TrainingSpec, arch: Architecture) ->
     in_bytes = _LORA_IN_BYTES - (0.0 if lora.dropout > 0 else _LORA_IN_DROPOUT_BYTES)
     ratio = _decoder_ratio(spec, arch)
     total = 0.0
+    out_bytes = _LORA_OUT_BYTES + (_DORA_OUT_BYTES if lora.use_dora else 0.0)
     for g in arch.lora_groups(lora.target_modules):
         rows = _rows_per_token(arch, g, ratio)
-        total += rows * (in_bytes * g.in_features + _LORA_OUT_BYTES * g.out_features)
+        total += rows * (in_bytes * g.in_features + out_bytes * g.out_features)
     if spec.gradient_checkpointing == "full":  # the forward half again, for the checkpointed blocks
         total *= 1.0 + 0.5 * recomputed_fraction(spec, arch)
     return total
+
+
+def _dora_norm_bytes(spec: TrainingSpec, arch: Architecture) -> float:
+    """Bytes DoRA's weight norms move per micro-batch, whatever its tokens: every adapted layer in each forward (and
+    in the recomputed one under checkpointing); 0 without DoRA."""
+    lora = spec.resolved_lora
+    if lora is None or not lora.use_dora:
+        return 0.0
+    per_forward = sum(g.count * (_DORA_NORM_BYTES_PER_IN_SQUARED * g.in_features * g.in_features
+                                 + _DORA_NORM_BYTES_PER_WEIGHT * g.in_features * g.out_features)
+                      for g in arch.lora_groups(lora.target_modules))
+    return per_forward * (1.0 + recomputed_fraction(spec, arch))
 
 
 def _mlp_width(arch: Architecture) -> float:
@@ -398,7 +421,10 @@ def _host_seconds_per_layer_pass(spec: TrainingSpec, arch: Architecture, table: 
     seconds = table.host_seconds_per_layer_pass
     lora = spec.resolved_lora
     if lora is not None:
-        seconds += per_block(arch.lora_groups(lora.target_modules)) * table.host_seconds_per_adapter_pass
+        # DoRA runs about as many kernels again per adapter (the weight norm, the two rescaled products)
+        adapter_paths = 2.0 if lora.use_dora else 1.0
+        seconds += per_block(arch.lora_groups(lora.target_modules)) * table.host_seconds_per_adapter_pass \
+            * adapter_paths
     if spec.method == "qlora" and spec.resolved_quantization != "gptq-int4":
         seconds += per_block(arch.linears) * table.host_seconds_per_quantized_linear_pass
     return seconds
@@ -496,7 +522,8 @@ def predict_runtime(
     # activation-sized tensors that no FLOP count sees (all-linear on an 8B model: ~0.1 s per 4k tokens on an H200)
     lora_traffic_s = 0.0
     if spec.resolved_lora is not None:
-        lora_traffic_s = (tokens_micro / cp * _lora_elementwise_bytes_per_token(spec, arch) / (tp * pp)
+        lora_traffic_s = ((tokens_micro / cp * _lora_elementwise_bytes_per_token(spec, arch)
+                           + _dora_norm_bytes(spec, arch)) / (tp * pp)
                           / (gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization))
     micro_s += lora_traffic_s
     # eager attention writes the seq x seq scores and reads them back (mask, fp32 softmax, cast, dropout, the

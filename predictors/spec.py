@@ -167,12 +167,20 @@ class LoraSpec(BaseModel):
         description="modules trained in full beside the adapter (PEFT modules_to_save): embed_tokens, lm_head",
     )
 
+    # Extension of v1: DoRA (PEFT LoraConfig(use_dora=True), torchtune use_dora): a trainable magnitude per output
+    # feature of each adapted linear, which rescales the base output and the adapter's, so both are kept for backward.
+    use_dora: bool = Field(
+        False, description="DoRA (weight-decomposed LoRA): a trainable magnitude vector per adapted linear"
+    )
+
     @model_serializer(mode="wrap")
     def _drop_empty_extension(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # v1 documents have no modules_to_save: leave it out unless set, so v1 specs serialize as before
+        # v1 documents have neither extension: leave them out unless set, so v1 specs serialize as before
         data: dict[str, Any] = handler(self)
         if not self.modules_to_save:
             data.pop("modules_to_save", None)
+        if not self.use_dora:
+            data.pop("use_dora", None)
         return data
 
     @field_validator("modules_to_save", mode="before")

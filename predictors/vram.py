@@ -380,6 +380,8 @@ def _predict_stage(
                 notes.append(f"lora.target_modules {', '.join(unmatched)} match no linear layer of this "
                              f"{arch.model_type} model: no adapter counted there")
         lora_params_total = sum(g.count * (g.in_features + g.out_features) * lora.rank for g in groups)
+        if lora.use_dora:  # DoRA's magnitude: one trainable value per output feature of each adapted linear
+            lora_params_total += sum(g.count * g.out_features for g in groups)
         trainable_gpu = lora_params_total * layer_frac / lay.tp
         trainable_total = lora_params_total
     else:
@@ -665,6 +667,12 @@ def _predict_stage(
         # forward and backward (sharded where the sharding reduces them every micro-batch)
         pp_grads = grads
     teacher_forward, distillation = _distillation_bytes(spec, arch, teacher, e, lay)
+    dora_work = 0.0
+    if lora is not None and lora.use_dora:
+        dora_work = _dora_workspace(arch, lora, int(adapter_bytes), lay.tp)
+        notes.append(f"DoRA: magnitude vectors train beside the adapters; each adapted layer keeps its base and "
+                     f"adapter outputs for backward, and its weight norm needs {dora_work / 2**30:.2f} GiB of "
+                     "temporaries (the largest adapted layer's)")
     if teacher_gathered:
         resident["gathered_params"] = max(gathered, teacher_gathered)
     backward_phase = {
@@ -674,6 +682,7 @@ def _predict_stage(
         "logits": logits,
         "teacher_forward": teacher_forward,
         "distillation_loss": distillation,
+        "dora_workspace": dora_work,
         "quantization_workspace": quant_work,
         "autocast_weight_copies": amp_copies,
     }
@@ -721,7 +730,7 @@ def _predict_stage(
     # phase's tensors, plus the blocks it still caches from the phase before.
     b_reserved = b_total + _allocator_overhead(
         b_total, act + logits + quant_work + gathered + amp_copies + in_backward_step + teacher_forward
-        + distillation) + cached_other_phase
+        + distillation + dora_work) + cached_other_phase
     # The caching allocator still holds the blocks of the backward's logits (vocab-sized, the largest transient
     # tensors, which the optimizer step's parameter-shaped tensors do not fill) when the optimizer step peaks:
     # on vramfit's H200 rows (predictors/data/measured/H200.jsonl) full fine-tuning with an optimizer-step peak
@@ -825,6 +834,27 @@ def _adapters_per_block(arch: Architecture, lora: LoraSpec) -> list[tuple[Linear
     return out
 
 
+def _dora_bytes_per_output(lora: LoraSpec, e: int, adapter_bytes: int) -> float:
+    """Bytes per token and output feature that a DoRA layer keeps beyond LoRA's: it scales the base output and the
+    adapter's output by the trainable magnitude over the weight norm, so autograd keeps both products' tensor
+    operands (peft/tuners/lora/dora.py DoraLinearLayer.forward: ``(mag_norm_scale - 1) * base_result +
+    mag_norm_scale * lora_result * scaling``). The base output is the base layer's own (model dtype) when the adapter
+    has no dropout; with dropout PEFT recomputes it from the dropped-out input in the adapter's dtype
+    (Linear.forward). PEFT's MetaMathQA benchmark (Llama-3.2-3B, q/v rank 32, batch 4 x 768, L40S): DoRA peaks
+    2.27 GB above LoRA; these 6 bytes give 2.1 GB."""
+    return (e if lora.dropout == 0 else adapter_bytes) + adapter_bytes
+
+
+def _dora_workspace(arch: Architecture, lora: LoraSpec, adapter_bytes: int, tp: int) -> float:
+    """One DoRA layer's weight-norm temporaries (the largest adapted linear's): the identity it feeds through the
+    adapter (in x in), the adapter's weight product (in x out), the base weight cast to the adapter's dtype and
+    their scaled sum (out x in each), in the adapter's dtype (DoraLinearLayer.forward / get_weight_norm). Alive in
+    each adapted layer's forward, and in backward when checkpointing recomputes it."""
+    sizes = [(g.in_features * g.in_features + 3 * g.in_features * g.out_features)
+             for g in arch.lora_groups(lora.target_modules) if g.role != "lm_head"]
+    return max(sizes, default=0) * adapter_bytes / tp
+
+
 def _torchtune_lora_activations(arch: Architecture, lora: LoraSpec, e: int, width: float) -> float:
     """Bytes per token and block that torchtune's LoRA adapters keep (torchtune/modules/peft/lora.py LoRALinear):
     ``lora_a(dropout(x))`` keeps its input in the model's dtype, no cast. Without dropout (an identity) the adapters
@@ -836,6 +866,10 @@ def _torchtune_lora_activations(arch: Architecture, lora: LoraSpec, e: int, widt
         for role in FUSED_MODULES.get(g.role, (g.role,)):
             roles[role] = max(roles.get(role, 0.0), per_layer)
     total = sum(per_layer * e * lora.rank for per_layer in roles.values())
+    if lora.use_dora:
+        # torchtune's DoRALinear scales the base output and the adapter's by the magnitude over the weight norm: both
+        # kept for backward, in the model's dtype (torchtune/modules/peft/dora.py)
+        total += sum(per_layer * g.out_features * 2 * e for g, per_layer in _adapters_per_block(arch, lora))
     h = arch.hidden_size
     if lora.dropout > 0:
         inputs = {"q_proj": h, "k_proj": h, "v_proj": h, "o_proj": arch.num_attention_heads * arch.head_dim,
@@ -978,6 +1012,8 @@ def _activations(
             # lora_A keeps its 16-bit cast instead. q, k and v each keep their own copy.
             copy_bytes = 4 if (e == 4 or not mixed) else 2
             extra = copy_bytes * lora.rank + g.in_features * (copy_bytes + (1 if lora.dropout > 0 else 0))
+            if lora.use_dora:
+                extra += g.out_features * _dora_bytes_per_output(lora, e, copy_bytes)
             lora_extra += per_layer * extra
     # Blocks with other than two norms: Gemma 2/3 also normalise each sublayer's output before the residual add
     # (post-attention and post-feedforward norms, four per block); Phi-1/2 and GPT-J run attention and MLP in

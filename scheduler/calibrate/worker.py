@@ -403,8 +403,9 @@ def _apply_lora(torch: Any, model: Any, spec: TrainingSpec) -> tuple[Any, list[s
     task_type = {"causal-lm": "CAUSAL_LM", "seq-classification": "SEQ_CLS",
                  "token-classification": "TOKEN_CLS"}.get(spec.task)
     saved = saved_module_names(model, lora.modules_to_save) if lora.modules_to_save else None
+    dora = {"use_dora": True} if lora.use_dora else {}  # peft >= 0.10 (an older one refuses the keyword)
     config = peft.LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                             target_modules=targets, task_type=task_type, modules_to_save=saved)
+                             target_modules=targets, task_type=task_type, modules_to_save=saved, **dora)
     # PEFT's default (autocast_adapter_dtype=True) upcasts bf16/fp16 adapter weights to fp32 whatever the base
     # dtype, and the predictor counts adapters that way (predictors/vram.py): measure what a PEFT user runs.
     try:

@@ -253,7 +253,8 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "pref_loss": ("_pref_loss", _same),
     "adapter": ("_adapter", _same),
     "finetuning_type": ("_finetuning_type", _same),
-    "use_dora": ("_dora", to_bool),  # PEFT LoraConfig(use_dora=True), TRL --use_dora, LLaMA-Factory use_dora
+    # DoRA: PEFT LoraConfig(use_dora=True), TRL --use_dora, LLaMA-Factory use_dora, axolotl peft_use_dora
+    **dict.fromkeys(("use_dora", "peft_use_dora"), ("lora.use_dora", to_bool)),
     "tf32": ("_tf32", to_bool),  # HF TrainingArguments --tf32: torch.backends.cuda.matmul.allow_tf32
     # PEFT's examples/sft scripts: --use_4bit_quantization / --use_8bit_quantization / --use_nested_quant (utils.py
     # builds BitsAndBytesConfig from them), --use_peft_lora, --use_flash_attn (flash_attention_2, else eager)
@@ -1079,14 +1080,6 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
         notes.append(f"auto_find_batch_size ({auto_batch.source}): the trainer halves micro_batch_size after an "
                      "out-of-memory error and retries; the prediction is for the batch the job states, the most it "
                      "can use")
-    dora = raw.get("_dora")
-    if dora is not None and dora.value is True and out.get("method") is not None and \
-            out["method"].value in ("lora", "qlora"):
-        # DoRA (Liu et al. 2024, arXiv:2402.09353; PEFT tuners/lora/dora.py) recomposes each adapted weight,
-        # W + scale * B @ A, to take its column norm in every forward: one weight-sized temporary per adapted layer
-        # and a magnitude vector per output feature, which LoRA does not have
-        notes.append(f"DoRA ({dora.source}) is read as LoRA: its per-layer weight recomposition (a weight-sized "
-                     "temporary) and magnitude vectors are not counted, an under-estimate")
     name = raw.get("_optimizer_name")
     if name is not None and (note := optimizer_note(name.value, name.source)) is not None:
         notes.append(note)
@@ -1717,6 +1710,7 @@ _TUNE_KEYS: dict[str, tuple[str, Convert]] = {
     "model.lora_rank": ("lora.rank", _same),
     "model.lora_alpha": ("lora.alpha", _same),
     "model.lora_dropout": ("lora.dropout", _same),
+    "model.use_dora": ("lora.use_dora", to_bool),  # torchtune's LoRA builders take use_dora (DoRALinear)
     "optimizer._component_": ("optimizer", optimizer_name),
     "dtype": (
         "precision",

@@ -618,6 +618,10 @@ def test_worker_runs_the_switches_end_to_end_on_cpu() -> None:
     lora = {**spec, "method": "lora", "optimizer_in_backward": False}
     assert worker_module.run_job({"spec": lora, "device": "cpu", "warmup_steps": 1, "measured_steps": 1}
                                  )["outcome"] == "ok"
+    # DoRA through PEFT's use_dora: its magnitude vectors train beside the adapters (the sweep's open-dora group)
+    dora = {**lora, "lora": {"rank": 4, "target_modules": ["q_proj", "v_proj"], "use_dora": True}}
+    result = worker_module.run_job({"spec": dora, "device": "cpu", "warmup_steps": 1, "measured_steps": 1})
+    assert result["outcome"] == "ok", result
 
 
 def test_worker_checkpoints_every_nth_block_and_offloads_their_inputs_on_cpu() -> None:

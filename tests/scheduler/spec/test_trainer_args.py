@@ -700,3 +700,18 @@ def test_torchtune_dpo_recipes_and_llamafactory_optimizer_notes() -> None:
     galore = _config_job({**LF_LORA, "finetuning_type": "full", "use_galore": True, "galore_rank": 128},
                          ["llamafactory-cli", "train"])
     assert any("GaLore" in a and "over-estimate" in a for a in galore.assumptions), galore.assumptions
+
+
+def test_dora_switch_in_each_trainer() -> None:
+    """DoRA's switch as axolotl (peft_use_dora), LLaMA-Factory (use_dora) and torchtune (the LoRA builders'
+    use_dora) name it."""
+    axolotl = _config_job({**AX_QLORA, "peft_use_dora": True}, ["axolotl", "train"]).spec
+    assert axolotl.lora is not None and axolotl.lora.use_dora
+    factory = _config_job({**LF_LORA, "use_dora": True}, ["llamafactory-cli", "train"]).spec
+    assert factory.lora is not None and factory.lora.use_dora
+    tune = one_job(pod(["tune", "run", "lora_finetune_single_device", "--config", "llama3_1/8B_lora_single_device",
+                        "model.use_dora=True"]))
+    assert tune.spec.lora is not None and tune.spec.lora.use_dora
+    assert tune.provenance["lora.use_dora"] == "torchtune override model.use_dora=True"
+    full = _config_job({**LF_LORA, "finetuning_type": "full", "use_dora": True}, ["llamafactory-cli", "train"])
+    assert full.spec.lora is None  # a full fine-tune has no adapter to decompose

@@ -66,11 +66,13 @@ def test_list_valued_lora_flags_take_every_value() -> None:
 
 
 @pytest.mark.parametrize("dora", [True, False])
-def test_dora_is_read_as_lora_with_a_note(dora: bool) -> None:
+def test_dora_is_read_as_lora_use_dora(dora: bool) -> None:
     flags = ["--use_dora"] if dora else []
     job = one_job(pod(["trl", "sft", "--model_name_or_path", M, "--use_peft", "--lora_r", "16", *flags]))
     assert job.spec.method == "lora"
-    assert ("DoRA (flag --use_dora) is read as LoRA" in _notes(job)) is dora
+    assert job.spec.resolved_lora is not None and job.spec.resolved_lora.use_dora is dora
+    if dora:
+        assert job.provenance["lora.use_dora"] == "flag --use_dora"
 
 
 def test_tf32_flag_is_noted_as_a_runtime_over_estimate() -> None:
