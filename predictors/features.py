@@ -32,7 +32,7 @@ RESIDENT_COMPONENTS: tuple[str, ...] = ("weights", "reference_weights", "teacher
                                          "saved_modules", "master_weights", "optimizer_states")
 # Entries that scale with the tokens of a micro-batch (the backward-phase high-water mark).
 TRANSIENT_COMPONENTS: tuple[str, ...] = ("activations", "logits", "quantization_workspace", "teacher_forward",
-                                          "distillation_loss")
+                                          "distillation_loss", "dora_workspace")
 # Held outside the PyTorch caching allocator.
 FIXED_COMPONENTS: tuple[str, ...] = ("cuda_context", "nccl_buffers", "paged_optimizer_states")
 

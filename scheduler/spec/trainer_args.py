@@ -307,8 +307,10 @@ KEYS: dict[str, tuple[str, Convert]] = {
     # > 1 with a dp_shard size: HSDP, the dp_shard ranks' states replicated this many times (shard_group_size)
     "parallelism_config_dp_replicate_size": ("_dp_replicate_size", _same),
     "use_parallelism_config": ("_use_parallelism_config", to_bool),
-    # TRL's GKDTrainer (examples/scripts/gkd.py, GKDConfig): the frozen teacher it loads beside the student
-    "teacher_model_name_or_path": ("teacher_model", _same),
+    # the frozen teacher loaded beside the student: TRL's GKDTrainer (examples/scripts/gkd.py, GKDConfig) and
+    # DistillationTrainer (trl/scripts/distillation.py), axolotl's GKD plugin (integrations/gkd: gkd_teacher, "held
+    # in-process and run every step")
+    **dict.fromkeys(("teacher_model_name_or_path", "gkd_teacher"), ("teacher_model", _same)),
     # vramfit extensions: HF TrainingArguments --torch_compile / axolotl torch_compile; Liger's fused linear
     # cross-entropy (HF --use_liger_kernel, LLaMA-Factory enable_liger_kernel, axolotl
     # liger_fused_linear_cross_entropy) and Cut Cross-Entropy (axolotl cut_cross_entropy); activation offloading
@@ -1065,9 +1067,10 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     teacher = raw.get("teacher_model")
     if teacher is not None and "teacher_model_name_or_path" in teacher.source:
         # GKDTrainer: AutoModelForCausalLM.from_pretrained(teacher, **teacher_model_init_kwargs), {} by default
-        notes.append(f"teacher_model ({teacher.source}): TRL's GKDTrainer loads it with teacher_model_init_kwargs, "
-                     "by default in transformers' default dtype (float32 before transformers 5, the checkpoint's "
-                     "from 5); predicted in the compute dtype, so a float32 teacher holds twice its weights' bytes")
+        notes.append(f"teacher_model ({teacher.source}): predicted in the compute dtype. TRL's GKDTrainer loads it "
+                     "with teacher_model_init_kwargs, by default in transformers' default dtype (float32 before "
+                     "transformers 5, the checkpoint's from 5): a float32 teacher holds twice its weights' bytes "
+                     "(trl/scripts/distillation.py passes the student's dtype)")
     tf32 = raw.get("_tf32")
     if tf32 is not None and tf32.value is True:
         # the runtime model takes fp32 matmuls at the CUDA cores' peak, PyTorch's default (allow_tf32 False)
@@ -1257,6 +1260,12 @@ _LIST_FLAGS = {"lora_target_modules", "lora_modules_to_save", "modules_to_save"}
 
 def read_flags(tokens: Sequence[str], where: str) -> tuple[dict[str, Setting], list[str]]:
     """``--key value`` / ``--key=value`` / bare boolean flags, and positional arguments."""
+    pairs, positionals = _flag_pairs(tokens)
+    return read_pairs(pairs, where), positionals
+
+
+def _flag_pairs(tokens: Sequence[str]) -> tuple[list[tuple[str, Any, str]], list[str]]:
+    """The ``(key, value, source)`` of every flag (keys normalised), and the positional arguments."""
     pairs: list[tuple[str, Any, str]] = []
     positionals: list[str] = []
     i = 0
@@ -1287,7 +1296,7 @@ def read_flags(tokens: Sequence[str], where: str) -> tuple[dict[str, Setting], l
             else:
                 value = "true"
         pairs.append((key, value, f"flag --{key}"))
-    return read_pairs(pairs, where), positionals
+    return pairs, positionals
 
 
 def _key_values(tokens: Sequence[str]) -> list[tuple[str, str]]:
@@ -1336,6 +1345,8 @@ def read_command(
 
 def _trainer_label(tokens: Sequence[str]) -> str:
     names = [PurePosixPath(t).name for t in tokens[:4]]
+    if any(PurePosixPath(t).name == "train_bash.py" for t in tokens):
+        return "LLaMA-Factory"  # its launcher before llamafactory-cli (src/train_bash.py), often behind accelerate's
     joined = " ".join(tokens)
     for label, needle in (
         ("axolotl", "axolotl"),
@@ -1410,6 +1421,14 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
             )
     if trainer == "LLaMA-Factory":  # llamafactory-cli train CONFIG key=value ...
         raw.update(read_pairs(((k, v, f"override {k}={v}") for k, v in _key_values(positionals)), where))
+        flag_map = {k: v for k, v, _ in _flag_pairs(tokens)[0]}
+        if not any("LLaMA-Factory config" in setting.source for setting in raw.values()) and \
+                config_flavour(flag_map) == "LLaMA-Factory config":
+            # the arguments as flags (src/train_bash.py, llamafactory-cli train --key value): LLaMA-Factory's own
+            # defaults where they leave a setting out, as for a config file
+            implied, implied_notes = trainer_config_defaults(flag_map, "LLaMA-Factory arguments", where)
+            raw = {**implied, **raw}
+            notes += implied_notes
     raw.update(flags)
     if "_dtype" in raw and "(axolotl loads the model in bf16)" in raw["_dtype"].source and \
             any(k in flags for k in ("_deepspeed", "_fsdp", "_use_fsdp", "_use_deepspeed", "_fsdp_config")):
@@ -1473,6 +1492,18 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
         if applied:
             notes.append(f"trl sft defaults where its command sets none: {', '.join(applied)} (a field the "
                          "vramfit.io/spec annotation sets still wins)")
+    if command == "distillation" and "model" in raw:
+        # DistillationConfig's own defaults (trl/trainer/distillation_config.py: "gradient_checkpointing: Defaults to
+        # True", "bf16: Defaults to True if fp16 is not set"); its sequences are prompts + on-policy completions
+        # (max_completion_length 512), whose length the command does not say
+        deepspeed = "_deepspeed" in raw
+        applied = _fill_defaults(raw, (("gradient_checkpointing", True, "gradient_checkpointing on"),),
+                                 "TRL DistillationConfig default", where)
+        if not deepspeed and not any(k in raw for k in _PRECISION_KEYS):
+            raw["_bf16"] = Setting(True, "TRL DistillationConfig default bf16 (fp16 not set)", where)
+            applied.append("bf16")
+        if applied:
+            notes.append(f"trl distillation defaults where its command sets none: {', '.join(applied)}")
     four = raw.get("_4bit")
     if four is not None and four.value is True and "_double" not in raw and "_quant_bits" not in raw:
         raw["_double"] = Setting(False, "TRL ModelConfig use_bnb_nested_quant default false", where)
@@ -1521,7 +1552,8 @@ def _hf_trainer_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Set
 # TRL's example scripts, run directly or by its CLI (trl/cli.py runs trl/scripts/<command>.py with the same argv):
 # older releases kept them in examples/scripts/
 _TRL_SCRIPTS = {"sft": ("trl/scripts/sft.py", "examples/scripts/sft.py"),
-                "dpo": ("trl/scripts/dpo.py", "examples/scripts/dpo.py")}
+                "dpo": ("trl/scripts/dpo.py", "examples/scripts/dpo.py"),
+                "distillation": ("trl/scripts/distillation.py", "examples/scripts/distillation.py")}
 # the accelerate configs TRL ships (trl/accelerate_configs/<name>.yaml) that `trl ... --accelerate_config NAME` takes
 _TRL_ACCELERATE = {"zero1": ("_zero_stage", 1), "zero2": ("_zero_stage", 2), "zero3": ("_zero_stage", 3),
                    "fsdp1": ("_use_fsdp", True), "fsdp2": ("_use_fsdp", True)}
@@ -1785,6 +1817,10 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
     elif recipe.startswith("lora_finetune"):
         method = "qlora" if "qlora" in config.lower() else "lora"
         out["method"] = Setting(method, f"{label}", where)
+    elif recipe.startswith("knowledge_distillation"):
+        # torchtune's KD recipes train the student's LoRA adapters (_setup_model: get_adapter_params,
+        # set_trainable_params), whatever the config's name says
+        out["method"] = Setting("lora", f"torchtune recipe {recipe} (trains LoRA adapters)", where)
     if recipe.endswith("_distributed"):
         out["sharding"] = Setting("fsdp", f"torchtune recipe {recipe} (FSDP)", where)
     if recipe:  # torchtune's own LoRA modules and torchao's NF4 (TrainingSpec framework: torchtune)
@@ -1851,6 +1887,12 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
                 targets += [r for r in roles if r not in targets]
                 sources.append(lora_parts[key][1])
         out["lora.target_modules"] = Setting(targets, "; ".join(dict.fromkeys(sources)), where)
+    quantize = next(((v, source) for k, v, source in reversed(pairs) if k == "model.quantize_base"), None)
+    if quantize is not None and to_bool(quantize[0]) is True and out.get("method") is not None and \
+            out["method"].value == "lora":
+        # torchtune's LoRA builders take quantize_base (its qlora_* builders are partials with it set): the adapted
+        # layers' base weights in NF4 (torchao to_nf4; DoRALinear / LoRALinear), i.e. QLoRA / QDoRA
+        out["method"] = Setting("qlora", f"{quantize[1]} (quantize_base: NF4 base weights)", where)
     method = out.get("method")
     if method is not None and method.value in ("lora", "qlora") and "lora.dropout" not in out:
         # torchtune's LoRA builders default lora_dropout to 0.0 (torchtune/models/*/_model_builders.py)

@@ -60,3 +60,33 @@ def test_trl_gkd_teacher_flag() -> None:
                        "16", "--gradient_checkpointing", "--bf16"]))
     assert (job.spec.model, job.spec.teacher_model) == ("Qwen/Qwen2-0.5B-Instruct", "Qwen/Qwen2-1.5B-Instruct")
     assert "float32 before transformers 5" in _notes(job)
+
+
+def test_kd_recipes_train_lora_and_the_older_shipped_names() -> None:
+    """torchtune's knowledge_distillation_* recipes train the student's LoRA adapters (_setup_model:
+    get_adapter_params); 8B_to_1B_KD_distributed is the older name of the LoRA config (pytorch/torchtune@082b750)."""
+    job = one_job(pod(["tune", "run", "--nproc_per_node", "2", "knowledge_distillation_distributed", "--config",
+                       "llama3_2/8B_to_1B_KD_distributed"], gpus=2))
+    assert (job.spec.method, job.spec.teacher_model, job.spec.micro_batch_size) == ("lora", "llama-3.1-8b", 4)
+    unknown = one_job(pod(["tune", "run", "knowledge_distillation_single_device", "--config",
+                           "llama3_2/8B_to_1B_KD_mine"]))
+    assert unknown.spec.method == "lora"
+    assert unknown.provenance["method"].endswith("knowledge_distillation_single_device (trains LoRA adapters)")
+
+
+def test_axolotl_gkd_teacher_and_trl_distillation_defaults() -> None:
+    """axolotl's GKD plugin (examples/gkd/qwen3-0.6B-gkd.yaml: gkd_teacher) holds the teacher in-process; TRL's
+    trl/scripts/distillation.py takes --teacher_model_name_or_path with DistillationConfig's defaults
+    (gradient checkpointing on, bf16)."""
+    config = {"base_model": "Qwen/Qwen3-0.6B", "plugins": ["axolotl.integrations.gkd.GKDPlugin"],
+              "gkd_trainer": True, "gkd_teacher": "Qwen/Qwen3-4B", "sequence_len": 2048, "micro_batch_size": 1,
+              "bf16": "auto", "gradient_checkpointing": True}
+    cfg = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+           "data": {"gkd.yaml": yaml.safe_dump(config)}}
+    job = one_job(cfg, pod(["axolotl", "train", "/cfg/gkd.yaml"]))
+    assert (job.spec.model, job.spec.teacher_model) == ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-4B")
+    trl = one_job(pod(["python", "trl/scripts/distillation.py", "--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct",
+                       "--teacher_model_name_or_path", "Qwen/Qwen2.5-1.5B-Instruct", "--use_peft"]))
+    assert (trl.spec.teacher_model, trl.spec.gradient_checkpointing, trl.spec.precision) == (
+        "Qwen/Qwen2.5-1.5B-Instruct", "full", "bf16-mixed")
+    assert "trl distillation defaults" in _notes(trl)

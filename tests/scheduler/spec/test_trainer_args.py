@@ -715,3 +715,29 @@ def test_dora_switch_in_each_trainer() -> None:
     assert tune.provenance["lora.use_dora"] == "torchtune override model.use_dora=True"
     full = _config_job({**LF_LORA, "finetuning_type": "full", "use_dora": True}, ["llamafactory-cli", "train"])
     assert full.spec.lora is None  # a full fine-tune has no adapter to decompose
+
+
+def test_torchtune_dora_configs_and_quantize_base() -> None:
+    """torchtune's llama3/8B_dora_single_device and 8B_qdora_single_device (pytorch/torchtune@2bd6906) and the
+    builders' quantize_base (QLoRA / QDoRA: NF4 bases), as a config key or an override."""
+    dora = one_job(pod(["tune", "run", "lora_finetune_single_device", "--config", "llama3/8B_dora_single_device"]))
+    assert (dora.spec.method, dora.spec.micro_batch_size, dora.spec.gradient_checkpointing) == ("lora", 2, "full")
+    assert dora.spec.lora is not None and dora.spec.lora.use_dora
+    qdora = one_job(pod(["tune", "run", "lora_finetune_single_device", "--config", "llama3/8B_qdora_single_device"]))
+    assert qdora.spec.method == "qlora" and qdora.spec.lora is not None and qdora.spec.lora.use_dora
+    override = one_job(pod(["tune", "run", "lora_finetune_single_device", "--config",
+                            "llama3_1/8B_lora_single_device", "model.quantize_base=True"]))
+    assert override.spec.method == "qlora"
+    assert "quantize_base" in override.provenance["method"]
+
+
+def test_llamafactory_train_bash_flags_get_its_defaults() -> None:
+    """LLaMA-Factory's older launcher, src/train_bash.py, behind accelerate: its arguments as flags get the defaults
+    a config file gets (checkpointing, LoRA dropout 0)."""
+    job = one_job(pod(["accelerate", "launch", "--config_file", "single_config.yaml", "../../src/train_bash.py",
+                       "--stage", "sft", "--do_train", "--model_name_or_path", "meta-llama/Llama-2-7b-hf",
+                       "--template", "default", "--finetuning_type", "lora", "--lora_target", "q_proj,v_proj",
+                       "--use_dora", "True", "--per_device_train_batch_size", "2", "--fp16"]))
+    s = job.spec
+    assert (s.method, s.gradient_checkpointing) == ("lora", "full")
+    assert s.lora is not None and (s.lora.dropout, s.lora.use_dora) == (0.0, True)
