@@ -57,6 +57,8 @@ _CROSS_ENTROPY_ALIASES = {"standard": "full", "chunked-output": "chunked", "fuse
 # stage 3, FSDP's CPUOffload(offload_params=True) an FSDP sharding strategy. Optimizer offload alone also runs
 # unsharded (DeepSpeed ZeRO-Offload at stage 1/2, torchao's CPUOffloadOptimizer on one GPU).
 PARAM_OFFLOAD_SHARDING = ("zero3", "fsdp", "fsdp-grad-op")
+# GaLore's optimizers (galore_torch GaLoreAdamW, GaLoreAdamW8bit, GaLoreAdafactor)
+GALORE_OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor")
 # the sharding that hybrid sharding (shard_group_size) applies to: FSDP HYBRID_SHARD / _HYBRID_SHARD_ZERO2, torchtitan
 # HSDP, DeepSpeed MiCS (a ZeRO-3 feature)
 HYBRID_SHARDING = ("zero3", "fsdp", "fsdp-grad-op")
@@ -287,6 +289,15 @@ class TrainingSpec(BaseModel):
                           "model beside the one it trains (TRL's ref_model; with LoRA/QLoRA the reference is the base "
                           "with the adapter disabled, no copy)"
     )
+    galore_rank: PositiveCount | None = Field(
+        None, description="vramfit extension: GaLore (full fine-tuning with adamw, adamw-8bit or adafactor): the "
+                          "targeted matrices' gradients are projected to this rank and the optimizer keeps the "
+                          "projected states and the projector (HF --optim galore_*, LLaMA-Factory use_galore)"
+    )
+    galore_target_modules: list[str] | Literal["all-linear"] | None = Field(
+        None, description="vramfit extension: the linear layers GaLore projects (role names as lora.target_modules); "
+                          "unset: every linear layer of the blocks"
+    )
     teacher_model: str | ModelRef | None = Field(
         None, description="vramfit extension: knowledge distillation from a frozen teacher (a catalog name, HF id or "
                           "mapping, as `model`) held on the same GPUs in the compute dtype, sharded as the model is, "
@@ -328,6 +339,15 @@ class TrainingSpec(BaseModel):
                 "vramfit calibrate measures) and torchtune change an assumption. To fix: leave framework out (the "
                 "model then assumes what the published runs of many frameworks fit), or use one of those two")
         return name
+
+    @field_validator("galore_target_modules", mode="before")
+    @classmethod
+    def _galore_targets(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value.strip().lower().replace("_", "-") in ("all-linear", "all"):
+                return "all-linear"
+            return [m.strip() for m in value.split(",") if m.strip()]
+        return value
 
     @field_validator("cross_entropy", mode="before")
     @classmethod
@@ -425,6 +445,17 @@ class TrainingSpec(BaseModel):
                     f"gpus ({self.gpus}) must be a multiple of tensor_parallel x pipeline_parallel x "
                     f"context_parallel ({model_parallel})"
                 )
+        if self.galore_target_modules is not None and self.galore_rank is None:
+            raise ValueError("galore_target_modules is set but galore_rank is not. To fix: set galore_rank (GaLore's "
+                             "projection rank, e.g. 128), or drop galore_target_modules")
+        if self.galore_rank is not None:
+            if self.method != "full":
+                raise ValueError(f"galore_rank projects full fine-tuning's gradients; method is {self.method}. To fix: "
+                                 "set method: full, or drop galore_rank")
+            if self.optimizer not in GALORE_OPTIMIZERS:
+                raise ValueError(f"galore_rank applies to {', '.join(GALORE_OPTIMIZERS)} (GaLoreAdamW, "
+                                 f"GaLoreAdamW8bit, GaLoreAdafactor); optimizer is {self.optimizer}. To fix: use one "
+                                 "of those, or drop galore_rank")
         if self.teacher_model is not None and self.pipeline_parallel > 1:
             raise ValueError(
                 "teacher_model with pipeline_parallel > 1 is not modelled: distillation recipes (torchtune KD, TRL "

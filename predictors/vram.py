@@ -477,6 +477,11 @@ def _predict_stage(
             states = trainable_gpu * 0.1 * 4.0
     else:
         states = trainable_gpu * _STATE_FACTOR[opt] * state_dtype_bytes
+    galore_notes: list[str] = []
+    if spec.galore_rank and lora is None:
+        states = _galore_states(spec, arch, trainable_gpu, state_dtype_bytes, layer_frac * scale / lay.tp,
+                                galore_notes)
+        notes += galore_notes
     master = trainable_gpu * master_bytes
     if shard_states:
         states /= dp
@@ -615,6 +620,10 @@ def _predict_stage(
         # gradients + 16 bytes x the embedding = 8.5 / 9.2 GiB (one state-sized buffer for all, the foreach rule
         # of AdamW above, gave 6.9 / 8.6)
         step_tmp = _largest_trainable_matrix(arch, lora, saved) * (12.0 if e == 4 or mixed else 16.0) / lay.tp
+    if spec.galore_rank and lora is None and not offload_states:
+        # galore_torch's optimizers step one parameter at a time (no foreach buffer); the peak is the projector
+        # update's SVD of the largest targeted gradient
+        step_tmp = _galore_svd_workspace(spec, arch, layer_frac * scale / lay.tp)
     if deepspeed and not offload_states:
         # DeepSpeed converts the 16-bit gradient partition into an fp32 copy for the optimizer
         # (stage 1/2 ``single_partition_of_fp32_groups`` grads, stage 3 fp32 partitioned grads)
@@ -695,7 +704,7 @@ def _predict_stage(
         # backward, and no moment that holds every gradient. S02's Llama-3.2-3B full fine-tuning: 24.9 -> 23.1 GiB.
         largest = _largest_trainable_matrix(arch, lora, saved) * scale / lay.tp
         one_grad = largest * grad_bytes / (dp if shard_grads else 1)
-        if opt == "adafactor":
+        if opt == "adafactor" or spec.galore_rank:
             in_backward_step = step_tmp
         elif opt in ("adamw", "lion") and not offload_states and not spec.fused_optimizer:
             in_backward_step = largest * state_dtype_bytes / (dp if shard_states else 1)
@@ -832,6 +841,48 @@ def _adapters_per_block(arch: Architecture, lora: LoraSpec) -> list[tuple[Linear
             per_layer *= arch.num_experts_per_tok / arch.num_experts
         out.append((g, per_layer))
     return out
+
+
+def _galore_projected(spec: TrainingSpec, arch: Architecture) -> list[tuple[int, int, int]]:
+    """(count, rows, columns) of the weight matrices GaLore projects (galore_target_modules, else every block
+    linear; as PEFT reads target names)."""
+    targets = spec.galore_target_modules or "all-linear"
+    return [(g.count, g.out_features, g.in_features) for g in arch.lora_groups(targets) if g.role != "router"]
+
+
+def _galore_states(spec: TrainingSpec, arch: Architecture, trainable_gpu: float, state_bytes: float,
+                   per_gpu: float, notes: list[str]) -> float:
+    """Optimizer-state bytes per GPU under GaLore (Zhao et al. 2024, arXiv:2403.03507; galore_torch): each targeted
+    m x n matrix keeps its states on the gradient projected to rank r (r x max(m, n) elements) and the projector
+    (r x min(m, n), in the parameter's dtype: GaLoreProjector.get_orthogonal_matrix); every other parameter
+    (embeddings, norms, the head) keeps full states. ``per_gpu`` scales a whole-model count to one GPU."""
+    assert spec.galore_rank is not None
+    r = spec.galore_rank
+    opt = spec.optimizer
+    matrices = _galore_projected(spec, arch)
+    projected_params = sum(c * m * n for c, m, n in matrices) * per_gpu
+    rest = max(trainable_gpu - projected_params, 0.0)
+    if opt == "adafactor":  # factored moments on the projected gradient: a row and a column per matrix
+        low_rank = sum(c * (min(r, m, n) + max(m, n)) * 4.0 for c, m, n in matrices)
+        rest_states = rest * 0.1 * 4.0
+    else:
+        per_element = _QUANT_STATE_BYTES[opt] if opt in _QUANT_STATE_BYTES else _STATE_FACTOR[opt] * state_bytes
+        low_rank = sum(c * min(r, m, n) * max(m, n) * per_element for c, m, n in matrices)
+        rest_states = rest * per_element
+    projectors = sum(c * min(r, m, n) * min(m, n) * state_bytes for c, m, n in matrices)
+    states = (low_rank + projectors) * per_gpu + rest_states
+    notes.append(f"GaLore rank {r}: {len(matrices)} matrix groups keep rank-{r} states and projectors "
+                 f"({(low_rank + projectors) * per_gpu / 2**30:.2f} GiB per GPU), the other "
+                 f"{int(rest):,} parameters full states")
+    return states
+
+
+def _galore_svd_workspace(spec: TrainingSpec, arch: Architecture, per_gpu: float) -> float:
+    """The projector update's temporaries (every update_proj_gap steps, at the optimizer step): the largest targeted
+    matrix's gradient in fp32 and its thin SVD factors (torch.linalg.svd full_matrices=False), about three
+    matrices of fp32 in all."""
+    largest = max((m * n for _, m, n in _galore_projected(spec, arch)), default=0)
+    return largest * 12.0 * per_gpu
 
 
 def _dora_bytes_per_output(lora: LoraSpec, e: int, adapter_bytes: int) -> float:

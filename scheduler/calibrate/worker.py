@@ -164,6 +164,8 @@ def skip_reason(spec: TrainingSpec, config: dict[str, Any], device_type: str,
         return "reference_model: the harness trains one model, without a frozen reference copy"
     if spec.teacher_model is not None:
         return "teacher_model: the harness has no distillation loop (no teacher forward, no KD loss)"
+    if spec.galore_rank is not None:
+        return "galore_rank: the harness runs torch and bitsandbytes optimizers, not galore_torch's"
     layered = (spec.checkpoint_every_n_layers or 1) > 1
     if (spec.activation_offloading or layered) and not _has_layered_checkpointing(installed.get("transformers")):
         return ("activation_offloading and checkpoint_every_n_layers need transformers >= "

@@ -117,13 +117,34 @@ def optimizer_name(value: Any) -> Any:
     return value
 
 
+def galore_targets(value: Any) -> list[str] | str | None:
+    """GaLore's target modules (HF optim_target_modules: names or regexes matched against module names, or
+    "all-linear"; LLaMA-Factory galore_target: "all" or names) as TrainingSpec role names: "attn"/"attention" the
+    attention projections, "mlp"/"ffn" the MLP's; None when nothing reads as a role (every block linear is assumed)."""
+    if isinstance(value, str) and value.strip().lower().replace("_", "-") in ("all-linear", "all"):
+        return "all-linear"
+    items = [str(v) for v in value] if isinstance(value, list) else [p for p in str(value).split(",")]
+    roles: list[str] = []
+    for item in items:
+        word = re.sub(r"[^a-z0-9_]+", " ", item.lower()).strip()
+        parts = word.split()
+        if any(p in ("attn", "self_attn", "attention") for p in parts):
+            found = ["q_proj", "k_proj", "v_proj", "o_proj"]
+        elif any(p in ("mlp", "ffn", "feed_forward") for p in parts):
+            found = ["gate_proj", "up_proj", "down_proj"]
+        else:
+            found = [p for p in parts if p.endswith("_proj") or p in ("c_attn", "c_proj", "c_fc", "query_key_value")]
+        roles += [r for r in found if r not in roles]
+    return roles or None
+
+
 def optimizer_note(value: Any, source: str) -> str | None:
     """What reading the optimizer name ``value`` as a TrainingSpec optimizer leaves out, or None."""
     text = str(value).strip().lower().replace("-", "_")
     mapped = optimizer_name(value)
     if mapped == value:
         return None
-    if text.startswith(("galore", "apollo")):
+    if text.startswith("apollo"):
         return (f"optimizer {value} ({source}) keeps low-rank projected states; read as {mapped} with full-size "
                 "states (an over-estimate)")
     if "lion" in text and "8bit" in text:
@@ -237,6 +258,7 @@ KEYS: dict[str, tuple[str, Convert]] = {
     **dict.fromkeys(("torch_dtype", "dtype"), ("_dtype", _same)),
     **dict.fromkeys(("optim", "optimizer"), ("optimizer", optimizer_name)),
     "optim_args": ("_optim_args", _same),  # HF TrainingArguments.optim_args, e.g. "momentum=0.9"
+    "optim_target_modules": ("_optim_target_modules", _same),  # HF low-rank optimizers' (GaLore) targets
     "auto_find_batch_size": ("_auto_batch", to_bool),
     **dict.fromkeys(("lora_r", "lora_rank"), ("lora.rank", _same)),
     "lora_alpha": ("lora.alpha", _same),
@@ -423,6 +445,31 @@ def _resolve_parallelism_config(raw: Mapping[str, Setting], out: Settings, notes
     return implied
 
 
+def _resolve_galore(raw: Mapping[str, Setting], name: Setting, out: Settings, notes: list[str]) -> None:
+    """transformers' GaLore optimizers (``--optim galore_adamw[_8bit|_layerwise]``, ``galore_adafactor``): the rank
+    from ``--optim_args rank=N`` (default 128), the targets from ``--optim_target_modules`` (trainer_optimizer.py
+    _get_galore_optimizer / _setup_low_rank_optimizer); the layer-wise variants step each parameter in its gradient
+    hook (optimizer_in_backward)."""
+    args = raw.get("_optim_args")
+    rank = None
+    for item in str(args.value if args is not None else "").replace(" ", "").split(","):
+        key, _, value = item.partition("=")
+        if key == "rank" and value.isdigit():
+            rank = int(value)
+    out["galore_rank"] = Setting(rank or 128, f"{args.source} rank" if rank else
+                                 f"{name.source} (transformers' GaLore default rank 128)", name.where)
+    targets = raw.get("_optim_target_modules")
+    roles = galore_targets(targets.value) if targets is not None else None
+    if roles is not None:
+        out["galore_target_modules"] = Setting(roles, targets.source if targets else name.source, name.where)
+    elif targets is not None:
+        notes.append(f"{targets.source}: no attention or MLP projection named; GaLore read as projecting every "
+                     "block linear")
+    if str(name.value).strip().lower().endswith("layerwise") and "optimizer_in_backward" not in out:
+        out["optimizer_in_backward"] = Setting(True, f"{name.source} (layer-wise: each parameter stepped in its "
+                                               "gradient hook)", name.where)
+
+
 def hybrid_markers(shard: Setting | None, replicate: Setting | None) -> dict[str, Setting]:
     """Hybrid sharding from a shard size and a replicate size (accelerate's ParallelismConfig dp_shard_size /
     dp_replicate_size, axolotl's keys of those names, torchtitan's data_parallel_shard_degree /
@@ -533,9 +580,17 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
     if flavour == "LLaMA-Factory config":
         implied.update(_llamafactory_defaults(keys, ftype, label, where))
         if to_bool(keys.get("use_galore")) is True:
-            rank = keys.get("galore_rank", 16)
-            notes.append(f"{label} sets use_galore: GaLore keeps optimizer states of rank-{rank} projections "
-                         "(layer-wise: stepped in backward); read as AdamW's full states (an over-estimate)")
+            # LLaMA-Factory's GaloreArguments (hparams/finetuning_args.py): galore_rank 16, galore_target "all",
+            # galore_layerwise False; layer-wise GaLore steps each parameter in its gradient hook
+            rank = keys.get("galore_rank")
+            implied["galore_rank"] = Setting(16 if rank in (None, "") else rank, f"{label} key galore_rank" if rank
+                                             not in (None, "") else f"{label} (use_galore: galore_rank default 16)",
+                                             where)
+            targets = galore_targets(keys.get("galore_target", "all"))
+            if targets is not None:
+                implied["galore_target_modules"] = Setting(targets, f"{label} key galore_target", where)
+            if to_bool(keys.get("galore_layerwise")) is True:
+                implied["optimizer_in_backward"] = Setting(True, f"{label} key galore_layerwise", where)
         if to_bool(keys.get("use_badam")) is True:
             notes.append(f"{label} sets use_badam: BAdam trains one block at a time in half precision (states for "
                          "that block only); read as full fine-tuning with AdamW (an over-estimate)")
@@ -1086,6 +1141,8 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     name = raw.get("_optimizer_name")
     if name is not None and (note := optimizer_note(name.value, name.source)) is not None:
         notes.append(note)
+    if name is not None and str(name.value).strip().lower().startswith("galore") and "galore_rank" not in out:
+        _resolve_galore(raw, name, out, notes)
     if name is not None and str(name.value).strip().lower().endswith("_fused") and "fused_optimizer" not in out \
             and out.get("optimizer") is not None and out["optimizer"].value in FUSABLE_OPTIMIZERS:
         # adamw_torch_fused (transformers' default optim with torch >= 2.8), adamw_apex_fused: one fused kernel
@@ -1255,7 +1312,7 @@ def _exports(text: str, env: dict[str, str], budget: TextBudget) -> str:
 
 # Flags that take several values: TRL's ModelConfig ``lora_target_modules`` and ``lora_modules_to_save`` are
 # ``list[str]`` fields, which HfArgumentParser turns into ``nargs="+"`` (``--lora_target_modules q_proj v_proj``).
-_LIST_FLAGS = {"lora_target_modules", "lora_modules_to_save", "modules_to_save"}
+_LIST_FLAGS = {"lora_target_modules", "lora_modules_to_save", "modules_to_save", "optim_target_modules"}
 
 
 def read_flags(tokens: Sequence[str], where: str) -> tuple[dict[str, Setting], list[str]]:
