@@ -477,11 +477,8 @@ def _predict_stage(
             states = trainable_gpu * 0.1 * 4.0
     else:
         states = trainable_gpu * _STATE_FACTOR[opt] * state_dtype_bytes
-    galore_notes: list[str] = []
     if spec.galore_rank and lora is None:
-        states = _galore_states(spec, arch, trainable_gpu, state_dtype_bytes, layer_frac * scale / lay.tp,
-                                galore_notes)
-        notes += galore_notes
+        states = _galore_states(spec, arch, trainable_gpu, state_dtype_bytes, layer_frac * scale / lay.tp, notes)
     master = trainable_gpu * master_bytes
     if shard_states:
         states /= dp
