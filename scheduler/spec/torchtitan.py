@@ -155,7 +155,7 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
         else:
             unresolved = (f"torchtitan model {name[0]} flavor {flavor[0]} ({name[1]}) is not in vramfit's table of "
                           f"torchtitan flavors ({', '.join(f'{n} {f}' for n, f in _MODELS)})")
-    pp_degree = get("parallelism.pipeline_parallel_degree")
+    pp_degree = get("parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree")
     pipelined = pp_degree is not None and str(pp_degree[0]).strip() not in ("", "1")
     batch = get("training.local_batch_size", "training.batch_size")
     micro = get("parallelism.pipeline_parallel_microbatch_size")
@@ -169,11 +169,14 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
         # gradient accumulation = global / (local x data-parallel ranks): the merge works it out once the GPU
         # count is known (scheduler.spec.merge)
         put("_global_batch_size", global_batch[0], global_batch[1])
-    for field, key in (("seq_len", "training.seq_len"), ("steps", "training.steps"),
-                       ("tensor_parallel", "parallelism.tensor_parallel_degree"),
-                       ("pipeline_parallel", "parallelism.pipeline_parallel_degree"),
-                       ("context_parallel", "parallelism.context_parallel_degree")):
-        found = get(key)
+    # torchtitan before its [parallelism] section (2024-early 2025) named the degrees training.* and experimental.*
+    for field, keys in (("seq_len", ("training.seq_len",)), ("steps", ("training.steps",)),
+                        ("tensor_parallel", ("parallelism.tensor_parallel_degree", "training.tensor_parallel_degree")),
+                        ("pipeline_parallel", ("parallelism.pipeline_parallel_degree",
+                                               "experimental.pipeline_parallel_degree")),
+                        ("context_parallel", ("parallelism.context_parallel_degree",
+                                              "experimental.context_parallel_degree"))):
+        found = get(*keys)
         if found is not None:
             put(field, found[0], found[1])
     dtype, param = get("training.dtype"), get("training.mixed_precision_param")
@@ -185,8 +188,10 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
         put("precision", "16-mixed", param[1])
     elif param is not None or known:
         put("precision", "bf16-mixed", param[1] if param else "torchtitan mixed_precision_param default bfloat16")
-    shard, reshard = get("parallelism.data_parallel_shard_degree"), get("parallelism.fsdp_reshard_after_forward")
-    context = get("parallelism.context_parallel_degree")
+    shard = get("parallelism.data_parallel_shard_degree", "training.data_parallel_shard_degree",
+                "training.data_parallel_degree")
+    reshard = get("parallelism.fsdp_reshard_after_forward")
+    context = get("parallelism.context_parallel_degree", "experimental.context_parallel_degree")
     # FSDP (HSDP with a replicate degree) is applied over dp_shard x cp whenever either is > 1
     # (torchtitan models/llama3/infra/parallelize.py: `if parallel_dims.dp_shard_enabled or parallel_dims.cp_enabled`)
     context_on = context is not None and str(context[0]).strip().isdigit() and int(str(context[0]).strip()) > 1
@@ -200,7 +205,7 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
             put("sharding", "fsdp", source)
         # HSDP: data_parallel_replicate_degree copies of the dp_shard x cp ranks' states (torchtitan ParallelDims);
         # the merge turns the degrees into shard_group_size once the GPU count is known
-        replicate = get("parallelism.data_parallel_replicate_degree")
+        replicate = get("parallelism.data_parallel_replicate_degree", "training.data_parallel_replicate_degree")
         stated_shard = shard if shard is not None and str(shard[0]).strip() != "-1" else None
         for key, setting in hybrid_markers(
                 Setting(stated_shard[0], stated_shard[1], where) if stated_shard else None,

@@ -68,6 +68,10 @@ def test_kd_recipes_train_lora_and_the_older_shipped_names() -> None:
     job = one_job(pod(["tune", "run", "--nproc_per_node", "2", "knowledge_distillation_distributed", "--config",
                        "llama3_2/8B_to_1B_KD_distributed"], gpus=2))
     assert (job.spec.method, job.spec.teacher_model, job.spec.micro_batch_size) == ("lora", "llama-3.1-8b", 4)
+    older = one_job(pod(["tune", "run", "knowledge_distillation_single_device", "--config",
+                         "qwen2/knowledge_distillation_single_device"])).spec  # pytorch/torchtune@0b3e04a
+    assert (older.model, older.teacher_model, older.grad_accum_steps) == ("qwen2-0.5b", "qwen2-1.5b", 2)
+    assert older.lora is not None and older.lora.target_modules == ["q_proj", "k_proj", "v_proj"]
     unknown = one_job(pod(["tune", "run", "knowledge_distillation_single_device", "--config",
                            "llama3_2/8B_to_1B_KD_mine"]))
     assert unknown.spec.method == "lora"

@@ -177,3 +177,16 @@ def test_accelerate_fsdp2_ignores_the_fsdp1_strategy() -> None:
     fsdp1 = one_job(*pytorchjob(argv, workers=1, gpus=8,
                                 files={"accel.yaml": config.replace("fsdp_version: 2", "fsdp_version: 1")}))
     assert fsdp1.spec.shard_group_size == 8
+
+
+def test_torchtitan_older_training_keys() -> None:
+    """torchtitan before its [parallelism] section: --training.data_parallel_replicate_degree /
+    _shard_degree / tensor_parallel_degree and --experimental.context_parallel_degree (its integration tests and
+    many launch scripts still pass them)."""
+    toml = '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nbatch_size = 1\nseq_len = 8192\n'
+    argv = ["torchrun", "-m", "torchtitan.train", "--job.config_file", "/cfg/t.toml",
+            "--training.data_parallel_replicate_degree", "2", "--training.data_parallel_shard_degree", "-1",
+            "--training.tensor_parallel_degree", "2", "--experimental.context_parallel_degree", "2"]
+    job = one_job(*pytorchjob(argv, workers=1, gpus=8, files={"t.toml": toml}))
+    s = job.spec
+    assert (s.sharding, s.tensor_parallel, s.context_parallel, s.shard_group_size) == ("fsdp", 2, 2, 2)
