@@ -149,6 +149,15 @@ _SAVED_MODULE_ALIASES = {
 }
 
 
+def target_names(value: Any) -> Any:
+    """Linear-layer names as written: "all-linear" (or "all"), a comma-separated string, or a list as it is."""
+    if isinstance(value, str):
+        if value.strip().lower().replace("_", "-") in ("all-linear", "all"):
+            return "all-linear"
+        return [m.strip() for m in value.split(",") if m.strip()]
+    return value
+
+
 class LoraSpec(BaseModel):
     """LoRA adapter settings (for ``lora`` and ``qlora``); immutable once validated."""
 
@@ -203,11 +212,7 @@ class LoraSpec(BaseModel):
     @field_validator("target_modules", mode="before")
     @classmethod
     def _modules(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            if value.strip().lower() in ("all-linear", "all_linear", "all"):
-                return "all-linear"
-            return [m.strip() for m in value.split(",") if m.strip()]
-        return value
+        return target_names(value)
 
     @field_validator("target_modules")
     @classmethod
@@ -343,11 +348,7 @@ class TrainingSpec(BaseModel):
     @field_validator("galore_target_modules", mode="before")
     @classmethod
     def _galore_targets(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            if value.strip().lower().replace("_", "-") in ("all-linear", "all"):
-                return "all-linear"
-            return [m.strip() for m in value.split(",") if m.strip()]
-        return value
+        return target_names(value)
 
     @field_validator("cross_entropy", mode="before")
     @classmethod

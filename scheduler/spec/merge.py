@@ -266,8 +266,8 @@ def _shard_group_size(merged: Settings, training: Sequence[Role]) -> list[str]:
         why = f"{ranks} data-parallel ranks / {marker.source} {copies}"
     else:
         per_pod = {r.gpus_per_pod for r in training}
-        spread = model_parallel // (launch_count(merged["pipeline_parallel"].value) or 1) \
-            if "pipeline_parallel" in merged else model_parallel
+        pipeline = (launch_count(merged["pipeline_parallel"].value) or 1) if "pipeline_parallel" in merged else 1
+        spread = model_parallel // pipeline  # tensor x context parallel: the ranks of one replica on a node
         node = next(iter(per_pod)) if len(per_pod) == 1 else None
         size = node // spread if node and node % spread == 0 else None
         why = f"{marker.source}: FSDP {marker.value} shards within a node ({node} GPUs per pod)"

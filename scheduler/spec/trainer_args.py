@@ -451,11 +451,8 @@ def _resolve_galore(raw: Mapping[str, Setting], name: Setting, out: Settings, no
     _get_galore_optimizer / _setup_low_rank_optimizer); the layer-wise variants step each parameter in its gradient
     hook (optimizer_in_backward)."""
     args = raw.get("_optim_args")
-    rank = None
-    for item in str(args.value if args is not None else "").replace(" ", "").split(","):
-        key, _, value = item.partition("=")
-        if key == "rank" and value.isdigit():
-            rank = int(value)
+    text = _optim_args(args.value).get("rank", "") if args is not None else ""
+    rank = int(text) if text.isdigit() else None
     out["galore_rank"] = Setting(rank or 128, f"{args.source} rank" if rank else
                                  f"{name.source} (transformers' GaLore default rank 128)", name.where)
     targets = raw.get("_optim_target_modules")
@@ -485,18 +482,19 @@ def hybrid_markers(shard: Setting | None, replicate: Setting | None) -> dict[str
     return {"_dp_replicate": replicate}
 
 
-def _sgd_momentum(optim_args: Any) -> bool:
-    """Whether an ``--optim_args`` string (``"momentum=0.9,nesterov=True"``, parsed as transformers
-    ``_parse_optim_args`` does: comma-separated ``key=value``) gives SGD a non-zero momentum."""
-    for item in str(optim_args).replace(" ", "").split(","):
-        key, _, value = item.partition("=")
-        if key.lower() == "momentum":
-            try:
-                return float(value) != 0.0
-            except ValueError:
-                return False
-    return False
+def _optim_args(optim_args: Any) -> dict[str, str]:
+    """An ``--optim_args`` string (``"momentum=0.9,nesterov=True"``) as transformers ``_parse_optim_args`` reads it:
+    comma-separated ``key=value``, spaces dropped, keys lower-cased here."""
+    pairs = (item.partition("=") for item in str(optim_args).replace(" ", "").split(","))
+    return {key.lower(): value for key, _, value in pairs if key}
 
+
+def _sgd_momentum(optim_args: Any) -> bool:
+    """Whether an ``--optim_args`` string gives SGD a non-zero momentum."""
+    try:
+        return float(_optim_args(optim_args).get("momentum", "0")) != 0.0
+    except ValueError:
+        return False
 
 
 def read_mapping(data: Mapping[str, Any], label: str, where: str) -> dict[str, Setting]:

@@ -136,16 +136,16 @@ def test_deepspeed_mics_and_hpz() -> None:
         (["accelerate", "launch", "--use_fsdp", "--fsdp_version", "2", "--use_parallelism_config",
           "--parallelism_config_dp_replicate_size", "2", "--parallelism_config_dp_shard_size", "6", "train.py",
           "--model_name_or_path", M], 1, 8, "does not divide the 16 data-parallel ranks"),
-        # hybrid sharding of a job that does not shard (DeepSpeed ZeRO-2 with a MiCS size: MiCS is ZeRO-3's)
-        (["deepspeed", "train.py", "--model_name_or_path", M, "--deepspeed",
-          json.dumps({"zero_optimization": {"stage": 2, "mics_shard_size": 8}})], 1, 8, "__no_note__"),
+        # hybrid sharding of a job that does not shard (axolotl's dp sizes without FSDP)
+        (["axolotl", "train", "/cfg/plain.yaml"], 1, 8, "and sharding is not set"),
     ],
     ids=["indivisible", "not-sharded"],
 )
 def test_unusable_hybrid_settings_are_noted_not_errors(argv: list[str], workers: int, gpus: int, why: str) -> None:
-    job = one_job(*pytorchjob(argv, workers=workers, gpus=gpus))
+    plain = {"base_model": M, "sequence_len": 2048, "micro_batch_size": 1, "dp_shard_size": 4, "dp_replicate_size": 4}
+    job = one_job(*pytorchjob(argv, workers=workers, gpus=gpus, files={"plain.yaml": yaml.safe_dump(plain)}))
     assert job.spec.shard_group_size is None
-    assert why in _notes(job) if why != "__no_note__" else "MiCS" not in _notes(job)
+    assert why in _notes(job)
 
 
 def test_the_annotation_wins() -> None:
