@@ -623,14 +623,21 @@ def predict_runtime(
                         if teacher is not None and sharding in ("zero3", "fsdp", "fsdp-grad-op") else 0.0)
     if group > 1:
         ring = (shard_group - 1) / shard_group
-        if sharding in ("zero3", "fsdp"):
+        secondary = min(spec.secondary_shard_size or 0, shard_group)
+        if sharding in ("zero3", "fsdp") and secondary > 1:
+            # ZeRO++ hpZ / FSDP2 reshard_after_forward=<int>: forward gathers over the shard group, backward from
+            # the secondary shard inside a node-sized group of consecutive ranks (its own, faster links)
+            dp_comm_bytes = n_micro * ring * (gathered_bytes + trainable * grad_bytes + teacher_gathered)
+            secondary_link_bps = _link_bytes_per_second(gpu, secondary * tp, link, table)
+            dp_comm_s = n_micro * (secondary - 1) / secondary * gathered_bytes / secondary_link_bps
+        elif sharding in ("zero3", "fsdp"):
             # all-gather parameters for forward and backward of every micro-batch, reduce-scatter gradients
             dp_comm_bytes = n_micro * ring * (2 * gathered_bytes + trainable * grad_bytes + teacher_gathered)
         elif sharding == "fsdp-grad-op":
             dp_comm_bytes = ring * gathered_bytes + n_micro * ring * (trainable * grad_bytes + teacher_gathered)
         else:  # ddp, zero1, zero2: all-reduce (= reduce-scatter + all-gather) of gradients once per step
             dp_comm_bytes = 2 * ring * trainable * grad_bytes
-        dp_comm_s = dp_comm_bytes / shard_link_bps
+        dp_comm_s += dp_comm_bytes / shard_link_bps
         if replicas > 1:
             # FSDP's post-backward hook all-reduces the reduce-scattered shard across replicas, every micro-batch
             replica_bytes = n_micro * 2 * (replicas - 1) / replicas * trainable / shard_group * grad_bytes

@@ -62,6 +62,9 @@ GALORE_OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor")
 # the sharding that hybrid sharding (shard_group_size) applies to: FSDP HYBRID_SHARD / _HYBRID_SHARD_ZERO2, torchtitan
 # HSDP, DeepSpeed MiCS (a ZeRO-3 feature)
 HYBRID_SHARDING = ("zero3", "fsdp", "fsdp-grad-op")
+# the sharding a second, coarser parameter shard for backward (secondary_shard_size) applies to: engines that gather
+# the parameters again in backward (FSDP SHARD_GRAD_OP keeps them whole from forward to backward)
+SECONDARY_SHARDING = ("zero3", "fsdp")
 
 # torch.optim's fused implementations (fused=True) of the TrainingSpec optimizers
 FUSABLE_OPTIMIZERS = ("adamw", "sgd", "sgd-momentum")
@@ -314,6 +317,12 @@ class TrainingSpec(BaseModel):
                           "GPUs of a node; torchtitan data_parallel_shard_degree with a replicate degree; DeepSpeed "
                           "MiCS mics_shard_size). Unset: every data-parallel rank"
     )
+    secondary_shard_size: PositiveCount | None = Field(
+        None, description="vramfit extension: ZeRO-3 / FSDP keep a second copy of the 16-bit parameters sharded over "
+                          "this many ranks (a node's GPUs) for backward's all-gathers (DeepSpeed ZeRO++ hpZ "
+                          "zero_hpz_partition_size; FSDP2 reshard_after_forward=<int>): 16-bit parameters / this "
+                          "size more per GPU, backward's gathers on the node's links. Unset: no second copy"
+    )
     checkpoint_every_n_layers: PositiveCount | None = Field(
         None, description="vramfit extension: with gradient_checkpointing full, only every n-th block is "
                           "checkpointed and the others keep all their activations (transformers "
@@ -477,6 +486,25 @@ class TrainingSpec(BaseModel):
                     f"shard_group_size {self.shard_group_size} must divide the {dp} data-parallel ranks (gpus "
                     f"{self.gpus} / tensor x pipeline x context parallel {self.model_parallel()}): each group holds "
                     f"one whole copy of the states. To fix: use a divisor of {dp}, or drop shard_group_size")
+        if self.secondary_shard_size is not None:
+            if self.sharding not in SECONDARY_SHARDING:
+                raise ValueError(
+                    f"secondary_shard_size {self.secondary_shard_size} is a second copy of the parameters that "
+                    f"sharding {', '.join(SECONDARY_SHARDING)} gathers from in backward (ZeRO++ hpZ); sharding is "
+                    f"{self.sharding or 'unset'}. To fix: set sharding: zero3 (or fsdp), or drop secondary_shard_size")
+            if self.secondary_shard_size == 1:
+                raise ValueError(
+                    "secondary_shard_size 1 is DeepSpeed's default zero_hpz_partition_size, which turns hpZ off. To "
+                    "fix: drop secondary_shard_size, or give the GPUs per node (e.g. 8)")
+            group = self.shard_group()
+            # a size above the data-parallel ranks is read as all of them (one secondary group)
+            if isinstance(self.gpus, int) and group % min(self.secondary_shard_size, group):
+                raise ValueError(
+                    f"secondary_shard_size {self.secondary_shard_size} must divide the {group} data-parallel ranks "
+                    f"that share the states (gpus {self.gpus}"
+                    + (f", shard_group_size {self.shard_group_size}" if self.shard_group_size else "")
+                    + f"): DeepSpeed builds its hpZ groups from consecutive ranks. To fix: use a divisor of {group}, "
+                    "or drop secondary_shard_size")
         return self
 
     # --- resolved views (defaults that depend on other fields) ---------------------------------

@@ -651,8 +651,20 @@ def _predict_stage(
                      f"({teacher.params_total:,} parameters, {e} bytes each"
                      + (f", sharded over {dp}" if shard_params and not offload_params else "")
                      + (", offloaded" if offload_params else "") + ")")
+    # ZeRO++ hpZ (DeepSpeed zero_hpz_partition_size) / FSDP2 reshard_after_forward=<int>: after its forward every
+    # parameter is partitioned a second time over a node's ranks, so that backward gathers it on the node's links.
+    # DeepSpeed allocates that secondary shard once per parameter, in the parameter's 16-bit dtype, and keeps it
+    # (deepspeed/runtime/zero/partition_parameters.py _partition_param_sec: aligned size // the hpZ group size);
+    # FSDP2 holds its post-forward shards until each block's backward, which includes the backward's start, the peak
+    secondary = 0.0
+    if spec.secondary_shard_size and lay.sharding in ("zero3", "fsdp") and dp > 1 and not offload_params:
+        group = min(spec.secondary_shard_size, lay.shard)
+        secondary = (params_gpu * float(e) if method == "full" else weights_unsharded) / group
+        notes.append(f"secondary_shard_size {spec.secondary_shard_size}: a second copy of the parameters sharded over "
+                     f"{group} ranks for backward's gathers, {secondary / 2**30:.2f} GiB per GPU")
     resident = {
         "weights": weights,
+        "secondary_weights": secondary,
         "reference_weights": reference,
         "teacher_weights": teacher_weights,
         "lora_adapters": adapters if lora is not None else 0.0,

@@ -349,6 +349,10 @@ def candidate_gpu_counts(spec: TrainingSpec, pool: NodePool, keep_growing: bool 
         # hybrid sharding: whole groups only once the job is wider than one group
         group = spec.shard_group_size * model_parallel
         counts = [n for n in counts if n <= group or n % group == 0]
+    if spec.secondary_shard_size:
+        # ZeRO++ hpZ: the secondary groups split the data-parallel ranks evenly (or one group holds them all)
+        size = spec.secondary_shard_size
+        counts = [n for n in counts if n // model_parallel <= size or (n // model_parallel) % size == 0]
     return counts
 
 
@@ -676,6 +680,9 @@ def _variants(spec: TrainingSpec) -> list[tuple[str, dict[str, Any]]]:
                     {"micro_batch_size": 1, "grad_accum_steps": accum}))
     if spec.shard_group_size:
         out.append(("shard over every data-parallel rank (no shard_group_size)", {"shard_group_size": None}))
+    if spec.secondary_shard_size:
+        out.append(("no secondary parameter shard (drop secondary_shard_size, ZeRO++ hpZ)",
+                    {"secondary_shard_size": None}))
     if spec.sharding not in ("zero3", "fsdp") or spec.gpus != "auto":
         out.append(("sharding: fsdp across {gpus} (gpus: auto)", {"sharding": "fsdp", "gpus": "auto"}))
     if spec.method == "full":

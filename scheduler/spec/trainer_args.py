@@ -892,7 +892,7 @@ def _deepspeed_hierarchy(section: Mapping[str, Any], zero: Setting, out: Setting
     """ZeRO-3's hierarchical layouts: MiCS (``mics_shard_size`` > 0) shards the model states within groups of that
     many ranks and replicates them across the groups (deepspeed/runtime/zero/mics.py): ``shard_group_size``, through
     the merge's checks. ZeRO++ hpZ (``zero_hpz_partition_size`` > 1) keeps the states sharded over every rank but adds a
-    secondary copy of the 16-bit parameters sharded within that many ranks, which is only noted."""
+    secondary copy of the 16-bit parameters sharded within that many ranks: ``secondary_shard_size``."""
     if _zero_sharding(section.get("stage")) != "zero3":
         return
     mics = launch_count(section.get("mics_shard_size"))
@@ -900,9 +900,8 @@ def _deepspeed_hierarchy(section: Mapping[str, Any], zero: Setting, out: Setting
         out["_shard_group"] = Setting(mics, f"{zero.source} mics_shard_size {mics} (MiCS)", zero.where)
     hpz = launch_count(section.get("zero_hpz_partition_size"))
     if hpz is not None and hpz > 1:
-        notes.append(f"{zero.source} sets zero_hpz_partition_size {hpz} (ZeRO++ hpZ): a secondary copy of the 16-bit "
-                     f"parameters sharded over {hpz} ranks is not counted, an under-estimate of 2 bytes per parameter "
-                     f"/ {hpz} per GPU")
+        out["secondary_shard_size"] = Setting(hpz, f"{zero.source} zero_hpz_partition_size {hpz} (ZeRO++ hpZ)",
+                                              zero.where)
 
 
 def _resolve_deepspeed(

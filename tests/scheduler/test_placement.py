@@ -302,3 +302,19 @@ def test_hybrid_sharding_tries_whole_groups_and_the_memory_stops_shrinking() -> 
     assert "on 32 GPUs" in d.reasons[0]
     assert "shard over every data-parallel rank (no shard_group_size)" in [s.change for s in d.suggestions]
     assert place(big.model_copy(update={"shard_group_size": None}), pools).decision == "placed"
+
+
+def test_secondary_shard_counts_and_suggestion() -> None:
+    """ZeRO++ hpZ groups of 4 split the data-parallel ranks evenly, or one group holds them all; a job that the
+    second copy pushes past every pool gets the suggestion to drop it."""
+    pool = _pool("p", gpus_per_node=6, nodes=4)
+    spec = _spec(gpus="auto", sharding="zero3", secondary_shard_size=4)
+    assert candidate_gpu_counts(_spec(gpus="auto", sharding="zero3"), pool) == [1, 2, 4, 6, 12, 18, 24]
+    assert candidate_gpu_counts(spec, pool) == [1, 2, 4, 12, 24]  # 6 and 18 ranks are not whole groups of 4
+    big = _spec(model="llama-3.1-70b", method="full", precision="bf16-mixed", gradient_checkpointing="full",
+                gpus=32, sharding="zero3", secondary_shard_size=8)
+    pools = [_pool("h", gpu="H100-80GB", nodes=4)]
+    d = place(big, pools)
+    assert d.decision == "unschedulable"
+    assert "no secondary parameter shard (drop secondary_shard_size, ZeRO++ hpZ)" in [s.change for s in d.suggestions]
+    assert place(big.model_copy(update={"secondary_shard_size": None}), pools).decision == "placed"

@@ -125,8 +125,13 @@ def test_deepspeed_mics_and_hpz() -> None:
     hpz = {**ds, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}}
     job = one_job(*pytorchjob(["deepspeed", "train.py", "--model_name_or_path", M, "--deepspeed", json.dumps(hpz)],
                               workers=1, gpus=8))
-    assert job.spec.shard_group_size is None
-    assert "zero_hpz_partition_size 8 (ZeRO++ hpZ)" in _notes(job)
+    assert (job.spec.shard_group_size, job.spec.secondary_shard_size) == (None, 8)
+    assert "zero_hpz_partition_size 8 (ZeRO++ hpZ)" in job.provenance["secondary_shard_size"]
+    # ZeRO-2 has no parameter shards to copy: the key is not read
+    hpz2 = {**ds, "zero_optimization": {"stage": 2, "zero_hpz_partition_size": 8}}
+    job = one_job(*pytorchjob(["deepspeed", "train.py", "--model_name_or_path", M, "--deepspeed", json.dumps(hpz2)],
+                              workers=1, gpus=8))
+    assert job.spec.secondary_shard_size is None
 
 
 @pytest.mark.parametrize(
