@@ -1871,9 +1871,9 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
     elif recipe.startswith("lora_finetune"):
         method = "qlora" if "qlora" in config.lower() else "lora"
         out["method"] = Setting(method, f"{label}", where)
-    elif recipe.startswith("knowledge_distillation"):
-        # torchtune's KD recipes train the student's LoRA adapters (_setup_model: get_adapter_params,
-        # set_trainable_params), whatever the config's name says
+    elif recipe.startswith(("knowledge_distillation", "kd_")):
+        # torchtune's KD recipes (kd_single_device / kd_distributed before their rename) train the student's LoRA
+        # adapters (_setup_model: get_adapter_params, set_trainable_params), whatever the config's name says
         out["method"] = Setting("lora", f"torchtune recipe {recipe} (trains LoRA adapters)", where)
     if recipe.endswith("_distributed"):
         out["sharding"] = Setting("fsdp", f"torchtune recipe {recipe} (FSDP)", where)

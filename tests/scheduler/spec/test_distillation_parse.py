@@ -72,6 +72,18 @@ def test_kd_recipes_train_lora_and_the_older_shipped_names() -> None:
                          "qwen2/knowledge_distillation_single_device"])).spec  # pytorch/torchtune@0b3e04a
     assert (older.model, older.teacher_model, older.grad_accum_steps) == ("qwen2-0.5b", "qwen2-1.5b", 2)
     assert older.lora is not None and older.lora.target_modules == ["q_proj", "k_proj", "v_proj"]
+    # the older distributed configs (pytorch/torchtune@307791d, @1c3b4ef, @082b750) and the recipe's first name
+    # kd_distributed (@0bb49dc): FSDP over the pod's GPUs
+    for recipe, config, model, accum in [
+        ("knowledge_distillation_distributed", "llama3_2/knowledge_distillation_distributed", "llama-3.2-1b", 32),
+        ("knowledge_distillation_distributed", "qwen2/knowledge_distillation_distributed", "qwen2-0.5b", 8),
+        ("knowledge_distillation_distributed", "qwen2/1.5_to_0.5B_KD_distributed", "qwen2-0.5b", 8),
+        ("kd_distributed", "qwen2/kd_distributed", "qwen2-0.5b", 2),
+    ]:
+        spec = one_job(pod(["tune", "run", "--nproc_per_node", "2", recipe, "--config", config], gpus=2)).spec
+        assert (spec.method, spec.model, spec.grad_accum_steps, spec.sharding) == ("lora", model, accum, "fsdp"), config
+        assert spec.teacher_model in ("llama-3.1-8b", "qwen2-1.5b"), config
+    assert one_job(pod(["tune", "run", "kd_single_device", "--config", "qwen2/kd_single_device"])).spec.method == "lora"
     unknown = one_job(pod(["tune", "run", "knowledge_distillation_single_device", "--config",
                            "llama3_2/8B_to_1B_KD_mine"]))
     assert unknown.spec.method == "lora"
