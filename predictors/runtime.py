@@ -52,7 +52,7 @@ from predictors.architecture import (
 )
 from predictors.hardware import GpuSpec
 from predictors.spec import TrainingSpec
-from predictors.vram import decoder_tokens, offloaded_activation_bytes
+from predictors.vram import decoder_tokens, offloaded_activation_bytes, trained_blocks
 
 
 class FamilyEfficiency(BaseModel):
@@ -288,10 +288,23 @@ def flops_per_token(spec: TrainingSpec, arch: Architecture) -> FlopsPerToken:
             head = arch.lm_head
             head_rows = _rows_per_token(arch, head, ratio) if head is not None else 1.0
             backward += 2.0 * arch.vocab_size * arch.hidden_size * head_rows
+    elif spec.trainable_layers is not None:
+        # freeze tuning: the trained blocks need input and weight gradients, the frozen blocks above the lowest
+        # trained one input gradients only, the blocks below nothing; the frozen head its input's gradient
+        trained, through = trained_blocks(spec, arch)
+        share = 1.0 / max(arch.num_layers, 1)
+        head = sum(2.0 * g.in_features * g.out_features * _rows_per_token(arch, g, ratio)
+                   for g in arch.linears if g.role == "lm_head") + _masked_lm_head_flops(spec, arch)
+        backward = ((2.0 * trained + (through - trained)) * share * (linear - head) + 2.0 * attention * through * share
+                    + head)
     else:
         backward = 2.0 * linear + 2.0 * attention
     forward = linear + adapter + attention
-    if spec.gradient_checkpointing == "full":
+    if spec.gradient_checkpointing == "full" and spec.trainable_layers is not None:
+        # only the blocks backward runs through are recomputed
+        recompute = (linear + attention) * trained_blocks(spec, arch)[1] / max(arch.num_layers, 1) * (
+            recomputed_fraction(spec, arch))
+    elif spec.gradient_checkpointing == "full":
         recompute = forward * recomputed_fraction(spec, arch)
     elif spec.gradient_checkpointing == "selective":
         recompute = attention
@@ -503,6 +516,12 @@ def predict_runtime(
     # weight reads per micro-batch: forward, backward dX, backward dW (+ the recomputed forward); frozen weights
     # (LoRA/QLoRA bases) have no dW pass, so they are read in the forward and the dX pass only
     passes = (3.0 if spec.method == "full" else 2.0) + recomputed_fraction(spec, arch)
+    if spec.trainable_layers is not None:
+        # freeze tuning: the trained blocks' weights are read 3 times (+ recomputation), the frozen blocks backward
+        # runs through twice, the rest (and the embeddings) once
+        trained, through = trained_blocks(spec, arch)
+        share = 1.0 / max(arch.num_layers, 1)
+        passes = 1.0 + (2.0 * trained + (through - trained)) * share + recomputed_fraction(spec, arch) * through * share
     bandwidth = gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization
     memory_floor_s = params_gpu * weight_bytes * passes / bandwidth
     micro_s = max(compute_s, memory_floor_s)
@@ -546,6 +565,9 @@ def predict_runtime(
         per_token = (table.eager_elementwise_bytes_per_hidden * arch.hidden_size
                      + table.eager_elementwise_bytes_per_mlp_width * _mlp_width(arch))
         ew_passes = 3.0 + recomputed_fraction(spec, arch)
+        if spec.trainable_layers is not None:  # backward's two passes over the blocks it runs through only
+            ew_passes = 1.0 + (2.0 + recomputed_fraction(spec, arch)) * trained_blocks(spec, arch)[1] / max(
+                arch.num_layers, 1)
         elementwise_s = (tokens_micro / cp * per_token * ew_passes
                          * (arch.num_layers + arch.num_encoder_layers) / (tp * pp)
                          / (gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization))
@@ -587,6 +609,9 @@ def predict_runtime(
         trainable = (sum(lora.rank * (g.in_features + g.out_features) * g.count
                          for g in arch.lora_groups(lora.target_modules))
                      + sum(saved_module_params(arch, lora.modules_to_save).values()) * scale) / model_parallel
+    elif spec.trainable_layers is not None:
+        block = (arch.body_linear_params + arch.norm_params + arch.other_params) / max(arch.num_layers, 1)
+        trainable = trained_blocks(spec, arch)[0] * block * scale / model_parallel
     else:
         trainable = params_gpu
     sharded_states = sharding in ("zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op") and shard * cp > 1

@@ -297,6 +297,13 @@ class TrainingSpec(BaseModel):
                           "model beside the one it trains (TRL's ref_model; with LoRA/QLoRA the reference is the base "
                           "with the adapter disabled, no copy)"
     )
+    trainable_layers: int | None = Field(
+        None, description="vramfit extension: with method full, only these transformer blocks train (LLaMA-Factory "
+                          "finetuning_type freeze: freeze_trainable_layers): n > 0 the last n blocks, n < 0 the first "
+                          "-n. The embeddings, the other blocks and the output head are frozen, held in the compute "
+                          "dtype, with no gradients or optimizer states; backward runs from the loss down to the "
+                          "lowest trained block only. Unset: every parameter trains"
+    )
     galore_rank: PositiveCount | None = Field(
         None, description="vramfit extension: GaLore (full fine-tuning with adamw, adamw-8bit or adafactor): the "
                           "targeted matrices' gradients are projected to this rank and the optimizer keeps the "
@@ -458,6 +465,17 @@ class TrainingSpec(BaseModel):
         if self.galore_target_modules is not None and self.galore_rank is None:
             raise ValueError("galore_target_modules is set but galore_rank is not. To fix: set galore_rank (GaLore's "
                              "projection rank, e.g. 128), or drop galore_target_modules")
+        if self.trainable_layers is not None:
+            if self.trainable_layers == 0:
+                raise ValueError("trainable_layers 0 trains nothing. To fix: give the number of blocks that train, the "
+                                 "last n (n > 0) or the first n (-n), or drop trainable_layers")
+            if self.method != "full":
+                raise ValueError(f"trainable_layers freezes blocks of full fine-tuning; method is {self.method}, whose "
+                                 "base is frozen already. To fix: set method: full, or drop trainable_layers")
+            if self.pipeline_parallel > 1 or self.galore_rank is not None:
+                raise ValueError("trainable_layers with " + ("pipeline_parallel > 1" if self.pipeline_parallel > 1
+                                                              else "galore_rank") + " is not modelled. To fix: drop "
+                                 "one of them")
         if self.galore_rank is not None:
             if self.method != "full":
                 raise ValueError(f"galore_rank projects full fine-tuning's gradients; method is {self.method}. To fix: "

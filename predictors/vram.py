@@ -182,6 +182,18 @@ class _Layout:
     sharding: str
 
 
+def trained_blocks(spec: TrainingSpec, arch: Architecture) -> tuple[int, int]:
+    """(blocks that train, blocks backward runs through). Under ``trainable_layers`` the last n blocks train and
+    backward stops at the lowest of them (nothing below needs a gradient: LLaMA-Factory's freeze tuning makes only a
+    trained block's checkpointed inputs require grad); the first n train and backward runs through every block above
+    them as well. Otherwise every block does both."""
+    layers = arch.num_layers
+    if spec.trainable_layers is None or spec.method != "full":
+        return layers, layers
+    n = min(abs(spec.trainable_layers), layers)
+    return n, (n if spec.trainable_layers > 0 else layers)
+
+
 def _layout(spec: TrainingSpec, gpus: int) -> _Layout:
     return _Layout(gpus=gpus, dp=spec.data_parallel(gpus), shard=spec.shard_group(gpus), tp=spec.tensor_parallel,
                    pp=spec.pipeline_parallel, cp=spec.context_parallel, sharding=spec.resolved_sharding(gpus))
@@ -388,6 +400,22 @@ def _predict_stage(
         trainable_gpu = params_gpu
         trainable_total = total_params
         lora_params_total = 0
+    # trainable_layers (freeze tuning): the trained blocks' parameters train, everything else is frozen
+    frozen_gpu = 0.0
+    trained, _ = trained_blocks(spec, arch)
+    if spec.trainable_layers is not None and lora is None:
+        if arch.num_encoder_layers:
+            raise SpecError.one("trainable_layers", "is modelled for decoder-only and encoder-only models; this "
+                                f"{arch.model_type} model has an encoder and a decoder", "drop trainable_layers")
+        block = (linear_body + other) / max(arch.num_layers, 1)
+        trainable_gpu = trained * block * scale / lay.tp
+        trainable_total = trained * block * scale
+        frozen_gpu = params_gpu - trainable_gpu
+        side = "last" if spec.trainable_layers > 0 else "first"
+        notes.append(f"trainable_layers {spec.trainable_layers}: the {side} {trained} of {arch.num_layers} blocks "
+                     f"train ({int(trainable_total):,} parameters); the embeddings, the other blocks and the output "
+                     "head are frozen in the compute dtype"
+                     + (", and backward stops at the lowest trained block" if spec.trainable_layers > 0 else ""))
     # PEFT modules_to_save: full trainable copies of the embedding / output head (vocab x hidden each) beside the
     # frozen originals; on different pipeline stages, the larger end counts; tensor parallel splits the vocab
     saved = saved_module_params(arch, lora.modules_to_save if lora is not None else [])
@@ -449,7 +477,9 @@ def _predict_stage(
         nonq_bytes = 4.0 if (mixed or e == 4) and quant != "gptq-int4" else 2.0
         weights = quantizable * _QUANT_BYTES[quant] + non_quant * nonq_bytes
     else:
-        weights = params_gpu * weight_bytes
+        # frozen blocks stay in the compute dtype; what trains is held as the method holds it (LLaMA-Factory's freeze
+        # tuning upcasts only the trainable parameters to fp32)
+        weights = (params_gpu - frozen_gpu) * weight_bytes + frozen_gpu * e
     weights_unsharded = weights
     if shard_params:
         weights /= dp  # FSDP / ZeRO-3 shard frozen base weights as well
@@ -473,6 +503,8 @@ def _predict_stage(
             factored = sum(g.count * (g.in_features + g.out_features) for g in matrices) * 4.0
             vectors = (arch.embedding_params + arch.norm_params) * 0 + (arch.hidden_size + arch.vocab_size) * 4.0
             states = (factored + vectors) * layer_frac / lay.tp
+            if spec.trainable_layers is not None:  # the trained blocks' matrices only
+                states = factored * trained / max(arch.num_layers, 1) / lay.tp
         else:
             states = trainable_gpu * 0.1 * 4.0
     else:
@@ -571,7 +603,8 @@ def _predict_stage(
     # torchtune's tied Llama 3.2 rows (S01/S02), which step the optimizer inside backward and free each gradient at
     # once (optimizer_in_bwd), what the spec cannot express.
     head_params = lm_head_params or (arch.vocab_size * arch.hidden_size if arch.tie_word_embeddings else 0)
-    if method == "full" and spec.task in ("causal-lm", "masked-lm") and head_params and (lay.pp == 1 or last_stage):
+    if method == "full" and spec.task in ("causal-lm", "masked-lm") and head_params and (lay.pp == 1 or last_stage) \
+            and spec.trainable_layers is None:
         head_grad = head_params * scale / lay.tp * grad_bytes / (dp if shard_grads else 1)
 
     # QLoRA dequantizes one weight matrix at a time into the compute dtype (bitsandbytes matmul_4bit)
@@ -592,12 +625,14 @@ def _predict_stage(
     amp_copies = 0.0
     if mixed and lay.sharding in ("none", "ddp") and e == 2:
         body = 0.0 if method == "qlora" else linear_body * layer_frac
+        cast_blocks = per_stage_layers if spec.trainable_layers is None else trained  # frozen 16-bit blocks: no cast
+        body *= cast_blocks / max(per_stage_layers, 1)
         if spec.gradient_checkpointing == "full":
             # the block being recomputed, plus the blocks left unchecked by checkpoint_every_n_layers
             kept_blocks = per_stage_layers - math.ceil(per_stage_layers / (spec.checkpoint_every_n_layers or 1)) + 1
-            body *= kept_blocks / max(per_stage_layers, 1)
+            body *= min(kept_blocks, cast_blocks) / max(cast_blocks, 1)
         head = arch.vocab_size * arch.hidden_size if spec.task in ("causal-lm", "masked-lm") and (
-            lay.pp == 1 or last_stage) else 0
+            lay.pp == 1 or last_stage) and spec.trainable_layers is None else 0
         amp_copies = (body + head) * scale / lay.tp * e
 
     # optimizer-step temporaries: torch.optim's foreach AdamW allocates one state-sized buffer
@@ -1086,8 +1121,9 @@ def _activations(
     per_layer = (attn + mlp + lora_extra + norms) / lay.tp
     # residual stream additions keep nothing; the block output is the next block's norm input.
 
-    # 1F1B pipeline: the first stage holds the activations of pp micro-batches, the last stage one
-    layers = math.ceil(arch.num_layers / lay.pp)
+    # 1F1B pipeline: the first stage holds the activations of pp micro-batches, the last stage one; under
+    # trainable_layers only the blocks backward runs through keep anything
+    layers = math.ceil(arch.num_layers / lay.pp) if spec.trainable_layers is None else trained_blocks(spec, arch)[1]
     enc_layers = arch.num_encoder_layers
     if arch.is_encoder_decoder:
         # Decoder blocks see the target sequence (usually far shorter than the input): their self-attention

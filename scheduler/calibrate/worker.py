@@ -166,6 +166,8 @@ def skip_reason(spec: TrainingSpec, config: dict[str, Any], device_type: str,
         return "teacher_model: the harness has no distillation loop (no teacher forward, no KD loss)"
     if spec.galore_rank is not None:
         return "galore_rank: the harness runs torch and bitsandbytes optimizers, not galore_torch's"
+    if spec.trainable_layers is not None:
+        return "trainable_layers: the harness trains every parameter (no freeze tuning)"
     layered = (spec.checkpoint_every_n_layers or 1) > 1
     if (spec.activation_offloading or layered) and not _has_layered_checkpointing(installed.get("transformers")):
         return ("activation_offloading and checkpoint_every_n_layers need transformers >= "

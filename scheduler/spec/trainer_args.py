@@ -577,6 +577,14 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
         notes.append(f"{label}: LLaMA-Factory loads the base model in {half} for LoRA (adapters in fp32)")
     if flavour == "LLaMA-Factory config":
         implied.update(_llamafactory_defaults(keys, ftype, label, where))
+        if ftype == "freeze":
+            modules = str(keys.get("freeze_trainable_modules") or "all").strip()
+            if modules.lower() != "all":
+                notes.append(f"{label} sets freeze_trainable_modules {modules}: only those modules of the trained "
+                             "blocks train; read as every module of them (an over-estimate)")
+            if keys.get("freeze_extra_modules") not in (None, ""):
+                notes.append(f"{label} sets freeze_extra_modules {keys['freeze_extra_modules']}: those modules train "
+                             "too and are not counted (an under-estimate of their gradients and optimizer states)")
         if to_bool(keys.get("use_galore")) is True:
             # LLaMA-Factory's GaloreArguments (hparams/finetuning_args.py): galore_rank 16, galore_target "all",
             # galore_layerwise False; layer-wise GaLore steps each parameter in its gradient hook
@@ -632,6 +640,13 @@ def _llamafactory_defaults(keys: Mapping[str, Any], ftype: str, label: str, wher
     if not disabled and to_bool(keys.get("use_unsloth_gc")) is True:
         out["activation_offloading"] = Setting(True, f"{label} key use_unsloth_gc (checkpointed inputs in host "
                                                      "memory)", where)
+    if ftype == "freeze":
+        # FreezeArguments (hparams/finetuning_args.py): freeze_trainable_layers 2 (n > 0 the last n blocks, n < 0 the
+        # first -n), freeze_trainable_modules "all" (every module of those blocks), freeze_extra_modules none
+        layers = keys.get("freeze_trainable_layers")
+        out["trainable_layers"] = Setting(
+            2 if layers in (None, "") else layers, f"{label} key freeze_trainable_layers" if layers not in (None, "")
+            else f"{label} (finetuning_type freeze: freeze_trainable_layers default 2)", where)
     if ftype == "lora":
         rank = keys.get("lora_rank")
         defaults = (("lora.rank", 8, "lora_rank default 8"), ("lora.dropout", 0.0, "lora_dropout default 0.0"),
@@ -757,7 +772,7 @@ def _resolve_method(raw: Mapping[str, Setting], out: Settings, notes: list[str])
     kind = str(adapter.value).lower() if adapter else str(ftype.value).lower() if ftype else ""
     if kind == "full" or kind == "freeze":
         _put(out, "method", "full", ftype or adapter)
-        if kind == "freeze":
+        if kind == "freeze" and "trainable_layers" not in raw:
             notes.append(
                 "finetuning_type freeze trains some layers only; read as full fine-tuning "
                 "(an over-estimate of gradients and optimizer states)"

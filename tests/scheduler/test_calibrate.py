@@ -268,6 +268,7 @@ ALL_INSTALLED = {"bitsandbytes": "0.45", "flash_attn": "2.7", "torchao": "0.9"}
     ({"reference_model": True, "method": "lora"}, "cuda", ALL_INSTALLED, None),  # the base, adapter disabled
     ({"teacher_model": "llama-3.1-8b"}, "cuda", ALL_INSTALLED, "no distillation loop"),
     ({"galore_rank": 8}, "cuda", ALL_INSTALLED, "galore_torch"),
+    ({"trainable_layers": 1}, "cuda", ALL_INSTALLED, "no freeze tuning"),
 ])
 def test_skip_reasons(fields: dict[str, Any], device: str, installed: dict[str, str], expect: str | None) -> None:
     reason = skip_reason(_spec(**fields), TINY_LLAMA, device, installed)

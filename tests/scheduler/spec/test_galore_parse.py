@@ -6,6 +6,8 @@ states: Llama-2-7B on one GPU (bf16-true AdamW, rank 128, 256 tokens, checkpoint
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 from tests.scheduler.spec.helpers import one_job, pod
@@ -36,3 +38,25 @@ def test_llamafactory_use_galore() -> None:
     assert (s.method, s.galore_rank, s.galore_target_modules, s.optimizer_in_backward) == (
         "full", 16, "all-linear", True)
     assert "galore_rank default 16" in job.provenance["galore_rank"]
+
+
+def test_llamafactory_freeze_tuning() -> None:
+    """finetuning_type freeze (hparams/finetuning_args.py FreezeArguments): the last freeze_trainable_layers blocks
+    train, 2 by default; a module subset or extra modules are noted with the direction of the error."""
+    base = {"model_name_or_path": M, "stage": "sft", "do_train": True, "finetuning_type": "freeze",
+            "template": "llama2", "cutoff_len": 1024, "per_device_train_batch_size": 1, "bf16": True}
+
+    def job(**extra: object) -> Any:
+        cfg = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+               "data": {"freeze.yaml": yaml.safe_dump({**base, **extra})}}
+        return one_job(cfg, pod(["llamafactory-cli", "train", "/cfg/freeze.yaml"]))
+
+    default = job()
+    assert (default.spec.method, default.spec.trainable_layers) == ("full", 2)
+    assert "freeze_trainable_layers default 2" in default.provenance["trainable_layers"]
+    assert not any("read as full fine-tuning" in n for n in default.assumptions)
+    first = job(freeze_trainable_layers=-4, freeze_trainable_modules="mlp", freeze_extra_modules="embed_tokens")
+    assert first.spec.trainable_layers == -4
+    notes = " ".join(first.assumptions)
+    assert "freeze_trainable_modules mlp" in notes and "an over-estimate" in notes
+    assert "freeze_extra_modules embed_tokens" in notes and "an under-estimate" in notes
