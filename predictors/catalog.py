@@ -134,6 +134,22 @@ def _resolve(ref: str | ModelRef, base_dir: Path | None) -> ResolvedModel:
     return _resolve_ref(ref, base_dir)
 
 
+# A Hugging Face config.json is a few kilobytes; anything far larger is not one (and /dev/zero never ends)
+MAX_CONFIG_FILE_BYTES = 4 * 2**20
+
+
+def _read_config_file(path: Path) -> str:
+    """The text of a config file: a regular file of at most MAX_CONFIG_FILE_BYTES (not a device, FIFO or folder,
+    which could block or never end), read with that bound."""
+    if path.exists() and not path.is_file():
+        raise OSError(f"{path} is not a regular file")
+    with path.open("rb") as handle:
+        data = handle.read(MAX_CONFIG_FILE_BYTES + 1)
+    if len(data) > MAX_CONFIG_FILE_BYTES:
+        raise OSError(f"{path} is larger than {MAX_CONFIG_FILE_BYTES // 2**20} MiB: not a config.json")
+    return data.decode("utf-8")
+
+
 def _resolve_ref(ref: ModelRef, base_dir: Path | None) -> ResolvedModel:
     params = int(ref.params) if ref.params else None
     if ref.config is not None:
@@ -144,7 +160,7 @@ def _resolve_ref(ref: ModelRef, base_dir: Path | None) -> ResolvedModel:
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
         try:
-            config = json.loads(path.read_text(encoding="utf-8"))
+            config = json.loads(_read_config_file(path))
         except FileNotFoundError:
             raise SpecError.one(
                 "spec.model.config_path", f"file not found: {path}",

@@ -114,7 +114,17 @@ PositiveCount = Annotated[int, _count(), Field(gt=0)]
 # terms of the model would turn it into meaningless numbers
 MAX_SEQ_LEN = 2**24
 SeqLen = Annotated[int, _count(binary_k=True), Field(gt=0, le=MAX_SEQ_LEN)]
-Tokens = Annotated[float, BeforeValidator(_float_count), Field(ge=1)]  # at least one token
+# Upper bounds that no real job reaches, so that a typo (1e300 tokens, 10^12 GPUs) is an error, not a prediction of
+# 10^295 seconds or 10^31 bytes: 10^15 tokens is ~70x the largest published pre-training run (Llama 3, 15T tokens);
+# 10^15 parameters as architecture.MAX_PARAMS; a million GPUs is several times the largest clusters built.
+MAX_TRAIN_TOKENS = 1e15
+MAX_STEPS = 10**9
+MAX_GPUS = 10**6
+MAX_MICRO_BATCH = 2**20
+MAX_PARAMS_OVERRIDE = 1e15
+Tokens = Annotated[float, BeforeValidator(_float_count), Field(ge=1, le=MAX_TRAIN_TOKENS)]  # at least one token
+GpuCount = Annotated[int, _count(), Field(gt=0, le=MAX_GPUS)]
+StepCount = Annotated[int, _count(), Field(gt=0, le=MAX_STEPS)]
 
 
 class ModelRef(BaseModel):
@@ -125,7 +135,7 @@ class ModelRef(BaseModel):
     name: str | None = Field(None, description="Catalog name or Hugging Face id, or a free label")
     config: dict[str, Any] | None = Field(None, description="Hugging Face config.json fields, inline")
     config_path: str | None = Field(None, description="Path to a Hugging Face config.json file")
-    params: Annotated[float, BeforeValidator(_float_count), Field(gt=0)] | None = Field(
+    params: Annotated[float, BeforeValidator(_float_count), Field(gt=0, le=MAX_PARAMS_OVERRIDE)] | None = Field(
         None, description="Override of the total parameter count"
     )
 
@@ -247,23 +257,24 @@ class TrainingSpec(BaseModel):
         "bf16-mixed", description="*-mixed keeps fp32 master weights; *-true holds weights in that dtype"
     )
     optimizer: Annotated[Optimizer, BeforeValidator(_lower)] = Field("adamw", description="Optimizer")
-    micro_batch_size: PositiveCount = Field(1, description="Samples per GPU per forward pass")
+    micro_batch_size: Annotated[int, _count(), Field(gt=0, le=MAX_MICRO_BATCH)] = Field(
+        1, description="Samples per GPU per forward pass")
     seq_len: SeqLen = Field(2048, description="Tokens per sample as padded/packed ('4k' = 4096)")
     gradient_checkpointing: Annotated[Checkpointing, BeforeValidator(_lower)] = Field(
         "none", description="none | full | selective (true = full, false = none)"
     )
     attention: Annotated[Attention, BeforeValidator(_lower)] = Field("sdpa", description="sdpa|flash|eager")
-    gpus: PositiveCount | Literal["auto"] = Field(1, description="GPUs for the whole job, or 'auto'")
+    gpus: GpuCount | Literal["auto"] = Field(1, description="GPUs for the whole job, or 'auto'")
     sharding: Annotated[Sharding, BeforeValidator(_lower)] | None = Field(
         None, description="none | ddp | zero1 | zero2 | zero3 | fsdp | fsdp-grad-op (ddp when gpus > 1)"
     )
     offload: Annotated[Offload, BeforeValidator(_lower)] = Field("none", description="CPU offload")
-    tensor_parallel: PositiveCount = Field(1, description="Tensor-parallel size")
-    pipeline_parallel: PositiveCount = Field(1, description="Pipeline-parallel size")
-    context_parallel: PositiveCount = Field(1, description="Context-parallel size")
+    tensor_parallel: GpuCount = Field(1, description="Tensor-parallel size")
+    pipeline_parallel: GpuCount = Field(1, description="Pipeline-parallel size")
+    context_parallel: GpuCount = Field(1, description="Context-parallel size")
     train_tokens: Tokens | None = Field(None, description="Tokens to train on, for runtime")
-    steps: PositiveCount | None = Field(None, description="Optimizer steps, alternative to train_tokens")
-    grad_accum_steps: PositiveCount = Field(1, description="Micro-batches per optimizer step")
+    steps: StepCount | None = Field(None, description="Optimizer steps, alternative to train_tokens")
+    grad_accum_steps: StepCount = Field(1, description="Micro-batches per optimizer step")
     gpu: str | None = Field(None, description="Pin a GPU type (catalog name); otherwise placement chooses")
     deadline_seconds: Annotated[float, Field(gt=0)] | None = Field(
         None, description="vramfit extension: the job must finish within this many seconds"
@@ -418,6 +429,13 @@ class TrainingSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainingSpec:
+        if self.steps is not None:
+            tokens = (self.steps * self.grad_accum_steps * self.micro_batch_size * self.seq_len
+                      * self.data_parallel())
+            if tokens > MAX_TRAIN_TOKENS:
+                raise ValueError(f"steps {self.steps:,} x grad_accum_steps x micro_batch_size x seq_len x "
+                                 f"data-parallel ranks is {tokens:.3g} tokens, beyond {MAX_TRAIN_TOKENS:.0e} (about "
+                                 "70x the largest published training run). To fix: check steps, or give train_tokens")
         if self.method == "full" and self.quantization is not None:
             raise ValueError("`quantization` applies to qlora; full fine-tuning of quantized weights "
                              "is not supported. To fix: use method: qlora, or drop quantization")

@@ -152,12 +152,21 @@ class Decision:
 
 
 # ---- model resolution is the expensive part of a prediction: cache it per model reference ----------
-_MODEL_CACHE: dict[tuple[str, str], ResolvedModel] = {}
+_MODEL_CACHE: dict[tuple[str, str, str], ResolvedModel] = {}
+
+
+class ObjectiveError(ValueError):
+    """An objective or deadline :func:`place` cannot work with (the caller's arguments, not the spec)."""
+
+
+def _ref_key(ref: Any) -> str:
+    return "" if ref is None else ref if isinstance(ref, str) else ref.model_dump_json()
 
 
 def resolve_model_cached(spec: TrainingSpec, base_dir: Path | None = None) -> ResolvedModel:
-    ref = spec.model
-    key = (ref if isinstance(ref, str) else ref.model_dump_json(), str(base_dir or ""))
+    """:func:`resolve_model`, memoised on everything it reads: the model, the teacher (a ResolvedModel carries the
+    teacher's architecture) and the folder relative paths start from."""
+    key = (_ref_key(spec.model), _ref_key(spec.teacher_model), str(base_dir or ""))
     model = _MODEL_CACHE.get(key)
     if model is None:
         if len(_MODEL_CACHE) > 256:
@@ -555,7 +564,7 @@ def place(
     """Place ``spec`` on the best pool for ``objective``, or explain why no pool fits. ``pod_shapes``: (GPUs per
     pod, pods) of a manifest's fixed pods; a pool whose nodes cannot hold them all is out."""
     if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}; got {objective!r}")
+        raise ObjectiveError(f"objective must be one of {', '.join(OBJECTIVES)}; got {objective!r}")
     pool_list = list(pools.pools if isinstance(pools, PoolsConfig) else pools)
     if headroom_fraction is None:
         file_headroom = pools.headroom_fraction if isinstance(pools, PoolsConfig) else None
@@ -565,10 +574,10 @@ def place(
     if objective == "cheapest-within-deadline":
         deadline = deadline_seconds if deadline_seconds is not None else spec.deadline_seconds
         if deadline is None:
-            raise ValueError("objective cheapest-within-deadline needs a deadline "
+            raise ObjectiveError("objective cheapest-within-deadline needs a deadline "
                              "(spec deadline_seconds or --deadline-hours)")
         if not (math.isfinite(deadline) and deadline > 0):
-            raise ValueError(f"the deadline must be a positive, finite number of seconds; got {deadline}")
+            raise ObjectiveError(f"the deadline must be a positive, finite number of seconds; got {deadline}")
     resolved = model or resolve_model_cached(spec, base_dir)
     evaluated = _evaluate_all(spec, pool_list, headroom_fraction, deadline, spec_predictor(spec, resolved),
                               pod_shapes)
@@ -631,9 +640,10 @@ def place(
     alternatives = []
     for o in options:
         if o.pool.name in rank_of:
-            reason = "chosen" if o is chosen else _alt_reason(objective, o, chosen)
+            is_chosen = o is chosen
+            reason = "chosen" + _paged_note(o) if is_chosen else _alt_reason(objective, o, chosen)
             o = PoolOption(**{**o.__dict__, "rank": rank_of[o.pool.name], "reason": reason})
-            if o.reason == "chosen":
+            if is_chosen:
                 chosen = o
         alternatives.append(o)
     alternatives.sort(key=lambda o: (o.rank is None, o.rank or 0))
@@ -649,9 +659,13 @@ def _compare(objective: str, a: PoolOption, b: PoolOption) -> str:
     return f"cheaper per hour (${a.hourly_cost_usd:,.2f} vs ${b.hourly_cost_usd:,.2f})"
 
 
+def _paged_note(o: PoolOption) -> str:
+    """Why a fitting option's upper bound may exceed the usable memory: only paged optimizer states can."""
+    return " (paged optimizer states outside the margin)" if (o.peak_vram_upper_bytes or 0) > o.usable_bytes else ""
+
+
 def _alt_reason(objective: str, o: PoolOption, chosen: PoolOption) -> str:
-    paged = " (paged optimizer states outside the margin)" if (o.peak_vram_upper_bytes or 0) > o.usable_bytes else ""
-    return _alt_reason_text(objective, o, chosen) + paged
+    return _alt_reason_text(objective, o, chosen) + _paged_note(o)
 
 
 def _alt_reason_text(objective: str, o: PoolOption, chosen: PoolOption) -> str:

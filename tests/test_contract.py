@@ -195,7 +195,7 @@ def test_fixtures_that_train_round_trip(shared_dir: Path) -> None:
 
 def test_parse_cli_output_parses_back_to_the_same_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "s.yaml"
-    source.write_text("model: llama-2-7b\nmethod: lora\nlora: {rank: 8, dropout: 0.00001}\ntrain_tokens: 1e20\n"
+    source.write_text("model: llama-2-7b\nmethod: lora\nlora: {rank: 8, dropout: 0.00001}\ntrain_tokens: 1.5e14\n"
                       "deadline_seconds: 0.00001\n")
     assert main(["parse", str(source), "--format", "json"]) == 0
     first = json.loads(capsys.readouterr().out)["spec"]

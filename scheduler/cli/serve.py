@@ -98,6 +98,30 @@ def admission_settings(args: argparse.Namespace) -> Any:
                         source=str(args.settings or "")) from None
 
 
+def valid_decision(record: dict[str, Any]) -> Any:
+    """The webhook's decision ``record`` as a :class:`~scheduler.integrations.records.DecisionIn`. A value out of the
+    ledger's bounds (a runtime of more than 1000 years on a slow pool, a name longer than Kubernetes allows) leaves
+    that optional field empty, with a warning, rather than losing the whole decision; None when even that fails."""
+    from pydantic import ValidationError
+
+    from scheduler.integrations.records import DecisionIn
+
+    try:
+        return DecisionIn.model_validate(record)
+    except ValidationError as exc:
+        fields = {str(e["loc"][0]) for e in exc.errors() if e.get("loc")}
+    optional = {f for f in fields if f in DecisionIn.model_fields and not DecisionIn.model_fields[f].is_required()}
+    log.warning("decision out of the ledger's bounds; recorded without those fields",
+                extra={"fields": {"decision_id": record.get("decision_id"), "dropped": sorted(optional),
+                                  "invalid": sorted(fields - optional)}})
+    try:
+        return DecisionIn.model_validate({k: v for k, v in record.items() if k not in optional})
+    except ValidationError as exc:
+        log.warning("decision not recorded", extra={"fields": {"decision_id": record.get("decision_id"),
+                                                               "error": str(exc)[:300]}})
+        return None
+
+
 def build_app(args: argparse.Namespace, ledger: Any, forwarder: Any = None) -> Any:
     """The ASGI app for ``args``: webhook routes mounted into the shared server.
 
@@ -106,7 +130,6 @@ def build_app(args: argparse.Namespace, ledger: Any, forwarder: Any = None) -> A
     counts it), else it is only counted here.
     """
     from scheduler.integrations.metrics import Metrics
-    from scheduler.integrations.records import DecisionIn
     from scheduler.integrations.server import ServerSettings, create_app, store_decision
     from scheduler.integrations.webhook import PoolsSource, ResidualModelsWatch, WebhookState, webhook_routes
 
@@ -123,7 +146,9 @@ def build_app(args: argparse.Namespace, ledger: Any, forwarder: Any = None) -> A
         metrics.admission_request_duration_seconds.labels(webhook, outcome).observe(seconds)
 
     def on_decision(record: dict[str, Any]) -> None:
-        decision = DecisionIn.model_validate(record)
+        decision = valid_decision(record)
+        if decision is None:
+            return
         if ledger is not None:
             store_decision(ledger, metrics, decision)
         elif forwarder is not None:

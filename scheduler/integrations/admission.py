@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from predictors.errors import SpecError
 from predictors.hardware import lookup_gpu
-from predictors.spec import spec_to_dict
+from predictors.spec import ModelRef, TrainingSpec, spec_to_dict
 from predictors.units import format_bytes
 from scheduler.placement import DEFAULT_HEADROOM_FRACTION, Decision, place, pod_shape
 from scheduler.pools import NodePool, PoolsConfig, default_pools
@@ -168,6 +168,16 @@ def stable_digest(material: str) -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
+def _names_no_local_file(spec: TrainingSpec) -> None:
+    """A job in the cluster names no file on the webhook's host: a ``config_path`` would let whoever can create a Pod
+    make the webhook read its files (``/dev/zero`` without end) and learn from the error which ones exist."""
+    for name, ref in (("model", spec.model), ("teacher_model", spec.teacher_model)):
+        if isinstance(ref, ModelRef) and ref.config_path is not None:
+            raise SpecError.one(f"spec.{name}.config_path", "names a file on the webhook's host, which the admission "
+                                "webhook does not read", "give the model's config inline (`config: {...}`), a catalog "
+                                "name or a Hugging Face id")
+
+
 def review(
     body: Any,
     settings: AdmissionSettings | None = None,
@@ -281,6 +291,8 @@ class _Review:
             return self.skip(f"subresource {self.request.get('subResource')} is not reviewed")
         if not isinstance(obj, dict):
             return self.skip("request has no object")
+        if not isinstance(obj.get("metadata", {}), dict):  # no API server sends this; nothing can be patched into it
+            return self.skip(f"object metadata is a {type(obj['metadata']).__name__}, not a mapping; not reviewed")
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         owner = _controller_owner(meta)
         if owner and obj.get("kind") == "Pod":
@@ -296,6 +308,7 @@ class _Review:
             return self.skip(placed_by)
         try:
             job = parse_object({"kind": "AdmissionReview", "request": {"object": obj}}, "admission", None)
+            _names_no_local_file(job.spec)
         except NoTrainingJob as exc:
             if obj.get("kind") == "TrainJob" and "runtime" in exc.reason:  # said to the user, who expects placement
                 return self.skip(f"{exc.ref}: its GPUs are set in its runtime, which the webhook cannot read, so the "

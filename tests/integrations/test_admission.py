@@ -687,3 +687,49 @@ def test_the_decision_record_carries_every_predicted_level() -> None:
     assert record.peak_allocated_bytes and record.peak_reserved_bytes and record.peak_vram_bytes
     assert record.peak_allocated_bytes <= record.peak_reserved_bytes <= record.peak_vram_bytes
     assert record.params_total and record.model
+
+
+@pytest.mark.parametrize("field", ["model", "teacher_model"])
+def test_a_config_path_in_a_cluster_object_is_not_read(field: str, tmp_path: Path) -> None:
+    """Whoever can create a Pod must not make the webhook read files on its host (/dev/zero never ends) nor learn from
+    its errors which exist: a config_path is an unreadable job, named, and no file is opened."""
+    secret = tmp_path / "config.json"
+    secret.write_text("{not json")
+    teacher = f"\nteacher_model: {{config_path: {secret}}}" if field == "teacher_model" else ""
+    model = "llama-3.2-1b" if field == "teacher_model" else f"{{config_path: {secret}}}"
+    obj = batch_job(spec=f"model: {model}\nmethod: lora{teacher}\n")
+    validated = body(run(obj, webhook="validate"))
+    assert validated["allowed"] is True and "decision-id" not in validated["auditAnnotations"]
+    unreadable = validated["auditAnnotations"]["unreadable"]
+    assert f"`spec.{field}.config_path` names a file on the webhook's host" in unreadable
+    assert "not json" not in unreadable and "JSON" not in unreadable  # the file was not opened
+    denying = AdmissionSettings(unreadable_job="deny", failure_mode="fail_closed")
+    assert body(run(obj, webhook="validate", settings=denying))["allowed"] is False
+
+
+def test_a_decision_out_of_the_ledgers_bounds_is_kept_without_those_fields(caplog: pytest.LogCaptureFixture) -> None:
+    """A runtime of more than 1000 years (1e15 tokens of a 405B model on one slow card) or a name longer than
+    Kubernetes allows failed the whole record, with a traceback; now those optional fields are left empty."""
+    from scheduler.cli.serve import valid_decision
+
+    admission = admit(admission_review(batch_job()), None, POOLS, NOW)
+    assert admission.record is not None
+    record = {**admission.record, "predicted_runtime_seconds": 3.5e295, "name": "x" * 300}
+    with caplog.at_level("WARNING", logger="vramfit.serve"):
+        decision = valid_decision(record)
+    assert decision is not None and decision.decision_id == admission.record["decision_id"]
+    assert decision.predicted_runtime_seconds is None and decision.name is None
+    assert decision.peak_vram_bytes == admission.record["peak_vram_bytes"]
+    assert "recorded without those fields" in caplog.text and "Traceback" not in caplog.text
+    assert valid_decision({"decision_id": ""}) is None  # nothing usable left: not recorded, no exception
+
+
+@pytest.mark.parametrize("metadata", [[], [{"name": "x"}], "trainer"])
+def test_metadata_that_is_not_a_mapping_is_skipped_not_an_internal_error(metadata: object) -> None:
+    obj = pod()
+    obj["metadata"] = metadata
+    obj["spec"]["containers"][0]["args"] = ["--model_name_or_path", "meta-llama/Llama-3.2-1B", "--use_peft"]
+    for webhook in ("mutate", "validate"):
+        answer = body(run(obj, webhook=webhook))
+        assert answer["allowed"] is True and "patch" not in answer
+        assert not any("failed" in w for w in answer.get("warnings", []))

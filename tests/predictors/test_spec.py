@@ -164,3 +164,41 @@ def test_modules_to_save_extension() -> None:
     with pytest.raises(SpecError) as err:
         parse_training_spec({"model": "qwen-1_8b", "method": "lora", "lora": {"modules_to_save": ["norm"]}})
     assert "lora.modules_to_save[0]" in str(err.value) and "'norm'" in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["device", "folder", "huge"])
+def test_a_config_path_that_is_no_config_file_is_refused_without_reading_it_all(kind: str, tmp_path: object) -> None:
+    """/dev/zero never ends and a folder cannot be read: a config file must be a regular file of at most 4 MiB."""
+    from pathlib import Path
+
+    from predictors.catalog import MAX_CONFIG_FILE_BYTES, resolve_model
+
+    folder = Path(str(tmp_path))
+    if kind == "device":
+        path = Path("/dev/zero")
+    elif kind == "folder":
+        path = folder
+    else:
+        path = folder / "config.json"
+        path.write_text('{"pad": "' + "x" * MAX_CONFIG_FILE_BYTES + '"}')
+    spec = parse_training_spec({"model": {"config_path": str(path)}})
+    with pytest.raises(SpecError) as err:
+        resolve_model(spec)
+    assert "`spec.model.config_path` cannot read" in str(err.value)
+    assert ("not a regular file" if kind != "huge" else "larger than 4 MiB") in str(err.value)
+
+
+@pytest.mark.parametrize(("fields", "path", "fragment"), [
+    ({"train_tokens": "1e300"}, "spec.train_tokens", "less than or equal to 1000000000000000"),
+    ({"steps": "1e26"}, "spec.steps", "less than or equal to 1000000000"),
+    ({"gpus": 10**12}, "spec.gpus", "less than or equal to 1000000"),
+    ({"micro_batch_size": "1e21"}, "spec.micro_batch_size", "less than or equal to 1048576"),
+    ({"model": {"name": "llama-3.1-8b", "params": "1e300"}}, "spec.model.params", "less than or equal to"),
+    ({"steps": 10**9, "grad_accum_steps": 1000}, "spec", "2.05e+15 tokens, beyond 1e+15"),
+])
+def test_numbers_no_real_job_reaches_are_errors(fields: dict[str, object], path: str, fragment: str) -> None:
+    """A typo (1e300 tokens) became a runtime of 10^295 s and a decision the ledger could not store."""
+    with pytest.raises(SpecError) as err:
+        parse_training_spec({"model": "llama-3.1-8b", **fields})
+    problem = err.value.problems[0]
+    assert problem.path == path and fragment in problem.message

@@ -9,7 +9,7 @@ import pytest
 from predictors.predict import predict
 from predictors.spec import TrainingSpec
 from scheduler.cost import job_cost_usd
-from scheduler.placement import _variants, candidate_gpu_counts, place
+from scheduler.placement import _MODEL_CACHE, _variants, candidate_gpu_counts, place
 from scheduler.pools import NodePool, PoolsConfig, default_pools
 
 
@@ -278,6 +278,8 @@ def test_paged_optimizer_states_need_no_margin_only_their_expected_size() -> Non
     assert needed <= usable < upper  # fits only because the paged states need no margin
     d = place(spec, [pool], headroom_fraction=0.05)
     assert d.decision == "placed" and any("page to host memory" in r for r in d.reasons)
+    # the chosen row says why its bound is above the usable memory, as the other rows do
+    assert d.chosen is not None and d.chosen.reason == "chosen (paged optimizer states outside the margin)"
     # the same spec with 8-bit states the allocator holds does not fit: they get the margin
     unpaged = _spec(model="llama-3.1-8b", method="full", optimizer="adamw-8bit", optimizer_in_backward=True,
                     cross_entropy="chunked", torch_compile=True)
@@ -318,3 +320,26 @@ def test_secondary_shard_counts_and_suggestion() -> None:
     assert d.decision == "unschedulable"
     assert "no secondary parameter shard (drop secondary_shard_size, ZeRO++ hpZ)" in [s.change for s in d.suggestions]
     assert place(big.model_copy(update={"secondary_shard_size": None}), pools).decision == "placed"
+
+
+def test_the_model_cache_tells_a_teacher_job_from_the_same_student_without_one() -> None:
+    """resolve_model_cached keyed on the model alone handed a teacher-less ResolvedModel to a distillation spec
+    (ValueError) and a teacher's architecture to a plain one (53.6 instead of 31.9 GiB), whichever came first."""
+    from scheduler.placement import clear_prediction_cache, resolve_model_cached
+
+    plain = _spec(model="llama-3.1-8b", method="full", gpus=8, sharding="fsdp")
+    distil = plain.model_copy(update={"teacher_model": "llama-3.1-70b"})
+    pools = [_pool("h", gpu="H100-80GB", nodes=2)]
+    alone = {}
+    for spec in (plain, distil):
+        _MODEL_CACHE.clear()
+        clear_prediction_cache()
+        alone[spec.teacher_model] = place(spec, pools, suggest=False).chosen
+    for order in ((plain, distil), (distil, plain)):
+        _MODEL_CACHE.clear()
+        clear_prediction_cache()
+        for spec in order:
+            chosen = place(spec, pools, suggest=False).chosen
+            assert chosen is not None and alone[spec.teacher_model] is not None
+            assert chosen.peak_vram_bytes == alone[spec.teacher_model].peak_vram_bytes
+    assert resolve_model_cached(distil).teacher is not None and resolve_model_cached(plain).teacher is None
