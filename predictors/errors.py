@@ -21,6 +21,10 @@ class FieldProblem:
         return text
 
 
+# problems one message lists; the rest are counted
+MAX_PROBLEMS_SHOWN = 50
+
+
 @dataclass
 class SpecError(Exception):
     """A spec (or other user input) is invalid. Holds every problem found, not just the first."""
@@ -36,7 +40,10 @@ class SpecError(Exception):
         if len(self.problems) == 1:
             return f"{head}: {self.problems[0].render()}"
         lines = [f"{head}: {len(self.problems)} problems"]
-        lines += [f"  - {p.render()}" for p in self.problems]
+        lines += [f"  - {p.render()}" for p in self.problems[:MAX_PROBLEMS_SHOWN]]
+        if len(self.problems) > MAX_PROBLEMS_SHOWN:  # a file of the wrong kind (a README given as runs) is one mistake
+            lines.append(f"  ... and {len(self.problems) - MAX_PROBLEMS_SHOWN} more (the first {MAX_PROBLEMS_SHOWN} "
+                         "are shown)")
         return "\n".join(lines)
 
     def __str__(self) -> str:

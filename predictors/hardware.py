@@ -96,6 +96,18 @@ def _catalog_name(name: str) -> str | None:
     return None
 
 
+def alias_alternatives(name: str) -> list[str]:
+    """Other catalog GPUs a short name could have meant: ``A100`` resolves to the A100-80GB, but the A100-40GB and the
+    PCIe card share the name. Empty when the name is a catalog name or unambiguous."""
+    found = _catalog_name(name)
+    key = _norm(name)
+    if found is None or key == _norm(found):
+        return []
+    for prefix in ("nvidia", "tesla", "geforce"):
+        key = key.removeprefix(prefix)
+    return [g for g in gpu_catalog() if g != found and _norm(g).startswith(key)]
+
+
 def lookup_gpu(name: str, path: str = "spec.gpu") -> GpuSpec:
     """Find a GPU by name or alias (``H100``, ``NVIDIA-H100-80GB-HBM3``, ``a100-80gb``)."""
     found = _catalog_name(name)

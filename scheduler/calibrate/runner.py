@@ -414,8 +414,14 @@ def run_sweep(configs: list[SweepConfig], out_path: Path, sweep_name: str, optio
         log(f"resume: {summary.skipped_existing} configs already in {out_path}")
     if not pending:
         return summary
+    created = not out_path.exists()
     check_output(out_path)
-    environment = probe_environment(options)
+    try:
+        environment = probe_environment(options)
+    except BaseException:
+        if created and out_path.exists() and out_path.stat().st_size == 0:
+            out_path.unlink()  # no worker could start (torch missing, say): leave no empty file behind
+        raise
     if resume:
         others = other_devices(out_path, environment)
         if others:

@@ -139,6 +139,18 @@ def _sweep_loop(ledger: Any, args: argparse.Namespace, stop: threading.Event,
             return
 
 
+def _prometheus_problem(url: str) -> str | None:
+    """Why Prometheus at ``url`` cannot answer a query (None: it answers). A sweep with no finished job asks nothing,
+    so a wrong URL would otherwise go unnoticed until the first job ends."""
+    from scheduler.integrations.prom_actuals import PrometheusError, query_instant
+
+    try:
+        query_instant(url, "vector(1)", datetime.now(timezone.utc), timeout_seconds=5.0)
+    except PrometheusError as exc:
+        return str(exc)
+    return None
+
+
 def _argument_problem(args: argparse.Namespace) -> str | None:
     if not args.kube and not args.prometheus_url and args.serve_port is None:
         return "vramfit collect: give --kube, --prometheus-url, --serve-port, or several"
@@ -203,6 +215,15 @@ def _collect(args: argparse.Namespace) -> int:
         from scheduler.integrations.ledger import LedgerPruner
 
         LedgerPruner(ledger, args.prune_unjoined_days).check()
+
+    unreachable = _prometheus_problem(args.prometheus_url) if args.prometheus_url else None
+    if unreachable and args.once:  # a one-shot sweep (a CronJob) that cannot reach Prometheus fails visibly
+        print(f"vramfit collect: {unreachable}", file=sys.stderr)
+        ledger.close()  # (--once starts no pruner thread)
+        return 1
+    if unreachable:  # a long-running collector keeps trying at every sweep
+        log.warning("Prometheus not reachable at start; the sweeps will retry", extra={"fields": {
+            "error": unreachable}})
 
     stop = threading.Event()
     threads: list[threading.Thread] = []

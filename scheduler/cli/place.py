@@ -13,6 +13,7 @@ from scheduler.placement import (
     OBJECTIVES,
     PINNED_ELSEWHERE,
     Decision,
+    ObjectiveError,
     format_duration,
     place,
 )
@@ -32,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("spec", help="TrainingSpec YAML/JSON file or job manifest (- reads standard input)")
     p.add_argument("--pools", help="node pools YAML (default: the embedded pools)")
     p.add_argument("--objective", choices=OBJECTIVES,
-                   help="default: cheapest, or cheapest-within-deadline with --deadline-hours")
+                   help="default: cheapest, or cheapest-within-deadline with --deadline-hours. Pools are "
+                   "compared at the smallest GPU count that fits; a deadline grows the count")
     p.add_argument("--deadline-hours", type=float, help="deadline for cheapest-within-deadline (else the spec's); "
                    "without --objective it selects that objective")
     p.add_argument("--headroom", type=float, help=f"fraction of GPU memory kept free (default "
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             return place(job.spec, pools, objective, deadline, args.headroom, base_dir=job.base_dir,
                          pod_shapes=job.pod_shapes)
-        except ValueError as exc:
+        except ObjectiveError as exc:
             raise SpecError.one("--objective", str(exc), "add `deadline_seconds` to the spec or pass "
                                 "--deadline-hours") from None
 
@@ -110,10 +112,11 @@ def render_table(d: Decision) -> str:
     if c is not None:
         nodes = f"{c.nodes} node{'s' if c.nodes != 1 else ''}"
         runtime_upper = f" (upper {format_duration(c.runtime_upper_seconds)})" if c.runtime_upper_seconds else ""
+        cost = (f"{format_duration(c.runtime_seconds)}{runtime_upper}, {_money(c.cost_usd)}" if c.runtime_seconds
+                else "runtime and cost unknown (no train_tokens or steps)")
         lines.append(f"placed on {c.pool.name} ({c.gpus} x {c.pool.gpu}, {nodes}): "
                      f"peak {format_bytes(c.peak_vram_bytes or 0)} (upper {format_bytes(c.peak_vram_upper_bytes or 0)})"
-                     f" per GPU, {format_duration(c.runtime_seconds)}{runtime_upper}, {_money(c.cost_usd)}  "
-                     f"[objective: {d.objective}]")
+                     f" per GPU, {cost}  [objective: {d.objective}]")
         if d.waits_for_capacity:
             lines.append(f"waits for capacity: {c.pool.name} has {c.pool.free_gpus} free GPUs now, the job needs "
                          f"{c.gpus}")
@@ -129,9 +132,10 @@ def render_table(d: Decision) -> str:
     if d.suggestions:
         lines.append("what would fit (each re-predicted and re-placed):")
         for s in d.suggestions:
+            cost = (f", {format_duration(s.predicted_runtime_seconds)}, {_money(s.predicted_cost_usd)}"
+                    if s.predicted_runtime_seconds else "")  # without train_tokens or steps (warned below)
             lines.append(f"  - {s.change}: peak {format_bytes(s.peak_vram_bytes)} per GPU -> {s.pool} "
-                         f"({s.gpus} x {s.gpu}), {format_duration(s.predicted_runtime_seconds)}, "
-                         f"{_money(s.predicted_cost_usd)}")
+                         f"({s.gpus} x {s.gpu}){cost}")
     elif d.decision == "unschedulable":
         lines.append(_no_fix_hint(d))
     lines += [f"warning: {w}" for w in d.warnings]

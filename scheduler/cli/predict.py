@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from predictors.errors import SpecError
-from predictors.hardware import gpu_catalog
+from predictors.hardware import alias_alternatives, gpu_catalog, lookup_gpu
 from predictors.predict import Prediction, predict, required_bytes
 from predictors.units import format_bytes
 from scheduler.placement import format_duration
@@ -32,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     if args.gpus is not None and args.gpus < 1:
         raise SpecError.one("--gpus", f"must be a positive integer; got {args.gpus}")
+    if args.gpu is not None:
+        lookup_gpu(args.gpu, "--gpu")  # a bad flag is the flag's error, not the spec file's
     jobs = read_jobs(args.spec, args.runtime)
 
     def timed(job: ParsedJob) -> tuple[Prediction, float]:
@@ -42,6 +44,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"vramfit: warning: {pred.gpu.name} has no bf16: {job.spec.precision} cannot run there (its "
                   f"runtime here is at the fp16 peak); use {job.spec.precision.replace('bf16', '16')}",
                   file=sys.stderr)
+        requested = args.gpu or job.spec.gpu
+        if pred.gpu is not None and requested and (others := alias_alternatives(requested)):
+            print(f"vramfit: warning: GPU {requested!r} read as {pred.gpu.name}; the catalog also has "
+                  f"{', '.join(others)}: name the card to be sure", file=sys.stderr)
+        if pred.gpu is not None and (verdict := fit_verdict(pred)):
+            print(f"vramfit: warning: {verdict}", file=sys.stderr)
         return pred, elapsed_ms
 
     answers = answer_each(jobs, args.spec if args.spec != "-" else "<stdin>", timed)
@@ -64,6 +72,28 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(outputs[0] if len(outputs) == 1 else outputs, indent=2))
     return 0
+
+
+def fit_verdict(pred: Prediction) -> str:
+    """Why the job may not fit the GPU it was predicted for ('' when it fits under the upper bound)."""
+    gpu = pred.gpu
+    if gpu is None:
+        return ""
+    v = pred.vram
+    paged = v.breakdown_bytes.get("paged_optimizer_states", 0)
+    resident = v.peak_vram_bytes - paged  # paged optimizer states move to host memory when the GPU is full
+    needed = required_bytes(pred.peak_vram_upper_bytes, v)
+    memory = gpu.memory_bytes
+    if resident > memory:
+        return (f"does not fit on {gpu.name}: the expected peak {format_bytes(resident)} per GPU"
+                + (" without the paged optimizer states" if paged else "") + f" is above its {format_bytes(memory)}")
+    if paged and v.peak_vram_bytes > memory:
+        return (f"fits on {gpu.name} only with the paged optimizer states ({format_bytes(paged)}) partly in host "
+                f"memory: the driver pages them over PCIe at every step, slower than the runtime shown")
+    if needed > memory:
+        return (f"may not fit on {gpu.name}: the upper bound {format_bytes(needed)} per GPU is above its "
+                f"{format_bytes(memory)} (the expected peak {format_bytes(v.peak_vram_bytes)} is below)")
+    return ""
 
 
 def render_table(pred: Prediction, title: str = "") -> str:

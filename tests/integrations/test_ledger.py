@@ -309,10 +309,18 @@ def test_the_pruner_cuts_keep_days_back_from_now(ledger_path):
 def test_collect_once_prunes_with_the_flag(ledger_path):
     _pruning_ledger(ledger_path).close()
     argv = ["collect", "--ledger", str(ledger_path), "--prometheus-url", "http://127.0.0.1:9", "--once"]
-    assert main(argv) == 0 and SqliteLedger(ledger_path).counts()["decisions"] == 4
-    assert main([*argv, "--prune-unjoined-days", "30"]) == 0
+    # nothing listens on port 9: the one-shot sweep fails visibly (exit 1), after pruning
+    assert main(argv) == 1 and SqliteLedger(ledger_path).counts()["decisions"] == 4
+    assert main([*argv, "--prune-unjoined-days", "30"]) == 1
     assert SqliteLedger(ledger_path).get_decision("d-lone") is None
     assert SqliteLedger(ledger_path).counts()["decisions"] == 3
+
+
+def test_collect_once_names_an_unreachable_prometheus(ledger_path, capsys):
+    """A sweep with no finished job asks Prometheus nothing; the start-up query still finds a wrong URL."""
+    argv = ["collect", "--ledger", str(ledger_path), "--prometheus-url", "http://127.0.0.1:9/", "--once"]
+    assert main(argv) == 1
+    assert "cannot query Prometheus at http://127.0.0.1:9/" in capsys.readouterr().err
 
 
 def test_the_dcgm_sweep_asks_only_about_jobs_within_the_lookback(ledger_path, monkeypatch):

@@ -436,6 +436,11 @@ def test_sweep_refuses_to_overwrite_and_to_start_without_packages(tmp_path: Path
     monkeypatch.setattr(runner_module, "missing_packages", lambda: ["torch"])
     with pytest.raises(CalibrateError, match=r"vramfit\[calibrate\]"):
         run_sweep([_one_config()], out, "t", RunnerOptions(), resume=True)
+    assert out.read_text(encoding="utf-8").count("\n") == 1  # a file it did not create is left as it was
+    fresh = tmp_path / "new" / "rows.jsonl"
+    with pytest.raises(CalibrateError, match=r"vramfit\[calibrate\]"):
+        run_sweep([_one_config()], fresh, "t", RunnerOptions())
+    assert not fresh.exists()  # no empty file left behind
 
 
 def test_cli_lists_without_torch(capsys: pytest.CaptureFixture[str]) -> None:

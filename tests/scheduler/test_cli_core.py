@@ -195,3 +195,36 @@ def test_evaluate_all_levels_compares_each_measured_level(capsys: pytest.Capture
     every = json.loads(capsys.readouterr().out)
     assert set(every["by_metric"]) == {"allocated", "reserved", "nvml"}
     assert every["by_metric"]["nvml"]["n"] == every["by_metric"]["allocated"]["n"] == one["overall"]["n"]
+
+
+def test_a_bad_gpu_flag_is_the_flags_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", str(REPO / "examples" / "llama-3.1-8b-lora.yaml"), "--gpu", "Z100"]) == 2
+    err = capsys.readouterr().err
+    assert "`--gpu` unknown GPU 'Z100'" in err
+    assert "llama-3.1-8b-lora.yaml" not in err  # the spec file is fine
+
+
+@pytest.mark.parametrize(("example", "gpu", "warning"), [
+    ("llama-3.1-8b-full.yaml", "RTX-4090", "does not fit on RTX-4090: the expected peak"),
+    # torchtune's 8B recipe for 24 GB cards: its paged 8-bit states go to host memory, the rest fits
+    ("llama-3.1-8b-full-24gb.yaml", "RTX-4090", "fits on RTX-4090 only with the paged optimizer states"),
+    ("llama-3.1-8b-lora.yaml", "A100", "GPU 'A100' read as A100-80GB; the catalog also has A100-40GB"),
+    ("llama-3.1-8b-lora.yaml", "A100-80GB", None),
+])
+def test_predict_warns_when_the_named_gpu_is_too_small_or_ambiguous(
+        example: str, gpu: str, warning: str | None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", str(REPO / "examples" / example), "--gpu", gpu]) == 0
+    err = capsys.readouterr().err
+    if warning is None:
+        assert "warning" not in err
+    else:
+        assert warning in err
+
+
+def test_a_file_of_the_wrong_kind_gets_a_bounded_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "notes.md"
+    runs.write_text("".join(f"line {i} of prose\n" for i in range(300)))
+    assert main(["evaluate", "--runs", str(runs)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert "300 problems" in err[0] and len(err) == 52
+    assert err[-1] == "  ... and 250 more (the first 50 are shown)"

@@ -164,3 +164,18 @@ def test_each_decision_of_a_multi_document_file_names_its_job(tmp_path: Path,
 def test_a_single_manifests_decision_names_its_job(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["place", str(EXAMPLES / "jobs" / "torchtune-trainjob.yaml"), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["job"].startswith("TrainJob ")
+
+
+def test_without_train_tokens_the_table_says_runtime_and_cost_are_unknown(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "no-tokens.yaml"
+    spec.write_text("model: llama-3.1-8b\nmethod: lora\n")
+    assert main(["place", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "per GPU, runtime and cost unknown (no train_tokens or steps)" in out.splitlines()[0]
+    assert "-, -" not in out
+    big = tmp_path / "big.yaml"
+    big.write_text("model: llama-3.1-70b\nmethod: full\ngpus: 8\nsharding: zero3\n")
+    assert main(["place", str(big)]) == 1
+    out = capsys.readouterr().out
+    assert "what would fit" in out and "-, -" not in out
