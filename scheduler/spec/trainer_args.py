@@ -598,8 +598,17 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
             if to_bool(keys.get("galore_layerwise")) is True:
                 implied["optimizer_in_backward"] = Setting(True, f"{label} key galore_layerwise", where)
         if to_bool(keys.get("use_badam")) is True:
-            notes.append(f"{label} sets use_badam: BAdam trains one block at a time in half precision (states for "
-                         "that block only); read as full fine-tuning with AdamW (an over-estimate)")
+            mode = str(keys.get("badam_mode") or "layer").strip().lower()
+            if ftype == "full" and mode == "layer" and "freeze_trainable_layers" not in keys:
+                # BAdam (BAdamArgument, badam_mode default "layer") trains one decoder block at a time, switching
+                # blocks every badam_switch_interval steps: gradients and states for that block only. The run's
+                # worst moment is the lowest block's turn, when backward runs through every block above it: the
+                # first block, trainable_layers -1
+                implied["trainable_layers"] = Setting(-1, f"{label} key use_badam (BAdam trains one block at a time; "
+                                                          "its worst case is the first block's turn)", where)
+            else:
+                notes.append(f"{label} sets use_badam with badam_mode {mode}: BAdam trains part of the model at a "
+                             "time; read as full fine-tuning (an over-estimate)")
     if flavour == "axolotl config":
         implied.update(_axolotl_defaults(keys, label, where))
         if keys.get("unfrozen_parameters") not in (None, "", []) and keys.get("adapter") in (None, ""):

@@ -60,3 +60,23 @@ def test_llamafactory_freeze_tuning() -> None:
     notes = " ".join(first.assumptions)
     assert "freeze_trainable_modules mlp" in notes and "an over-estimate" in notes
     assert "freeze_extra_modules embed_tokens" in notes and "an under-estimate" in notes
+
+
+def test_llamafactory_badam_is_one_block_at_a_time() -> None:
+    """BAdam's layer mode trains one decoder block at a time; the worst moment is the first block's turn, backward
+    running through every block: trainable_layers -1. Its ratio mode stays full fine-tuning, noted."""
+    base = {"model_name_or_path": M, "stage": "sft", "do_train": True, "finetuning_type": "full", "use_badam": True,
+            "badam_switch_interval": 50, "template": "llama2", "cutoff_len": 1024, "per_device_train_batch_size": 1,
+            "pure_bf16": True}
+
+    def job(**extra: object) -> Any:
+        cfg = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+               "data": {"badam.yaml": yaml.safe_dump({**base, **extra})}}
+        return one_job(cfg, pod(["llamafactory-cli", "train", "/cfg/badam.yaml"]))
+
+    layer = job()
+    assert (layer.spec.method, layer.spec.trainable_layers) == ("full", -1)
+    assert "BAdam trains one block at a time" in layer.provenance["trainable_layers"]
+    ratio = job(badam_mode="ratio")
+    assert ratio.spec.trainable_layers is None
+    assert any("badam_mode ratio" in a and "over-estimate" in a for a in ratio.assumptions)
