@@ -145,8 +145,11 @@ def optimizer_note(value: Any, source: str) -> str | None:
     if mapped == value:
         return None
     if text.startswith("apollo"):
-        return (f"optimizer {value} ({source}) keeps low-rank projected states; read as {mapped} with full-size "
-                "states (an over-estimate)")
+        # APOLLO (transformers' apollo_adamw, _setup_low_rank_optimizer as GaLore's) keeps AdamW's moments on a
+        # rank-r projection of each targeted matrix, projected at random (no SVD, the projector regenerated from a seed)
+        return (f"optimizer {value} ({source}) keeps AdamW's states on a low-rank projection; read as GaLore's "
+                "projected states at its rank (the projector and GaLore's SVD workspace, which APOLLO's random "
+                "projection does not keep, are a small over-estimate)")
     if "lion" in text and "8bit" in text:
         return f"optimizer {value} ({source}) keeps 8-bit states; read as lion with 32-bit states (an over-estimate)"
     if "lomo" in text:
@@ -453,8 +456,9 @@ def _resolve_galore(raw: Mapping[str, Setting], name: Setting, out: Settings, no
     args = raw.get("_optim_args")
     text = _optim_args(args.value).get("rank", "") if args is not None else ""
     rank = int(text) if text.isdigit() else None
+    kind = "APOLLO" if str(name.value).strip().lower().startswith("apollo") else "GaLore"
     out["galore_rank"] = Setting(rank or 128, f"{args.source} rank" if rank else
-                                 f"{name.source} (transformers' GaLore default rank 128)", name.where)
+                                 f"{name.source} (transformers' {kind} default rank 128)", name.where)
     targets = raw.get("_optim_target_modules")
     roles = galore_targets(targets.value) if targets is not None else None
     if roles is not None:
@@ -585,6 +589,20 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
             if keys.get("freeze_extra_modules") not in (None, ""):
                 notes.append(f"{label} sets freeze_extra_modules {keys['freeze_extra_modules']}: those modules train "
                              "too and are not counted (an under-estimate of their gradients and optimizer states)")
+        if to_bool(keys.get("use_apollo")) is True and to_bool(keys.get("use_galore")) is not True:
+            # ApolloArguments: apollo_rank 16, apollo_target "all", apollo_layerwise False; read as GaLore's
+            # projected states (see optimizer_note)
+            rank = keys.get("apollo_rank")
+            implied["galore_rank"] = Setting(16 if rank in (None, "") else rank, f"{label} key apollo_rank" if rank
+                                             not in (None, "") else f"{label} (use_apollo: apollo_rank default 16)",
+                                             where)
+            targets = galore_targets(keys.get("apollo_target", "all"))
+            if targets is not None:
+                implied["galore_target_modules"] = Setting(targets, f"{label} key apollo_target", where)
+            if to_bool(keys.get("apollo_layerwise")) is True:
+                implied["optimizer_in_backward"] = Setting(True, f"{label} key apollo_layerwise", where)
+            notes.append(f"{label} sets use_apollo: APOLLO's states on a rank-{implied['galore_rank'].value} random "
+                         "projection, read as GaLore's (its projector and SVD workspace a small over-estimate)")
         if to_bool(keys.get("use_galore")) is True:
             # LLaMA-Factory's GaloreArguments (hparams/finetuning_args.py): galore_rank 16, galore_target "all",
             # galore_layerwise False; layer-wise GaLore steps each parameter in its gradient hook
@@ -1162,7 +1180,8 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     name = raw.get("_optimizer_name")
     if name is not None and (note := optimizer_note(name.value, name.source)) is not None:
         notes.append(note)
-    if name is not None and str(name.value).strip().lower().startswith("galore") and "galore_rank" not in out:
+    if name is not None and str(name.value).strip().lower().startswith(("galore", "apollo")) \
+            and "galore_rank" not in out:
         _resolve_galore(raw, name, out, notes)
     if name is not None and str(name.value).strip().lower().endswith("_fused") and "fused_optimizer" not in out \
             and out.get("optimizer") is not None and out["optimizer"].value in FUSABLE_OPTIMIZERS:

@@ -80,3 +80,23 @@ def test_llamafactory_badam_is_one_block_at_a_time() -> None:
     ratio = job(badam_mode="ratio")
     assert ratio.spec.trainable_layers is None
     assert any("badam_mode ratio" in a and "over-estimate" in a for a in ratio.assumptions)
+
+
+def test_apollo_is_read_as_galores_projected_states() -> None:
+    """APOLLO (transformers' apollo_adamw: rank 128 by default, GaLore's _setup_low_rank_optimizer; LLaMA-Factory's
+    use_apollo: apollo_rank 16, apollo_target all) keeps AdamW's moments on a random rank-r projection: GaLore's
+    states, where before it was AdamW's full states."""
+    hf = one_job(pod([*HF, "--optim", "apollo_adamw_layerwise", "--optim_target_modules", "attn", "mlp"])).spec
+    assert (hf.optimizer, hf.galore_rank, hf.optimizer_in_backward) == ("adamw", 128, True)
+    assert hf.galore_target_modules == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    ranked = one_job(pod([*HF, "--optim", "apollo_adamw", "--optim_args", "rank=256,proj=random"])).spec
+    assert ranked.galore_rank == 256
+    config = {"model_name_or_path": M, "stage": "sft", "do_train": True, "finetuning_type": "full",
+              "use_apollo": True, "template": "llama2", "cutoff_len": 1024, "per_device_train_batch_size": 1,
+              "bf16": True}
+    cfg = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+           "data": {"apollo.yaml": yaml.safe_dump(config)}}
+    lf = one_job(cfg, pod(["llamafactory-cli", "train", "/cfg/apollo.yaml"]))
+    assert (lf.spec.galore_rank, lf.spec.galore_target_modules, lf.spec.optimizer_in_backward) == (
+        16, "all-linear", None)
+    assert any("use_apollo" in a for a in lf.assumptions)

@@ -89,7 +89,7 @@ def test_tf32_flag_is_noted_as_a_runtime_over_estimate() -> None:
 @pytest.mark.parametrize(
     ("optim", "fragment"),
     [
-        ("apollo_adamw", "low-rank projected states"),  # GaLore is modelled: test_galore_parse.py
+        ("apollo_adamw", "states on a low-rank projection"),  # read as GaLore's: test_galore_parse.py
         ("lion_8bit", "8-bit states"),
         ("rmsprop", "one state per parameter"),
     ],
