@@ -147,8 +147,8 @@ class RuntimePrediction:
         transfers compute hides). Zero parts are left out."""
         c = self.components_seconds
         bound, under = ("compute", "memory_floor") if c["compute"] >= c["memory_floor"] else ("memory_floor", "compute")
-        additive = (bound, "dequantization", "lora_elementwise", "eager_elementwise", "eager_attention_scores",
-                    "reference_forward", "teacher_forward", "host_wait",
+        additive = (bound, "dequantization", "lora_elementwise", "dora_base_recompute", "eager_elementwise",
+                    "eager_attention_scores", "reference_forward", "teacher_forward", "host_wait",
                     "pipeline_bubble", "optimizer_step", "communication_exposed", "tensor_parallel_communication",
                     "context_parallel_exposed", "cpu_optimizer_step")
         parts = {name: c[name] for name in additive if c.get(name, 0.0) > 0}
@@ -413,6 +413,29 @@ def _dora_norm_bytes(spec: TrainingSpec, arch: Architecture) -> float:
     return per_forward * (1.0 + recomputed_fraction(spec, arch))
 
 
+def _dora_base_recompute_seconds(spec: TrainingSpec, arch: Architecture, gpu: GpuSpec, table: EfficiencyTable,
+                                 model_flops_per_second: float) -> float:
+    """Seconds per token of the base matmuls a PEFT DoRA layer with adapter dropout runs again: it recomputes the
+    base output from the dropped-out input, ``F.linear(dropout(x), weight.to(x.dtype))`` with x in the adapter's
+    dtype (peft/tuners/lora/dora.py DoraLinearLayer.forward; predictors/vram.py _dora_base_copy_bytes_per_block),
+    forward, the input's gradient in backward and the recomputed forward under checkpointing. PEFT's adapters are
+    fp32, so on a 16-true/bf16-true model these matmuls run in fp32 on the CUDA cores; under autocast and on a
+    32-true model at the model's own rate. vramfit's H100 rows (Llama-3.2-1B all-linear DoRA, 4 x 1,024 tokens):
+    dropout 0.05 makes a step 0.32 s (no checkpointing) and 0.49 s (full) longer than dropout 0, 2.5x-2.9x."""
+    lora = spec.resolved_lora
+    if lora is None or not lora.use_dora or lora.dropout == 0 or spec.framework == "torchtune":
+        return 0.0
+    ratio = _decoder_ratio(spec, arch)
+    flops = sum(2.0 * g.in_features * g.out_features * _rows_per_token(arch, g, ratio)
+                for g in arch.lora_groups(lora.target_modules) if g.role != "lm_head")
+    flops *= 2.0 + recomputed_fraction(spec, arch)
+    if spec.precision in ("16-true", "bf16-true"):
+        rate = gpu.dense_flops("32-true") * table.fp32_flops_utilization
+    else:
+        rate = model_flops_per_second
+    return flops / rate
+
+
 def _mlp_width(arch: Architecture) -> float:
     """Intermediate width one token goes through per block (MoE: its routed experts and the shared one)."""
     if arch.is_moe:
@@ -545,6 +568,9 @@ def predict_runtime(
                            + _dora_norm_bytes(spec, arch)) / (tp * pp)
                           / (gpu.memory_bandwidth_bytes_per_second * table.memory_bandwidth_utilization))
     micro_s += lora_traffic_s
+    dora_base_s = (_dora_base_recompute_seconds(spec, arch, gpu, table, peak * efficiency)
+                   * tokens_micro / cp / (tp * pp))
+    micro_s += dora_base_s
     # eager attention writes the seq x seq scores and reads them back (mask, fp32 softmax, cast, dropout, the
     # value matmul; the same again in backward); sdpa/flash kernels keep them on chip
     eager_scores_s = 0.0
@@ -724,6 +750,7 @@ def predict_runtime(
         "memory_floor": memory_floor_s * n_micro,
         "dequantization": dequant_s * n_micro,
         "lora_elementwise": lora_traffic_s * n_micro,
+        "dora_base_recompute": dora_base_s * n_micro,
         "eager_elementwise": elementwise_s * n_micro,
         "eager_attention_scores": eager_scores_s * n_micro,
         "reference_forward": reference_s * n_micro,

@@ -570,6 +570,18 @@ def _predict_stage(
     acts = _activations(spec, arch, e, mixed, lay)
     act = acts.total
     logits = _logits(spec, arch, e, lay)
+    # DoRA: the weight norm's temporaries (one layer's, in its forward) and, with adapter dropout, the base weights
+    # that PEFT recomputes the base output with (per block; what full checkpointing recomputes holds one block's)
+    dora_work = dora_copy_block = 0.0
+    dora_copy_blocks = 0
+    if lora is not None and lora.use_dora:
+        dora_work = _dora_workspace(arch, lora, int(adapter_bytes), lay.tp)
+        dora_copy_block = _dora_base_copy_bytes_per_block(spec, arch, lora, e, mixed, lay.sharding) * scale / lay.tp
+        dora_copy_blocks = per_stage_layers
+        if spec.gradient_checkpointing == "full":  # the block being recomputed + the unchecked ones
+            every = spec.checkpoint_every_n_layers or 1
+            dora_copy_blocks = per_stage_layers - math.ceil(per_stage_layers / every) + 1
+    dora_copies = dora_copy_block * dora_copy_blocks
     cached_logits = logits  # what the allocator still holds of them at an optimizer-step peak
     cached_other_phase = 0.0  # what it still holds of the backward phase that is not the peak
     if lay.pp > 1:
@@ -588,8 +600,11 @@ def _predict_stage(
         # rows reserve 2.0-6.2 GiB above allocated here, what the two phases together would allocate (the sum
         # counted before the phases were told apart predicted their reserved peak within -2..+2 %)
         cached_other_phase = max(acts.total + logits - max(acts.kept + logits_phase, acts.total), 0.0)
-        if logits_phase >= acts.recompute:
+        if logits_phase >= acts.recompute + dora_work + dora_copy_block:
             act, logits = acts.kept, logits_phase
+            # DoRA's weight-norm temporaries and the recomputed block's base-weight copies come after the logits are
+            # freed (vramfit's H100 rows: checkpointed DoRA on Llama-3.2-1B peaks at the same 8.65 GiB as LoRA)
+            dora_work, dora_copies = 0.0, dora_copies - dora_copy_block
             notes.append("framework transformers: backward peaks with the logits; the recomputed block comes after "
                          "they are freed")
         else:
@@ -720,12 +735,15 @@ def _predict_stage(
         # forward and backward (sharded where the sharding reduces them every micro-batch)
         pp_grads = grads
     teacher_forward, distillation = _distillation_bytes(spec, arch, teacher, e, lay)
-    dora_work = 0.0
     if lora is not None and lora.use_dora:
-        dora_work = _dora_workspace(arch, lora, int(adapter_bytes), lay.tp)
         notes.append(f"DoRA: magnitude vectors train beside the adapters; each adapted layer keeps its base and "
-                     f"adapter outputs for backward, and its weight norm needs {dora_work / 2**30:.2f} GiB of "
-                     "temporaries (the largest adapted layer's)")
+                     f"adapter outputs for backward, and its weight norm needs "
+                     f"{_dora_workspace(arch, lora, int(adapter_bytes), lay.tp) / 2**30:.2f} GiB of temporaries (the "
+                     "largest adapted layer's)")
+        if dora_copy_block:
+            notes.append(f"DoRA with adapter dropout: PEFT recomputes each adapted layer's base output from the "
+                         f"dropped-out input with the base weight cast to the adapter's dtype, and keeps that copy for "
+                         f"backward: {dora_copies / 2**30:.2f} GiB here (lora.dropout 0 avoids it)")
     if teacher_gathered:
         resident["gathered_params"] = max(gathered, teacher_gathered)
     backward_phase = {
@@ -736,6 +754,7 @@ def _predict_stage(
         "teacher_forward": teacher_forward,
         "distillation_loss": distillation,
         "dora_workspace": dora_work,
+        "dora_weight_copies": dora_copies,
         "quantization_workspace": quant_work,
         "autocast_weight_copies": amp_copies,
     }
@@ -751,7 +770,15 @@ def _predict_stage(
         if opt == "adafactor" or spec.galore_rank:
             in_backward_step = step_tmp
         elif opt in ("adamw", "lion") and not offload_states and not spec.fused_optimizer:
-            in_backward_step = largest * state_dtype_bytes / (dp if shard_states else 1)
+            stepped = largest
+            if lora is None and arch.tie_word_embeddings:
+                # a tied head's gradient is complete only when backward reaches the embedding, after the blocks'
+                # activations are freed, so its step's temporaries never meet the peak; a block's largest matrix
+                # does (vramfit's H100 rows, tied Llama-3.2-1B / Qwen2.5-1.5B: the same peak with and without
+                # optimizer_in_backward)
+                stepped = float(max((g.in_features * g.out_features for g in arch.linears if g.role != "lm_head"),
+                                    default=0)) * scale / lay.tp
+            in_backward_step = stepped * state_dtype_bytes / (dp if shard_states else 1)
         backward_phase["gradients"] = one_grad
         backward_phase["optimizer_step_workspace"] = in_backward_step
         in_backward_step += one_grad
@@ -938,6 +965,29 @@ def _dora_bytes_per_output(lora: LoraSpec, e: int, adapter_bytes: int) -> float:
     (Linear.forward). PEFT's MetaMathQA benchmark (Llama-3.2-3B, q/v rank 32, batch 4 x 768, L40S): DoRA peaks
     2.27 GB above LoRA; these 6 bytes give 2.1 GB."""
     return (e if lora.dropout == 0 else adapter_bytes) + adapter_bytes
+
+
+def _dora_base_copy_bytes_per_block(spec: TrainingSpec, arch: Architecture, lora: LoraSpec, e: int, mixed: bool,
+                                    sharding: str) -> float:
+    """Bytes per block of the base weights a PEFT DoRA layer with adapter dropout keeps for backward. With dropout
+    the layer cannot reuse the base layer's output (it was computed from the input before dropout), so it computes
+    ``F.linear(dropout(x), weight.to(x.dtype))`` again, x in the adapter's dtype (peft/tuners/lora/layer.py
+    Linear.forward, ``base_result = None`` when the dropout is not an identity; peft/tuners/lora/dora.py
+    DoraLinearLayer.forward). The input needs its gradient, so autograd keeps that weight operand: an fp32 copy of
+    every adapted 16-bit (or dequantized 4-bit) weight under 16-true/bf16-true (vramfit's H100 rows, Llama-3.2-1B
+    all-linear DoRA, dropout 0.05, no checkpointing: 34.36 GiB against 26.66 GiB without dropout, 3.6 GiB of it
+    these copies); autocast's 16-bit cast of the fp32 weight under mixed precision without a sharding engine; none
+    for a 32-true model (the cast returns the weight itself), FSDP/DeepSpeed's 16-bit compute weights, or torchtune's
+    DoRALinear (which reuses its base output)."""
+    if lora.dropout == 0 or not lora.use_dora or spec.framework == "torchtune" or e == 4:
+        return 0.0
+    if mixed:
+        copy_bytes = 2.0 if sharding in ("none", "ddp") else 0.0
+    else:
+        copy_bytes = 4.0
+    blocks = max(arch.num_layers + arch.num_encoder_layers, 1)
+    return sum(g.count * g.in_features * g.out_features for g in arch.lora_groups(lora.target_modules)
+               if g.role != "lm_head") / blocks * copy_bytes
 
 
 def _dora_workspace(arch: Architecture, lora: LoraSpec, adapter_bytes: int, tp: int) -> float:

@@ -52,7 +52,7 @@ MEASURED_DIR = Path(__file__).resolve().parents[2] / "predictors" / "data" / "me
 OWN_ROWS = {
     # file: (rows at least, OOM rows at least, allocated, reserved, nvml, throughput as (median, p90) ceilings)
     "H200.jsonl": (121, 2, (0.019, 0.041), (0.043, 0.112), (0.039, 0.104), (0.145, 0.420)),
-    "H100-80GB.jsonl": (38, 0, (0.012, 0.039), (0.049, 0.111), (0.047, 0.108), (0.176, 0.484)),
+    "H100-80GB.jsonl": (88, 1, (0.016, 0.039), (0.046, 0.131), (0.044, 0.125), (0.194, 0.535)),
 }
 
 
