@@ -9,7 +9,7 @@ oracle (target <= 1.10). Run: ``python bench/placement_quality.py [RUNS.jsonl]``
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +30,12 @@ def _pools_for(gpus: int) -> list[NodePool]:
 
 
 def main() -> None:
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_RUNS
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("runs", nargs="?", type=Path, default=DEFAULT_RUNS,
+                        help="reference runs JSONL (default: the dev runs in ../shared/reference)")
+    path = parser.parse_args().runs
+    if not path.is_file():
+        parser.error(f"{path}: no such file")
     runs = [r for r in parse_runs(path.read_text(encoding="utf-8"), str(path))
             if r.measured.peak_bytes is not None and not r.measured.oom]
     violations: list[str] = []

@@ -258,9 +258,15 @@ def _attention_forward_flops(arch: Architecture, seq_len: int, decoder_ratio: fl
 def recomputed_fraction(spec: TrainingSpec, arch: Architecture) -> float:
     """Share of the blocks whose forward runs again in backward: all of them under full gradient checkpointing,
     ``ceil(blocks / n) / blocks`` when only every n-th block is checkpointed (``checkpoint_every_n_layers``), none
-    otherwise (selective checkpointing recomputes the attention core only: :func:`flops_per_token`)."""
+    otherwise (selective checkpointing recomputes the attention core only: :func:`flops_per_token`); under
+    ``checkpoint_trained_blocks_only`` the trained share of the blocks backward runs through."""
     if spec.gradient_checkpointing != "full":
         return 0.0
+    if spec.checkpoint_trained_blocks_only and spec.trainable_layers is not None:
+        # of the blocks backward runs through, only the trained ones are checkpointed (flops_per_token and the
+        # weight passes scale this by the blocks backward runs through)
+        trained, through = trained_blocks(spec, arch)
+        return trained / max(through, 1)
     every = spec.checkpoint_every_n_layers or 1
     blocks = arch.num_layers + arch.num_encoder_layers
     if every == 1 or blocks <= 0:

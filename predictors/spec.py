@@ -341,6 +341,13 @@ class TrainingSpec(BaseModel):
                           "zero_hpz_partition_size; FSDP2 reshard_after_forward=<int>): 16-bit parameters / this "
                           "size more per GPU, backward's gathers on the node's links. Unset: no second copy"
     )
+    checkpoint_trained_blocks_only: bool | None = Field(
+        None, description="vramfit extension: with gradient_checkpointing full and trainable_layers, only the blocks "
+                          "that train are checkpointed; the frozen blocks backward runs through (above the first -n "
+                          "trained ones) keep all their activations (LLaMA-Factory's gradient-checkpointing function "
+                          "runs a block without trainable parameters unchecked). Unset or false: every block "
+                          "checkpointed"
+    )
     checkpoint_every_n_layers: PositiveCount | None = Field(
         None, description="vramfit extension: with gradient_checkpointing full, only every n-th block is "
                           "checkpointed and the others keep all their activations (transformers "
@@ -469,6 +476,15 @@ class TrainingSpec(BaseModel):
                 f"checkpoint_every_n_layers applies to full gradient checkpointing (every n-th block checkpointed, "
                 f"the others keeping their activations); gradient_checkpointing is {self.gradient_checkpointing}. "
                 "To fix: set gradient_checkpointing: full, or drop checkpoint_every_n_layers")
+        if self.checkpoint_trained_blocks_only and self.gradient_checkpointing != "full":
+            raise ValueError(
+                f"checkpoint_trained_blocks_only applies to full gradient checkpointing; gradient_checkpointing is "
+                f"{self.gradient_checkpointing}. To fix: set gradient_checkpointing: full, or drop "
+                "checkpoint_trained_blocks_only")
+        if self.checkpoint_trained_blocks_only and (self.checkpoint_every_n_layers or 1) > 1:
+            raise ValueError(
+                "checkpoint_trained_blocks_only with checkpoint_every_n_layers > 1 is not modelled. To fix: drop one "
+                "of them")
         if self.cross_entropy not in (None, "full") and self.task in ("seq-classification", "token-classification"):
             raise ValueError(
                 f"cross_entropy applies to the vocabulary-sized loss of causal-lm and masked-lm; task {self.task} "

@@ -790,6 +790,12 @@ def _predict_stage(
         notes.append(f"checkpoint_every_n_layers {spec.checkpoint_every_n_layers}: "
                      f"{math.ceil(blocks / spec.checkpoint_every_n_layers)} of {blocks} blocks checkpointed, the "
                      "others keep all their activations")
+    if spec.checkpoint_trained_blocks_only and spec.trainable_layers is not None \
+            and spec.gradient_checkpointing == "full":
+        trained, through = trained_blocks(spec, arch)
+        if through > trained:
+            notes.append(f"checkpoint_trained_blocks_only: {trained} trained blocks checkpointed; the "
+                         f"{through - trained} frozen blocks backward runs through keep all their activations")
     if spec.activation_offloading:
         notes.append(f"activation_offloading: saved activations wait in CPU memory; {_OFFLOADED_BLOCKS_ON_GPU} "
                      "blocks' worth are on the GPU in backward")
@@ -1198,6 +1204,12 @@ def _activations(
         stack = layers * per_layer
         biggest = per_layer
         scores = layers * score_bytes * s / lay.tp
+        if full and spec.trainable_layers is not None and layers > trained_blocks(spec, arch)[0]:
+            # freeze tuning, the first -n blocks trained: the frozen blocks above them, which backward runs through,
+            # keep neither their linears' inputs (no weight gradient) nor their norms' normalised outputs
+            trained_norm = (4 if amp_fp32_model else e) * h if not compiled else 0.0
+            frozen_less = (e * h * 2 + e * width + trained_norm * arch.norms_per_layer) / lay.tp
+            stack -= (layers - min(trained_blocks(spec, arch)[0], layers)) * frozen_less
         layer_scores = score_bytes * s / lay.tp
 
     ckpt = spec.gradient_checkpointing
@@ -1222,6 +1234,15 @@ def _activations(
             offloadable_blocks = math.ceil(blocks / every)
             uncheckpointed = (1.0 - offloadable_blocks / blocks) * stack
             act_per_token *= offloadable_blocks / blocks
+        elif spec.checkpoint_trained_blocks_only and spec.trainable_layers is not None:
+            # LLaMA-Factory checkpoints a block only if it has trainable parameters
+            # (src/llamafactory/model/model_utils/checkpointing.py, get_custom_gradient_checkpointing_func): the
+            # frozen blocks that backward runs through (above the first -n trained ones) keep all their activations
+            trained = min(trained_blocks(spec, arch)[0], layers)
+            if layers > trained:
+                offloadable_blocks = trained
+                uncheckpointed = stack - trained * per_layer  # the frozen blocks' (stack counts them as frozen)
+                act_per_token *= trained / layers
     elif ckpt == "selective":
         # recompute the cheap element-wise ops; keep matmul inputs/outputs (Korthikanti et al. 2022). The attention
         # core (scores, softmax, dropout: their 5as/h term) is always among what is recomputed, so eager attention's

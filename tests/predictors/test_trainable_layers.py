@@ -42,7 +42,8 @@ def test_mixed_precision_upcasts_what_trains_only() -> None:
 
 def test_backward_stops_at_the_lowest_trained_block() -> None:
     """Llama-3.1-8B, 32 blocks, no checkpointing, 8 x 4,096 tokens (a backward-phase peak): the last 4 blocks keep
-    activations (1/8 of every block's), the first 4 train with backward running through all 32."""
+    activations (1/8 of every block's), the first 4 train with backward running through all 32, whose frozen blocks
+    keep less than trained ones."""
     def vram(**kw: Any) -> Any:
         spec = TrainingSpec.model_validate({"model": "llama-3.1-8b", "precision": "bf16-true", "seq_len": 4096,
                                             "micro_batch_size": 8, **kw})
@@ -57,7 +58,11 @@ def test_backward_stops_at_the_lowest_trained_block() -> None:
     assert trained_blocks(spec_first, arch) == (4, 32)
     final_norm = every.breakdown_bytes["activations"] - 32 * _per_block(every, last)
     assert last.breakdown_bytes["activations"] == pytest.approx(4 * _per_block(every, last) + final_norm, rel=1e-9)
-    assert first.breakdown_bytes["activations"] == every.breakdown_bytes["activations"]
+    # the 28 frozen blocks above the first 4 keep what a block keeps, less their linears' inputs (q/k/v and
+    # gate/up share one 4,096-wide input each, down's is 14,336 wide) and their norms' normalised outputs (two per
+    # block), in bf16: the frozen weights need no gradient
+    frozen_less = 2 * 4096 * 2 + 2 * 14336 + 2 * 4096 * 2
+    assert every.breakdown_bytes["activations"] - first.breakdown_bytes["activations"] == 28 * 8 * 4096 * frozen_less
     assert last.params_trainable == first.params_trainable < every.params_trainable / 7
     assert last.peak_allocated_bytes < first.peak_allocated_bytes < every.peak_allocated_bytes
 
@@ -116,3 +121,39 @@ def test_more_layers_than_the_model_has_is_every_block_and_encoder_decoders_are_
     spec = TrainingSpec.model_validate({"model": "t5-base", "trainable_layers": 2})
     with pytest.raises(SpecError, match="has an encoder and a decoder"):
         predict_vram_of(spec)
+
+
+def test_checkpointing_the_trained_blocks_only_leaves_the_frozen_ones_whole() -> None:
+    """checkpoint_trained_blocks_only (LLaMA-Factory runs a block without trainable parameters unchecked): with the
+    first 4 of Llama-3.1-8B's 32 blocks trained, the 28 frozen blocks backward runs through keep what they keep
+    without checkpointing instead of their bf16 input; with the last 4 trained nothing changes; only the trained
+    blocks' forward runs again."""
+    def spec(n: int, ckpt: str, **kw: Any) -> TrainingSpec:
+        return TrainingSpec.model_validate({"model": "llama-3.1-8b", "precision": "bf16-true", "seq_len": 4096,
+                                            "micro_batch_size": 8, "framework": "transformers", "trainable_layers": n,
+                                            "gradient_checkpointing": ckpt, **kw})
+
+    def acts(s: TrainingSpec) -> float:
+        return predict_vram_of(s).breakdown_bytes["activations"]
+
+    frozen_block = (acts(spec(-4, "none")) - acts(spec(4, "none"))) / 28
+    only = spec(-4, "full", checkpoint_trained_blocks_only=True)
+    tokens = 8 * 4096
+    assert acts(only) - acts(spec(-4, "full")) == pytest.approx(28 * (frozen_block - 2 * 4096 * tokens), rel=1e-9)
+    assert acts(spec(4, "full", checkpoint_trained_blocks_only=True)) == acts(spec(4, "full"))
+    assert any("28 frozen blocks backward runs through keep all their activations" in n
+               for n in predict_vram_of(only).notes)
+    arch = resolve_model(only).architecture
+    assert flops_per_token(only, arch).recompute == pytest.approx(
+        flops_per_token(spec(-4, "full"), arch).recompute * 4 / 32, rel=1e-12)
+
+
+@pytest.mark.parametrize(("fields", "part"), [
+    ({"gradient_checkpointing": "none"}, "checkpoint_trained_blocks_only applies to full gradient checkpointing"),
+    ({"gradient_checkpointing": "full", "checkpoint_every_n_layers": 2}, "checkpoint_every_n_layers > 1 is not"),
+])
+def test_checkpoint_trained_blocks_only_input_errors(fields: dict[str, Any], part: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_training_spec({"model": "gpt2", "trainable_layers": -2, "checkpoint_trained_blocks_only": True,
+                             **fields})
+    assert part in str(err.value)
