@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from predictors.architecture import architecture_from_config
+from predictors.architecture import Architecture, architecture_from_config
 from predictors.catalog import lookup_model
 from predictors.errors import FieldProblem, SpecError
 from predictors.spec import HYBRID_SHARDING, TrainingSpec, parse_training_spec
@@ -39,10 +39,9 @@ from scheduler.spec.trainer_args import (
     launch_count,
     looks_like_trainer_config,
     read_command,
-    read_mapping,
     read_pairs,
+    read_trainer_config,
     resolve,
-    trainer_config_defaults,
 )
 from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load, too_long, yaml_error_text
 
@@ -218,6 +217,7 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
         )
     notes += _check_model(w.obj, merged)
     notes += _cap_default_seq_len(merged, dotted(w.annotation_path))
+    notes += _freeze_tuning_moe_notes(merged)
     spec = _validate(w.obj, merged)
     provenance = {k: v for k, v in provenance.items() if k.split(".")[0] in TrainingSpec.model_fields}
     return ParsedJob(
@@ -417,9 +417,9 @@ def _inline_configs(env: Mapping[str, str], where: str, budget: TextBudget) -> R
             continue
         if looks_like_trainer_config(data):
             label, at = f"{config_flavour(data)} in env {name}", f"{where}.env.{name}"
-            implied, implied_notes = trainer_config_defaults(data, label, at)
-            raw.update({**implied, **read_mapping(data, label, at)})
-            notes += implied_notes
+            settings, config_notes = read_trainer_config(data, label, at)
+            raw.update(settings)
+            notes += config_notes
     reading = resolve(raw)
     framework = framework_setting("", raw, where)
     if framework is not None and reading.settings:
@@ -532,6 +532,10 @@ def _merge(stages: Sequence[Settings], notes: list[str]) -> tuple[Settings, dict
         notes.append(f"checkpoint_every_n_layers from {every.source} ignored: gradient checkpointing is off "
                      f"({checkpointing.source if checkpointing else 'default'})")
         del merged["checkpoint_every_n_layers"]
+    only_trained = merged.get("checkpoint_trained_blocks_only")
+    if only_trained is not None and not (checkpointing is not None and str(checkpointing.value).strip().lower() in
+                                         ("true", "full")):
+        del merged["checkpoint_trained_blocks_only"]  # implied by LLaMA-Factory's checkpointing: off, nothing to say
     return merged, {k: s.source for k, s in merged.items()}
 
 
@@ -570,19 +574,25 @@ def _check_model(obj: ObjectRef, merged: Settings) -> list[str]:
 _LEARNED_POSITIONS = ("gpt2", "gpt_bigcode", "opt")
 
 
+def _architecture(merged: Settings) -> Architecture | None:
+    """The merged model's architecture (a catalog name or an inline config), or None when it cannot be built."""
+    value = merged["model"].value
+    if not isinstance(value, (str, dict)):
+        return None
+    try:
+        config = lookup_model(value).config if isinstance(value, str) else dict(value.get("config") or {})
+        return architecture_from_config(config)
+    except (SpecError, ValueError, TypeError, KeyError):
+        return None
+
+
 def _cap_default_seq_len(merged: Settings, where: str) -> list[str]:
     """When no source sets ``seq_len`` and the TrainingSpec default is longer than a learned position table the model
     has, the table's length instead (noted)."""
-    if "seq_len" in merged or not isinstance(merged["model"].value, (str, dict)):
+    if "seq_len" in merged:
         return []
-    value = merged["model"].value
-    try:
-        config = lookup_model(value).config if isinstance(value, str) else dict(value.get("config") or {})
-    except SpecError:
-        return []
-    try:
-        arch = architecture_from_config(config)
-    except (SpecError, ValueError, TypeError, KeyError):
+    arch = _architecture(merged)
+    if arch is None:
         return []
     default = TrainingSpec.model_fields["seq_len"].default
     learned = arch.model_type in _LEARNED_POSITIONS or arch.is_encoder_only
@@ -592,6 +602,48 @@ def _cap_default_seq_len(merged: Settings, where: str) -> list[str]:
     merged["seq_len"] = Setting(limit, f"the model's {limit} learned positions (the TrainingSpec default {default} "
                                        "is longer)", where)
     return [f"seq_len = {limit}: the job sets none, and {arch.model_type} has {limit} learned positions"]
+
+
+# The trainable_layers sources of LLaMA-Factory's freeze tuning (scheduler.spec.trainer_args.llamafactory_freeze)
+_LLAMAFACTORY_FREEZE_KEYS = ("freeze_trainable_layers", "num_layer_trainable", "freeze_extra_modules",
+                             "use_llama_pro")
+
+
+def _freeze_tuning_moe_notes(merged: Settings) -> list[str]:
+    """LLaMA-Factory's freeze tuning on a Mixture-of-Experts model. It picks the trained blocks by the substring
+    ``.{i}.`` of parameter names (model/adapter.py _setup_freeze_tuning; v1 plugins/model_plugins/peft.py
+    get_freeze_model), which also matches expert i of every MoE block where transformers keeps the experts as a
+    ModuleList (``mlp.experts.{i}.gate_proj``, transformers 4.x): those experts train too, and backward runs down to
+    the lowest block holding one. Not modelled (transformers releases that fuse the experts into one tensor per block
+    have no such match): noted as an under-estimate."""
+    setting, method = merged.get("trainable_layers"), merged.get("method")
+    if setting is None or (method is not None and method.value != "full") or \
+            not any(key in setting.source for key in _LLAMAFACTORY_FREEZE_KEYS):
+        return []
+    arch = _architecture(merged)
+    count = launch_count(abs(setting.value)) if isinstance(setting.value, int) else None
+    if arch is None or not arch.is_moe or count is None or not arch.num_moe_layers:
+        return []
+    layers = arch.num_layers
+    if "use_llama_pro" in setting.source:
+        stride = max(layers // count, 1)
+        ids = list(range(stride - 1, layers, stride))
+    else:
+        ids = list(range(max(0, layers - count), layers)) if setting.value > 0 else list(range(min(count, layers)))
+    matched = [i for i in ids if i < arch.num_experts]
+    if not matched:
+        return []
+    expert_params = sum(g.params for g in arch.linears if g.expert) / (arch.num_experts * arch.num_moe_layers)
+    extra = len(matched) * arch.num_moe_layers * expert_params
+    path = ("backward, which vramfit stops at the lowest trained block, runs down to the first MoE block"
+            if setting.value > 0 and "use_llama_pro" not in setting.source else
+            "backward already runs through every block as read")
+    shown = ", ".join(str(i) for i in matched[:8]) + (", ..." if len(matched) > 8 else "")
+    return [f"trainable_layers from {setting.source}: LLaMA-Factory picks the trained blocks by the substring '.i.' "
+            f"of parameter names, which in this MoE model also matches expert {shown} of each of its "
+            f"{arch.num_moe_layers} MoE blocks where transformers keeps the experts as separate modules (4.x): up to "
+            f"{extra / 1e9:.2f}B more parameters train with gradients and optimizer states not counted, and {path}: "
+            "an under-estimate (none where the experts are one fused tensor per block)"]
 
 
 def _validate(obj: ObjectRef, merged: Settings) -> TrainingSpec:

@@ -248,6 +248,10 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "gradient_accumulation_steps": ("grad_accum_steps", _same),
     "max_steps": ("steps", _positive),
     "bf16": ("_bf16", _same),
+    # DeepSpeed's old name of its "bf16" section, read only when "bf16" is absent (deepspeed/runtime/
+    # precision_config.py get_bfloat16_config: BFLOAT16_OLD "keeping for backwards compatibility"; read_mapping
+    # drops it beside "bf16"); a section only, so that no other tool's bfloat16 flag reads as it
+    "bfloat16": ("_bf16", lambda v: v if isinstance(v, Mapping) else None),
     "fp16": ("_fp16", _same),
     **dict.fromkeys(("pure_bf16", "fsdp_config.pure_bf16"), ("_pure_bf16", to_bool)),
     # Meta's llama-cookbook (llama-recipes) finetuning.py: --enable_fsdp, --batch_size_training, --context_length
@@ -502,8 +506,11 @@ def _sgd_momentum(optim_args: Any) -> bool:
 
 
 def read_mapping(data: Mapping[str, Any], label: str, where: str) -> dict[str, Setting]:
-    """An inline trainer config (axolotl, LLaMA-Factory, HF/TRL YAML, DeepSpeed JSON) as raw settings."""
-    return read_pairs(((str(k), v, f"{label} key {k}") for k, v in data.items() if v is not None), where)
+    """An inline trainer config (axolotl, LLaMA-Factory, HF/TRL YAML, DeepSpeed JSON) as raw settings. DeepSpeed's old
+    ``bfloat16`` section counts only when no ``bf16`` is given (get_bfloat16_config)."""
+    has_bf16 = any(norm_key(str(k)) == "bf16" and v is not None for k, v in data.items())
+    return read_pairs(((str(k), v, f"{label} key {k}") for k, v in data.items()
+                       if v is not None and not (has_bf16 and norm_key(str(k)) == "bfloat16")), where)
 
 
 def looks_like_trainer_config(data: Any) -> bool:
@@ -511,7 +518,7 @@ def looks_like_trainer_config(data: Any) -> bool:
     if not isinstance(data, dict):
         return False
     keys = {norm_key(str(k)) for k in data}
-    return bool(
+    return is_llamafactory_v1(data) or bool(
         keys
         & {
             "base_model",
@@ -522,6 +529,15 @@ def looks_like_trainer_config(data: Any) -> bool:
             "micro_batch_size",
         }
     )
+
+
+def read_trainer_config(data: Mapping[str, Any], label: str, where: str) -> tuple[dict[str, Setting], list[str]]:
+    """A trainer config (:func:`looks_like_trainer_config`) as raw settings and notes: its keys over the defaults
+    its trainer applies (:func:`trainer_config_defaults`); a LLaMA-Factory v1 config by its own schema."""
+    if is_llamafactory_v1(data):
+        return read_llamafactory_v1(data, label, where)
+    implied, notes = trainer_config_defaults(data, label, where)
+    return {**implied, **read_mapping(data, label, where)}, notes
 
 
 def looks_like_accelerate_config(data: Any) -> bool:
@@ -582,13 +598,16 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
     if flavour == "LLaMA-Factory config":
         implied.update(_llamafactory_defaults(keys, ftype, label, where))
         if ftype == "freeze":
-            modules = str(keys.get("freeze_trainable_modules") or "all").strip()
-            if modules.lower() != "all":
-                notes.append(f"{label} sets freeze_trainable_modules {modules}: only those modules of the trained "
-                             "blocks train; read as every module of them (an over-estimate)")
-            if keys.get("freeze_extra_modules") not in (None, ""):
-                notes.append(f"{label} sets freeze_extra_modules {keys['freeze_extra_modules']}: those modules train "
-                             "too and are not counted (an under-estimate of their gradients and optimizer states)")
+            freeze, freeze_notes = llamafactory_freeze(keys, label, where)
+            implied.update(freeze)
+            notes += freeze_notes
+        elif ftype == "lora" and to_bool(keys.get("use_llama_pro")) is True:
+            # LoRA with LLaMA Pro puts the adapters on the expanded blocks only (model/adapter.py _setup_lora_tuning
+            # -> model_utils/misc.py find_expanded_modules: the same every-(L/n)-th blocks as freeze tuning)
+            layers = _present(keys, "freeze_trainable_layers", "num_layer_trainable")
+            notes.append(f"{label} sets use_llama_pro: LoRA adapters on the {layers[1] if layers else 2} expanded "
+                         "blocks only; read as adapters on every block (an over-estimate of the adapters and of "
+                         "backward, which stops at the lowest expanded block)")
         if to_bool(keys.get("use_apollo")) is True and to_bool(keys.get("use_galore")) is not True:
             # ApolloArguments: apollo_rank 16, apollo_target "all", apollo_layerwise False; read as GaLore's
             # projected states (see optimizer_note)
@@ -627,6 +646,13 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
             else:
                 notes.append(f"{label} sets use_badam with badam_mode {mode}: BAdam trains part of the model at a "
                              "time; read as full fine-tuning (an over-estimate)")
+        checkpointing = implied.get("gradient_checkpointing")
+        if "trainable_layers" in implied and checkpointing is not None and checkpointing.value is True:
+            # LLaMA-Factory's checkpointing function runs a block without trainable parameters unchecked
+            # (model/model_utils/checkpointing.py get_custom_gradient_checkpointing_func): the frozen blocks that
+            # backward runs through keep all their activations
+            implied["checkpoint_trained_blocks_only"] = Setting(
+                True, f"{label} (LLaMA-Factory checkpoints only the blocks with trainable parameters)", where)
     if flavour == "axolotl config":
         implied.update(_axolotl_defaults(keys, label, where))
         if keys.get("unfrozen_parameters") not in (None, "", []) and keys.get("adapter") in (None, ""):
@@ -667,13 +693,6 @@ def _llamafactory_defaults(keys: Mapping[str, Any], ftype: str, label: str, wher
     if not disabled and to_bool(keys.get("use_unsloth_gc")) is True:
         out["activation_offloading"] = Setting(True, f"{label} key use_unsloth_gc (checkpointed inputs in host "
                                                      "memory)", where)
-    if ftype == "freeze":
-        # FreezeArguments (hparams/finetuning_args.py): freeze_trainable_layers 2 (n > 0 the last n blocks, n < 0 the
-        # first -n), freeze_trainable_modules "all" (every module of those blocks), freeze_extra_modules none
-        layers = keys.get("freeze_trainable_layers")
-        out["trainable_layers"] = Setting(
-            2 if layers in (None, "") else layers, f"{label} key freeze_trainable_layers" if layers not in (None, "")
-            else f"{label} (finetuning_type freeze: freeze_trainable_layers default 2)", where)
     if ftype == "lora":
         rank = keys.get("lora_rank")
         defaults = (("lora.rank", 8, "lora_rank default 8"), ("lora.dropout", 0.0, "lora_dropout default 0.0"),
@@ -684,6 +703,113 @@ def _llamafactory_defaults(keys: Mapping[str, Any], ftype: str, label: str, wher
         else:
             out["lora.alpha"] = Setting(16, f"{label} (lora_alpha default 2 x lora_rank 8)", where)
     return out
+
+
+def _present(keys: Mapping[str, Any], *names: str) -> tuple[str, Any] | None:
+    """The first of ``names`` that ``keys`` sets (not null or empty), with its value."""
+    return next(((k, keys[k]) for k in names if keys.get(k) not in (None, "", [])), None)
+
+
+def _module_names(value: Any) -> list[str]:
+    """LLaMA-Factory's module lists: a comma-separated string (hparams/finetuning_args.py split_arg) or a list."""
+    items = value if isinstance(value, list) else str(value).split(",") if value not in (None, "") else []
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
+def _whole(value: Any) -> int | None:
+    """A whole number as a config writes it (``2``, ``"-4"``), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number.is_integer() else None
+
+
+# freeze_extra_modules names (a non-block module's last name, model/adapter.py _setup_freeze_tuning
+# non_hidden_modules) of the input embedding and of the output head
+_EMBEDDING_MODULES = ("embed_tokens", "wte", "wpe", "word_embeddings", "tok_embeddings", "embed_in", "embeddings",
+                      "embedding")
+_HEAD_MODULES = ("lm_head", "embed_out", "output", "output_layer")
+# Names LLaMA-Factory's substring match also finds in every block: the final "norm" of Llama-style models is part of
+# each block's input_layernorm / post_attention_layernorm
+_EVERY_BLOCK_MODULES = ("norm",)
+
+
+def llamafactory_freeze(keys: Mapping[str, Any], label: str, where: str) -> tuple[dict[str, Setting], list[str]]:
+    """``finetuning_type: freeze`` (LLaMA-Factory model/adapter.py _setup_freeze_tuning; FreezeArguments in
+    hparams/finetuning_args.py) as ``trainable_layers``, with notes on what that leaves out.
+
+    - ``freeze_trainable_layers`` (default 2): n > 0 the last n blocks, n < 0 the first -n. Releases before the
+      rename (src/llmtuner/hparams/finetuning_args.py) call it ``num_layer_trainable`` (default 3) and the module
+      list ``name_module_trainable``: read the same way when the new key is absent.
+    - ``use_llama_pro``: blocks stride-1, 2*stride-1, ..., L-1 train (stride = L // n), n of them spread over the
+      model. Read as the first n (trainable_layers -n): the same number of trained blocks, so gradients and
+      optimizer states are exact, and backward counted through every block where it stops at block stride-1 (an
+      over-estimate of the stride-1 blocks' activations below it; the last L-stride+1 blocks would count every block
+      from stride-1 up as trained, a far larger over-estimate).
+    - ``freeze_extra_modules``: matched as substrings of parameter names. The input embedding (or "norm", which also
+      names every block's norms) makes backward run down through every block: read as the first n blocks as well;
+      the extra modules' own gradients and states are not counted (noted as under-estimates)."""
+    notes: list[str] = []
+    layers = _present(keys, "freeze_trainable_layers", "num_layer_trainable")
+    old = [k for k in ("num_layer_trainable", "name_module_trainable") if _present(keys, k)]
+    if layers is not None:
+        value: Any = layers[1]
+        source = f"{label} key {layers[0]}"
+    elif old:
+        value, source = 3, f"{label} (finetuning_type freeze, old LLaMA-Factory keys: num_layer_trainable default 3)"
+    else:
+        value, source = 2, f"{label} (finetuning_type freeze: freeze_trainable_layers default 2)"
+    modules = _present(keys, "freeze_trainable_modules", "name_module_trainable")
+    if modules is not None and [m.lower() for m in _module_names(modules[1])] != ["all"]:
+        notes.append(f"{label} sets {modules[0]} {', '.join(_module_names(modules[1]))}: only those modules of "
+                     "the trained blocks train; read as every module of them (an over-estimate)")
+    elif modules is None and old:
+        notes.append(f"{label} uses the old key {old[0]}: some of those LLaMA-Factory releases default "
+                     "name_module_trainable to mlp (only the MLPs of the trained blocks train); read as every module "
+                     "of them (an over-estimate there)")
+    count = _whole(value)
+    if to_bool(keys.get("use_llama_pro")) is True and count is not None and count != 0:
+        n = abs(count)
+        value = -n
+        source += f" + use_llama_pro (LLaMA Pro trains {n} blocks spread over the model: read as the first {n})"
+        notes.append(f"{label} sets use_llama_pro: LLaMA-Factory trains {n} blocks spread evenly over the model "
+                     f"(blocks stride-1, 2*stride-1, ..., the last, stride = blocks / {n}), which vramfit cannot "
+                     f"express; read as the first {n} blocks training: their gradients and optimizer states are "
+                     "exact, but backward is counted through every block where it stops at block stride-1 (an "
+                     "over-estimate of the activations of the stride-1 blocks below it)")
+    extra = _module_names(keys.get("freeze_extra_modules"))
+    embeds = [m for m in extra if m in _EMBEDDING_MODULES or ("embed" in m and m not in _HEAD_MODULES)]
+    every = [m for m in extra if m in _EVERY_BLOCK_MODULES]
+    heads = [m for m in extra if m in _HEAD_MODULES]
+    others = [m for m in extra if m not in (*embeds, *every, *heads)]
+    count = _whole(value)
+    if (embeds or every) and count is not None and count > 0:
+        # backward now has to reach the embedding (or every block's norms): it runs through every block, as when
+        # the first n blocks train (predictors/vram.py trained_blocks)
+        value = -count
+        source += (f" + freeze_extra_modules {', '.join(embeds + every)} (backward runs through every block: read as "
+                   f"the first {count})")
+    if embeds:
+        notes.append(f"{label} sets freeze_extra_modules {', '.join(embeds)}: the input embedding trains too, so "
+                     "backward runs through every block down to it (read so: the same number of trained blocks, "
+                     "backward through all of them); the embedding's own gradients and optimizer states (vocab x "
+                     "hidden parameters) are not counted: an under-estimate")
+    if every:
+        notes.append(f"{label} sets freeze_extra_modules {', '.join(every)}: LLaMA-Factory matches it as a substring "
+                     "of parameter names, so every block's norms train too and backward runs through every block "
+                     "(read so); those norms' gradients and optimizer states are not counted (a negligible "
+                     "under-estimate)")
+    if heads:
+        notes.append(f"{label} sets freeze_extra_modules {', '.join(heads)}: the output head trains too; its "
+                     "gradients and optimizer states (vocab x hidden parameters, unless tied to the embedding) are "
+                     "not counted: an under-estimate")
+    if others:
+        notes.append(f"{label} sets freeze_extra_modules {', '.join(others)}: those modules train too and are not "
+                     "counted (an under-estimate of their gradients and optimizer states)")
+    return {"trainable_layers": Setting(value, source, where)}, notes
 
 
 def _axolotl_defaults(keys: Mapping[str, Any], label: str, where: str) -> dict[str, Setting]:
@@ -713,9 +839,220 @@ def config_flavour(data: Mapping[str, Any]) -> str:
         return "DeepSpeed config"
     if "base_model" in keys:
         return "axolotl config"
+    if is_llamafactory_v1(data):
+        return "LLaMA-Factory v1 config"
     if keys & {"finetuning_type", "cutoff_len", "stage", "template"}:
         return "LLaMA-Factory config"
     return "trainer config"
+
+
+# --- LLaMA-Factory v1 --------------------------------------------------------------------------------
+# ``USE_V1=1 llamafactory-cli sft CONFIG`` (src/llamafactory/cli.py picks src/llamafactory/v1/launcher.py) reads its own
+# dataclasses (v1/config/model_args.py, data_args.py, training_args.py): ``model`` for the model, and plugin
+# sections ``{name: ..., ...}`` (v1/config/arg_utils.py get_plugin_config) for PEFT, quantization, the distributed
+# backend, kernels and the optimizer. Keys only v1 has:
+_V1_KEYS = frozenset({"peft_config", "dist_config", "quant_config", "kernel_config", "init_config", "optim_config",
+                      "lr_scheduler_config", "model_class", "train_dataset", "eval_dataset", "global_batch_size",
+                      "enable_activation_checkpointing", "batching_strategy", "sample_backend"})
+# v1 keys that change no memory vramfit models (output, data, schedule, logging, checkpoint saving, init device)
+_V1_NO_MEMORY = frozenset({"output_dir", "learning_rate", "seed", "logging_steps", "save_steps", "save_epochs",
+                           "save_ckpt_as_hf", "save_total_limit", "train_dataset", "eval_dataset", "dataset",
+                           "template", "trust_remote_code", "sample_backend", "max_new_tokens", "num_train_epochs",
+                           "max_grad_norm", "resume_from_checkpoint", "dist_timeout", "batching_workers",
+                           "lr_scheduler_config", "init_config", "dp_size", "mp_shard_size"})
+# peft_config keys that change no memory (v1/plugins/model_plugins/peft.py LoraConfig / FreezeConfig)
+_V1_PEFT_NO_MEMORY = frozenset({"name", "use_rslora", "adapter_name_or_path", "export_dir", "export_size",
+                                "export_hub_model_id", "infer_dtype", "export_legacy_format"})
+
+
+def is_llamafactory_v1(data: Any) -> bool:
+    """A LLaMA-Factory v1 config: ``model`` names the model (v0 requires ``model_name_or_path``) beside a key only v1
+    has, or v1's ``cutoff_len``."""
+    if not isinstance(data, Mapping):
+        return False
+    keys = {norm_key(str(k)): v for k, v in data.items()}
+    return isinstance(keys.get("model"), str) and "model_name_or_path" not in keys and "base_model" not in keys \
+        and bool(set(keys) & (_V1_KEYS | {"cutoff_len"}))
+
+
+def _plugin(value: Any) -> dict[str, Any] | None:
+    """A v1 plugin section: a mapping with ``name``, a JSON object string (get_plugin_config), or (leniently) the
+    bare name."""
+    if isinstance(value, str) and value.strip().startswith("{"):
+        value = _load_mapping(value.strip())
+    elif isinstance(value, str) and value.strip():
+        value = {"name": value.strip()}
+    if not isinstance(value, Mapping):
+        return None
+    return {norm_key(str(k)): v for k, v in value.items() if v is not None}
+
+
+def read_llamafactory_v1(data: Mapping[str, Any], label: str, where: str) -> tuple[dict[str, Setting], list[str]]:
+    """A LLaMA-Factory v1 config as raw settings, with a note naming what was read and what was not.
+
+    Defaults (v1/config/training_args.py, data_args.py): micro_batch_size 1, cutoff_len 2048, bf16 true,
+    enable_activation_checkpointing true, global_batch_size the data-parallel ranks x micro-batch (no accumulation);
+    no peft_config is full tuning. The model loads in the checkpoint's dtype (core/model_engine.py
+    ``from_pretrained(dtype="auto")``): full tuning casts it to fp32, and the trainer (core/base_trainer.py) runs no
+    autocast, so bf16 takes effect only through FSDP2's MixedPrecisionPolicy (plugins/trainer_plugins/distributed/
+    fsdp2.py): full tuning is bf16-mixed under FSDP2, 32-true otherwise; LoRA keeps the 16-bit base (bf16 assumed)
+    with fp32 adapters (bf16-true). Without optim_config the optimizer is ``torch.optim.AdamW(params, lr)``
+    (foreach, not fused). peft_config lora: r (alias lora_rank) 8, lora_alpha 16, lora_dropout 0.05, target_modules
+    all; freeze: as v0's freeze tuning (plugins/model_plugins/peft.py get_freeze_model)."""
+    keys = {norm_key(str(k)): v for k, v in data.items() if v is not None}
+    raw: dict[str, Setting] = {}
+    notes: list[str] = []
+    used: set[str] = set()
+    unread: list[str] = []
+
+    def put(name: str, value: Any, key: str, why: str = "") -> None:
+        raw[name] = Setting(value, f"{label} key {key}" + (f" ({why})" if why else ""), where)
+        used.add(key.split(".")[0])
+
+    def default(name: str, value: Any, why: str) -> None:
+        raw[name] = Setting(value, f"{label} ({why})", where)
+
+    put("model", keys["model"], "model")
+    for key, field_name, fallback, convert in (
+        ("micro_batch_size", "micro_batch_size", 1, _same),
+        ("cutoff_len", "seq_len", 2048, _same),
+        ("enable_activation_checkpointing", "gradient_checkpointing", True, to_bool),
+    ):
+        if key in keys:
+            put(field_name, convert(keys[key]), key)
+        else:
+            default(field_name, fallback, f"v1 {key} default {str(fallback).lower()}")
+    if _positive(keys.get("max_steps")) not in (None, ""):
+        put("steps", keys["max_steps"], "max_steps")
+    if "global_batch_size" in keys:
+        put("_global_batch_size", keys["global_batch_size"], "global_batch_size")
+    if "flash_attn" in keys and attention_name(keys["flash_attn"]) is not None:
+        put("attention", attention_name(keys["flash_attn"]), "flash_attn")
+    model_class = str(keys.get("model_class", "llm")).strip().lower()
+    if model_class == "llm":
+        used.add("model_class")
+    bf16 = to_bool(keys.get("bf16", True)) is True
+    used.add("bf16")
+
+    peft = _plugin(keys.get("peft_config"))
+    kind = str(peft.get("name", "")).strip().lower() if peft is not None else "full"
+    if peft is not None:
+        used.add("peft_config")
+    if kind == "full":
+        default("_finetuning_type", "full", "no peft_config: full tuning")
+    elif kind == "lora":
+        put("_finetuning_type", "lora", "peft_config.name")
+        rank = next((k for k in ("r", "lora_rank") if k in peft), None)
+        for field_name, key, fallback in (("lora.rank", rank, 8), ("lora.alpha", "lora_alpha", 16),
+                                          ("lora.dropout", "lora_dropout", 0.05),
+                                          ("lora.target_modules", "target_modules", "all")):
+            if key is not None and key in peft:
+                put(field_name, peft[key], f"peft_config.{key}")
+            else:
+                default(field_name, fallback, f"v1 peft_config {(key or 'r').removeprefix('lora_')} default {fallback}")
+        if "use_dora" in peft:
+            put("lora.use_dora", to_bool(peft["use_dora"]), "peft_config.use_dora")
+        if peft.get("modules_to_save") not in (None, "", []):
+            put("lora.modules_to_save", peft["modules_to_save"], "peft_config.modules_to_save")
+        known = {"r", "lora_rank", "lora_alpha", "lora_dropout", "target_modules", "use_dora", "modules_to_save"}
+        unread += [f"peft_config.{k}" for k in peft if k not in known | _V1_PEFT_NO_MEMORY]
+    elif kind == "freeze":
+        put("_finetuning_type", "freeze", "peft_config.name")
+        freeze, freeze_notes = llamafactory_freeze(peft, f"{label} peft_config", where)
+        raw.update(freeze)
+        notes += freeze_notes
+        known = {"freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules"}
+        unread += [f"peft_config.{k}" for k in peft if k not in known | _V1_PEFT_NO_MEMORY]
+        if to_bool(peft.get("cast_trainable_params_to_fp32", True)) is False:
+            notes.append(f"{label} peft_config cast_trainable_params_to_fp32 false: the trained blocks stay 16-bit; "
+                         "read with fp32 copies of them (an over-estimate)")
+    else:
+        unread.append(f"peft_config (name {kind or '?'})")
+
+    quant = _plugin(keys.get("quant_config"))
+    if quant is not None:
+        used.add("quant_config")
+        bits = quant.get("quantization_bit")
+        if str(bits) in ("4", "8"):
+            put("_quant_bits", int(str(bits)), "quant_config.quantization_bit")
+        unread += [f"quant_config.{k}" for k in quant if k not in ("name", "quantization_bit")]
+        if str(bits) not in ("4", "8"):
+            unread.append("quant_config (no quantization_bit 4 or 8)")
+
+    dist = _plugin(keys.get("dist_config"))
+    backend = str(dist.get("name", "")).strip().lower() if dist is not None else ""
+    if dist is not None:
+        used.add("dist_config")
+    if backend == "fsdp2":
+        put("_use_fsdp", True, "dist_config.name", "FSDP2")
+        if "reshard_after_forward" in dist:
+            put("_fsdp_reshard", dist["reshard_after_forward"], "dist_config.reshard_after_forward")
+        if to_bool(dist.get("offload_params")) is True:
+            put("_fsdp_offload", True, "dist_config.offload_params")
+        known = {"name", "reshard_after_forward", "offload_params", "pin_memory", "dcp_path", "cp_size", "cp_mode"}
+        unread += [f"dist_config.{k}" for k in dist if k not in known]
+        replicate = keys.get("mp_replicate_size")
+        if launch_count(replicate) is not None and launch_count(replicate) > 1:
+            # v1 MeshConfig: FSDP2 shards over mp_shard_size ranks (default world / mp_replicate_size), replicated
+            # mp_replicate_size times (HSDP)
+            raw.update(hybrid_markers(
+                Setting(keys["mp_shard_size"], f"{label} key mp_shard_size", where)
+                if keys.get("mp_shard_size") not in (None, "") else None,
+                Setting(replicate, f"{label} key mp_replicate_size", where)))
+            used.add("mp_replicate_size")
+    elif backend == "deepspeed":
+        if dist.get("config_file") not in (None, ""):
+            put("_deepspeed", dist["config_file"], "dist_config.config_file")
+        else:
+            unread.append("dist_config (deepspeed without config_file)")
+        unread += [f"dist_config.{k}" for k in dist if k not in ("name", "config_file", "cp_size", "cp_mode")]
+    elif dist is not None:
+        unread.append(f"dist_config (name {backend or '?'})")
+    if launch_count(keys.get("mp_replicate_size")) in (None, 1):
+        used.add("mp_replicate_size")
+    cp = keys.get("cp_size", dist.get("cp_size") if dist is not None else None)
+    if launch_count(cp) is not None and launch_count(cp) > 1:
+        put("context_parallel", launch_count(cp), "cp_size" if "cp_size" in keys else "dist_config.cp_size")
+    used.update(("cp_size", "cp_mode"))
+
+    if backend != "deepspeed":
+        if kind in ("lora",) or quant is not None:
+            default("_dtype", "bfloat16", "v1 loads the base in the checkpoint's dtype, bf16 assumed; PEFT keeps the "
+                                          "adapters in fp32")
+        elif kind == "freeze":
+            default("_bf16", True, "v1 freeze: the trained blocks in fp32, the rest in the checkpoint's dtype")
+        elif kind == "full" and bf16 and backend == "fsdp2":
+            default("_bf16", True, "v1 full tuning: fp32 weights, FSDP2 MixedPrecisionPolicy bf16")
+        elif kind == "full":
+            default("_dtype", "float32", "v1 full tuning casts the model to fp32 and runs no autocast; bf16 applies "
+                                         "under FSDP2 only" if bf16 else "v1 full tuning in fp32 (bf16 false)")
+    optim = _plugin(keys.get("optim_config"))
+    if optim is None:
+        default("optimizer", "adamw", "no optim_config: torch.optim.AdamW")
+        default("fused_optimizer", False, "no optim_config: torch.optim.AdamW(params, lr), foreach")
+    else:
+        unread.append(f"optim_config (name {optim.get('name', '?')})")
+        used.add("optim_config")
+    kernel = _plugin(keys.get("kernel_config"))
+    if kernel is not None:
+        # Liger's fused linear cross-entropy is off for SFT (core/model_engine.py: require_logits while training)
+        unread.append(f"kernel_config (name {kernel.get('name', '?')}: fused kernels not modelled, an over-estimate "
+                      "at most)")
+        used.add("kernel_config")
+    strategy = str(keys.get("batching_strategy", "normal")).strip().lower()
+    if strategy != "normal":
+        unread.append(f"batching_strategy {strategy} (tokens per micro-batch read as micro_batch_size x cutoff_len)")
+    used.add("batching_strategy")
+    unread += [k for k in keys if k not in used and k not in _V1_NO_MEMORY and k not in _V1_KEYS
+               and k not in ("max_steps", "global_batch_size", "flash_attn", "micro_batch_size", "cutoff_len",
+                             "enable_activation_checkpointing")]
+    if model_class != "llm":
+        unread.append(f"model_class {model_class}")
+    notes.append(f"{label} (USE_V1=1 llamafactory-cli): v1 keys found, read by LLaMA-Factory v1's schema and "
+                 "defaults (model, peft_config, quant_config, dist_config, micro_batch_size, global_batch_size, "
+                 "cutoff_len, bf16, enable_activation_checkpointing, flash_attn, cp_size); "
+                 + (f"not read: {', '.join(unread)}" if unread else "nothing else in it changes memory"))
+    return raw, notes
 
 
 # --- from raw keys to TrainingSpec fields ---------------------------------------------------------
@@ -944,6 +1281,18 @@ def _deepspeed_hierarchy(section: Mapping[str, Any], zero: Setting, out: Setting
     if hpz is not None and hpz > 1:
         out["secondary_shard_size"] = Setting(hpz, f"{zero.source} zero_hpz_partition_size {hpz} (ZeRO++ hpZ)",
                                               zero.where)
+    # ZeRO++ qwZ (deepspeed/runtime/zero/config.py DeepSpeedZeroConfig; passed to the ZeRO-3 optimizer and its
+    # parameter coordinator only: runtime/engine.py, zero/parameter_offload.py). zero_quantized_nontrainable_weights
+    # keeps the parameters that do not train (a LoRA base, freeze tuning's frozen blocks) quantized to int8 in memory;
+    # zero_quantized_weights keeps every parameter in its own precision and quantizes only the all-gather traffic.
+    if to_bool(section.get("zero_quantized_nontrainable_weights")) is True:
+        notes.append(f"{zero.source} zero_quantized_nontrainable_weights (ZeRO++): DeepSpeed keeps the frozen "
+                     "parameters' shards in int8; vramfit counts them at full 16-bit width (an over-estimate of up to "
+                     "half their bytes; nothing changes for parameters that train)")
+    if to_bool(section.get("zero_quantized_weights")) is True:
+        notes.append(f"{zero.source} zero_quantized_weights (ZeRO++ qwZ): the parameters stay in their own precision "
+                     "and only the all-gather travels in int8; vramfit counts the gathered weights at full 16-bit "
+                     "width (at most a small over-estimate of the all-gather buffers)")
 
 
 def _resolve_deepspeed(
@@ -1150,7 +1499,8 @@ def _resolve_fsdp(raw: Mapping[str, Setting], out: Settings, notes: list[str],
 
 def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) -> Reading:
     """Raw keys of one source -> TrainingSpec fields (method, precision, sharding are derived)."""
-    out: Settings = {k: v for k, v in raw.items() if not k.startswith(("_", "lora.")) or k in HYBRID_MARKERS}
+    out: Settings = {k: v for k, v in raw.items()
+                     if not k.startswith(("_", "lora.")) or k in HYBRID_MARKERS or k == "_global_batch_size"}
     notes: list[str] = []
     _resolve_precision(raw, out)
     _resolve_method(raw, out, notes)
@@ -1470,7 +1820,7 @@ def framework_setting(trainer: str, raw: Mapping[str, Setting], where: str) -> S
     if trainer in _HF_TRAINERS:
         return Setting("transformers", f"{trainer} (trains with transformers and PEFT)", where)
     for setting in raw.values():
-        for tool in ("axolotl", "LLaMA-Factory"):
+        for tool in ("axolotl", "LLaMA-Factory", "LLaMA-Factory v1"):
             if f"{tool} config" in setting.source:  # "axolotl config PATH key K": the config, not the key
                 config = setting.source.split(" key ")[0]
                 return Setting("transformers", f"{config} ({tool} trains with transformers and PEFT)", where)
@@ -1504,9 +1854,9 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
             continue
         if isinstance(data, dict) and looks_like_trainer_config(data):
             label = f"{config_flavour(data)} {path}"
-            implied, implied_notes = trainer_config_defaults(data, label, where)
-            raw.update({**implied, **read_mapping(data, label, where)})
-            notes += implied_notes
+            settings, config_notes = read_trainer_config(data, label, where)
+            raw.update(settings)
+            notes += config_notes
         elif isinstance(data, dict) and looks_like_accelerate_config(data):
             # accelerate launch flags override the config file (accelerate commands/launch.py): flags come after
             raw.update(read_accelerate_config(data, f"accelerate config {path}", where))
