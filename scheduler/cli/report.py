@@ -124,11 +124,14 @@ def summarize(rows: list[JoinedRow], pending: int, by: str,
 
 
 def _clean(value: Any) -> Any:
-    """NaN (no data) becomes null so that the JSON is valid."""
-    if isinstance(value, float) and math.isnan(value):
+    """NaN (no data) and an infinite figure (a record stored before the input bounds) become null, so that the JSON
+    is valid: JSON has no NaN or Infinity."""
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
     return value
 
 
@@ -186,7 +189,7 @@ def _report(args: argparse.Namespace) -> int:
     finally:
         ledger.close()
     if args.format == "json":
-        print(json.dumps(_clean(summary), indent=2))
+        print(json.dumps(_clean(summary), indent=2, allow_nan=False))
     else:
         print(_table(summary))
         if "export" in summary:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,8 @@ def _read(paths: list[str], flag: str) -> list[tuple[str, str]]:
 
 def _export_ledger(path: str) -> str:
     """The reference-run JSONL of a ledger file (what ``vramfit report --export`` writes), with a line saying
-    how many joined rows it gave."""
+    how many joined rows it gave. A record that cannot be read (a damaged payload or timestamp) is left out with a
+    warning naming it, as ``vramfit report`` leaves it out; the rest of the ledger is used."""
     import io
     import sqlite3
 
@@ -61,13 +63,18 @@ def _export_ledger(path: str) -> str:
     try:
         ledger = SqliteLedger(path, read_only=True)  # a live ledger's file is read, never written
         try:
-            result = ledger.export_reference_runs(out)
+            read = ledger.report_rows()  # one read; unreadable records are named, not raised
+            result = ledger.export_reference_runs(out, read.rows)
         finally:
             ledger.close()
     except LedgerError as exc:
         raise SpecError.one("--ledger", str(exc)) from None
     except (sqlite3.DatabaseError, ValidationError) as exc:
         raise SpecError.one("--ledger", f"cannot read the ledger {path}: {str(exc).splitlines()[0]}") from None
+    for table, records in read.unreadable.items():
+        shown = "; ".join(records[:5]) + (f"; and {len(records) - 5} more" if len(records) > 5 else "")
+        print(f"vramfit train: warning: ledger {path}: {len(records)} unreadable {table} left out ({shown})",
+              file=sys.stderr)
     skipped = ", ".join(f"{n} {why}" for why, n in result.skipped.items()) or "none"
     print(f"ledger {path}: {result.written} joined actuals (skipped: {skipped})")
     return out.getvalue()

@@ -8,6 +8,9 @@ and is migrated forward on open.
 Writes are idempotent: a decision is keyed by its ``decision_id`` (or the job uid when it has none); an
 actual by the job it names and its source, and a repeated report from one source is merged into the stored
 one. An actual that arrives before its decision is kept and joins when the decision is recorded.
+
+Reads never fail on one record: a stored row that cannot be read back (a damaged payload or timestamp, a field of a
+newer vramfit) is left out with a warning naming it, and a new actual of its job is still stored.
 """
 
 from __future__ import annotations
@@ -400,8 +403,40 @@ def _awaits(row: JoinedRow, source: str, after: str) -> bool:
     return after in sources and source not in sources
 
 
-def _dt(value: float) -> datetime:
-    return datetime.fromtimestamp(value, tz=timezone.utc)
+def _dt(value: Any, column: str) -> datetime:
+    """The stored timestamp ``value`` of ``column``; :class:`UnreadableRecord` when it is none (a damaged or hand-edited
+    row: text, a number no date has, which ``fromtimestamp`` answers with any of four exceptions)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(value, tz=timezone.utc)
+        except (ValueError, OverflowError, OSError):
+            pass
+    raise UnreadableRecord(f"`{column}` is not a timestamp: {value!r:.60}")
+
+
+class UnreadableRecord(ValueError):
+    """A stored record that cannot be read back (its payload or one of its columns)."""
+
+
+# What reading a stored record can raise: a broken or too deeply nested payload, a field of a newer vramfit
+# (ValidationError), a damaged column (UnreadableRecord), anything else pydantic or datetime lets through.
+READ_ERRORS: tuple[type[BaseException], ...] = (ValidationError, ValueError, TypeError, OverflowError, OSError,
+                                                RecursionError)
+
+
+def _why(exc: BaseException) -> str:
+    """What is wrong with a record that raised ``exc`` when read, in one line of at most 200 characters."""
+    if isinstance(exc, ValidationError) and exc.errors():
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        detail = f"`{where}` {first['msg']}" if where else first["msg"]
+    else:
+        detail = str(exc) or type(exc).__name__
+    return " ".join(detail.split())[:200]
+
+
+# Where the records a read could not parse go: table -> "key: why" (ReportRows.unreadable); None: logged.
+Unreadable = dict[str, list[str]]
 
 
 class SqliteLedger(Ledger):
@@ -499,11 +534,18 @@ class SqliteLedger(Ledger):
         now = datetime.now(timezone.utc)
         key = decision.key
         existing = self._db.execute("SELECT recorded_at FROM decisions WHERE decision_id = ?", (key,)).fetchone()
+        recorded_at, repair = now, False
+        if existing:
+            try:
+                recorded_at = _dt(existing[0], "recorded_at")
+            except UnreadableRecord as exc:  # a damaged row: this write repairs it (below)
+                self._unreadable("decisions", key, exc)
+                repair = True
         stored = StoredDecision(
             decision=decision,
             spec_hash=decision.spec_hash or spec_hash(decision.features),
             decided_at=utc(decision.decided_at) if decision.decided_at else now,
-            recorded_at=_dt(existing[0]) if existing else now,
+            recorded_at=recorded_at,
         )
         self._db.execute(
             "INSERT INTO decisions (decision_id, uid, namespace, kind, name, spec_hash, pool, decided_at, "
@@ -514,6 +556,8 @@ class SqliteLedger(Ledger):
             (key, decision.uid, decision.namespace, decision.kind, decision.name, stored.spec_hash, decision.pool,
              _ts(stored.decided_at), _ts(stored.recorded_at), decision.model_dump_json(exclude_none=True)),
         )
+        if repair:
+            self._db.execute("UPDATE decisions SET recorded_at = ? WHERE decision_id = ?", (_ts(recorded_at), key))
         if existing:
             return DecisionResult(stored, created=False)
         refs = [f"id:{key}"]
@@ -522,8 +566,9 @@ class SqliteLedger(Ledger):
         if decision.namespace is not None and decision.kind is not None and decision.name is not None:
             refs.append(f"name:{decision.namespace}/{decision.kind}/{decision.name}")
         marks = ",".join("?" * len(refs))
-        rows = self._db.execute(f"SELECT payload, received_at FROM actuals WHERE job_ref IN ({marks})", refs)
-        joined = tuple(StoredActual(ActualIn.model_validate_json(p, context=STORED), _dt(t)) for p, t in rows)
+        rows = self._db.execute(f"SELECT job_ref, source, payload, received_at FROM actuals WHERE job_ref IN ({marks})",
+                                refs).fetchall()
+        joined = tuple(a for row in rows if (a := self._actual_row(row)) is not None)
         return DecisionResult(stored, created=True, newly_joined=joined)
 
     def record_actual(self, actual: ActualIn) -> ActualResult:
@@ -534,7 +579,12 @@ class SqliteLedger(Ledger):
         ref = actual.job_ref
         old = self._db.execute("SELECT payload FROM actuals WHERE job_ref = ? AND source = ?",
                                (ref, actual.source)).fetchone()
-        previous = ActualIn.model_validate_json(old[0], context=STORED) if old else None
+        previous = None
+        if old:
+            try:
+                previous = ActualIn.model_validate_json(old[0], context=STORED)
+            except READ_ERRORS as exc:  # replaced by this report rather than losing it
+                self._unreadable("actuals", f"{ref} ({actual.source})", exc)
         merged = merge_same_source(previous, actual) if previous is not None else actual
         self._db.execute(
             "INSERT INTO actuals (job_ref, source, received_at, payload) VALUES (?, ?, ?, ?) "
@@ -554,19 +604,56 @@ class SqliteLedger(Ledger):
                                      (actual.namespace, actual.kind, actual.name))
 
     def _select_decision(self, where: str, args: tuple[Any, ...]) -> StoredDecision | None:
-        """The latest decision matching ``where``; the caller holds the lock."""
+        """The latest readable decision matching ``where`` (an unreadable one is skipped, as :meth:`decisions` and
+        the report skip it); the caller holds the lock."""
         # rowid breaks ties of decided_at the way joined_rows does (the later write wins)
-        query = (f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE {where} "
-                 "ORDER BY decided_at DESC, rowid DESC LIMIT 1")
-        found = self._db.execute(query, args).fetchone()
-        return self._decision_row(found) if found else None
+        query = f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE {where} ORDER BY decided_at DESC, rowid DESC"
+        for found in self._db.execute(query, args):
+            stored = self._read_decision(found)
+            if stored is not None:
+                return stored
+        return None
 
     # --- reads --------------------------------------------------------------------------------------
     @staticmethod
     def _decision_row(row: tuple[Any, ...]) -> StoredDecision:
         _key, _uid, _ns, _kind, _name, hash_, _pool, decided_at, recorded_at, payload = row
-        return StoredDecision(DecisionIn.model_validate_json(payload, context=STORED), hash_, _dt(decided_at),
-                              _dt(recorded_at))
+        return StoredDecision(DecisionIn.model_validate_json(payload, context=STORED), hash_,
+                              _dt(decided_at, "decided_at"), _dt(recorded_at, "recorded_at"))
+
+    def _unreadable(self, table: str, key: str, exc: BaseException, sink: Unreadable | None = None) -> None:
+        """Note a record of ``table`` that cannot be read: into ``sink`` when given, else as a logged warning."""
+        why = _why(exc)
+        if sink is not None:
+            sink.setdefault(table, []).append(f"{key}: {why}")
+        else:
+            log.warning("ledger %s: %s record %s left out, unreadable: %s", self.path, table, key, why,
+                        extra={"fields": {"table": table, "record": key, "error": why}})
+
+    def _read_decision(self, row: tuple[Any, ...], sink: Unreadable | None = None) -> StoredDecision | None:
+        """A ``decisions`` row (its :data:`_DECISION_COLUMNS`), or None when it cannot be read."""
+        try:
+            return self._decision_row(row)
+        except READ_ERRORS as exc:
+            self._unreadable("decisions", str(row[0]), exc, sink)
+            return None
+
+    def _actual_row(self, row: tuple[Any, ...], sink: Unreadable | None = None) -> StoredActual | None:
+        """An ``actuals`` row (job_ref, source, payload, received_at), or None when it cannot be read."""
+        ref, source, payload, received_at = row
+        try:
+            return StoredActual(ActualIn.model_validate_json(payload, context=STORED), _dt(received_at, "received_at"))
+        except READ_ERRORS as exc:
+            self._unreadable("actuals", f"{ref} ({source})", exc, sink)
+            return None
+
+    def _actual_payload(self, ref: str, source: str, payload: Any) -> ActualIn | None:
+        """A stored actual's payload alone, or None (logged) when it cannot be read."""
+        try:
+            return ActualIn.model_validate_json(payload, context=STORED)
+        except READ_ERRORS as exc:
+            self._unreadable("actuals", f"{ref} ({source})", exc)
+            return None
 
     def get_decision(self, decision_id: str) -> StoredDecision | None:
         with self._lock:
@@ -575,7 +662,7 @@ class SqliteLedger(Ledger):
     def decisions(self) -> list[StoredDecision]:
         with self._lock:
             rows = self._db.execute(f"SELECT {_DECISION_COLUMNS} FROM decisions ORDER BY decided_at, rowid").fetchall()
-        return [self._decision_row(r) for r in rows]
+        return [d for r in rows if (d := self._read_decision(r)) is not None]
 
     def prune_unjoined(self, before: datetime) -> PruneResult:
         return self._write(self._prune_unjoined, _ts(before))  # type: ignore[no-any-return]
@@ -600,7 +687,8 @@ class SqliteLedger(Ledger):
         for job_ref, source, payload in self._db.execute(
                 "SELECT job_ref, source, payload FROM actuals WHERE received_at < ? AND substr(job_ref, 1, 5) = "
                 "'name:'", (cutoff,)).fetchall():
-            if self._decision_for(ActualIn.model_validate_json(payload, context=STORED)) is None:
+            actual = self._actual_payload(job_ref, source, payload)
+            if actual is not None and self._decision_for(actual) is None:  # an unreadable one is kept, not judged
                 self._db.execute("DELETE FROM actuals WHERE job_ref = ? AND source = ?", (job_ref, source))
                 actuals += 1
         return PruneResult(decisions=decisions, actuals=actuals)
@@ -610,10 +698,11 @@ class SqliteLedger(Ledger):
         joined (an actual with another key may still belong to the row: the final check sees the whole row)."""
         with self._lock:
             payloads = self._db.execute(
-                "SELECT payload FROM actuals AS a WHERE a.source = ? AND NOT EXISTS "
+                "SELECT job_ref, payload FROM actuals AS a WHERE a.source = ? AND NOT EXISTS "
                 "(SELECT 1 FROM actuals AS b WHERE b.job_ref = a.job_ref AND b.source = ?)", (after, source)).fetchall()
-            owners = {d.decision_id for (p,) in payloads
-                      if (d := self._decision_for(ActualIn.model_validate_json(p, context=STORED))) is not None}
+            owners = {d.decision_id for ref, p in payloads
+                      if (a := self._actual_payload(ref, after, p)) is not None
+                      and (d := self._decision_for(a)) is not None}
         rows = [self.joined_row(decision_id) for decision_id in sorted(owners)]
         return sorted((r for r in rows if r is not None and _awaits(r, source, after)),
                       key=lambda r: r.decision.decided_at)
@@ -633,10 +722,9 @@ class SqliteLedger(Ledger):
                     "namespace = ? AND kind = ? AND name = ?", (d.namespace, d.kind, d.name), decision_id):
                 refs.append(f"name:{d.namespace}/{d.kind}/{d.name}")
             marks = ",".join("?" * len(refs))
-            rows = self._db.execute(f"SELECT payload, received_at FROM actuals WHERE job_ref IN ({marks}) "
-                                    "ORDER BY received_at, rowid", refs).fetchall()
-        return JoinedRow(stored, tuple(StoredActual(ActualIn.model_validate_json(p, context=STORED), _dt(t))
-                                       for p, t in rows))
+            rows = self._db.execute(f"SELECT job_ref, source, payload, received_at FROM actuals WHERE job_ref IN "
+                                    f"({marks}) ORDER BY received_at, rowid", refs).fetchall()
+        return JoinedRow(stored, tuple(a for row in rows if (a := self._actual_row(row)) is not None))
 
     def _latest_is(self, where: str, args: tuple[Any, ...], decision_id: str) -> bool:
         latest = self._select_decision(where, args)
@@ -644,28 +732,16 @@ class SqliteLedger(Ledger):
 
     def actuals(self) -> list[StoredActual]:
         with self._lock:
-            rows = self._db.execute("SELECT payload, received_at FROM actuals ORDER BY received_at, rowid").fetchall()
-        return [StoredActual(ActualIn.model_validate_json(p, context=STORED), _dt(t)) for p, t in rows]
+            rows = self._db.execute(
+                "SELECT job_ref, source, payload, received_at FROM actuals ORDER BY received_at, rowid").fetchall()
+        return [a for row in rows if (a := self._actual_row(row)) is not None]
 
     def report_rows(self) -> ReportRows:
         """One read of both tables; a record that does not parse (a broken payload, a decision or actual with a
-        field this vramfit does not know, written by a newer one) is left out and named in ``unreadable``
-        rather than failing the whole report."""
-        unreadable: dict[str, list[str]] = {}
-
-        def parse(table: str, key: str, build: Callable[[], Any]) -> Any:
-            try:
-                return build()
-            except (ValidationError, ValueError, TypeError, OverflowError) as exc:
-                if isinstance(exc, ValidationError) and exc.errors():
-                    first = exc.errors()[0]
-                    where = ".".join(str(part) for part in first["loc"])
-                    detail = f"`{where}` {first['msg']}" if where else first["msg"]
-                else:
-                    detail = str(exc)
-                unreadable.setdefault(table, []).append(f"{key}: {detail[:200]}")
-                return None
-
+        field this vramfit does not know, written by a newer one, a damaged timestamp column) is left out and named
+        in ``unreadable`` rather than failing the whole report. (The other reads leave it out with a logged
+        warning.)"""
+        unreadable: Unreadable = {}
         try:
             with self._lock:
                 decision_rows = self._db.execute(
@@ -674,11 +750,8 @@ class SqliteLedger(Ledger):
                     "SELECT job_ref, source, payload, received_at FROM actuals ORDER BY received_at, rowid").fetchall()
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot read the ledger {self.path}: {exc}") from exc
-        decisions = [d for row in decision_rows
-                     if (d := parse("decisions", str(row[0]), lambda row=row: self._decision_row(row))) is not None]
-        actuals = [a for ref, source, payload, t in actual_rows
-                   if (a := parse("actuals", f"{ref} ({source})", lambda p=payload, t=t: StoredActual(
-                       ActualIn.model_validate_json(p, context=STORED), _dt(t)))) is not None]
+        decisions = [d for row in decision_rows if (d := self._read_decision(row, unreadable)) is not None]
+        actuals = [a for row in actual_rows if (a := self._actual_row(row, unreadable)) is not None]
         rows, pending = join(decisions, actuals)
         return ReportRows(rows, len(pending), unreadable)
 
@@ -700,7 +773,7 @@ class SqliteLedger(Ledger):
             with self._lock:
                 rows = self._db.execute(
                     "SELECT pool, json_extract(payload, '$.method') AS method, MAX(decided_at) AS latest "
-                    "FROM decisions WHERE decided_at >= ? "
+                    "FROM decisions WHERE decided_at >= ? AND json_valid(payload) "
                     "AND COALESCE(json_extract(payload, '$.outcome'), 'placed') = 'placed' "
                     "GROUP BY pool, method ORDER BY latest DESC, pool, method LIMIT ?",
                     (_ts(since), limit)).fetchall()

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 ActualSource = Literal["reporter", "dcgm", "kubernetes", "manual"]
 # Bounds on what a client may post, so that every stored record can be read, scored and exported again: a
@@ -30,6 +31,16 @@ MAX_JOB_COST_USD = 1e12
 # Far above any real job, yet not so low that an odd but valid spec is refused: Llama-3.1-8B full fine-tuning on
 # 15e12 tokens (Llama 3's pre-training corpus) on 8 H100s is predicted at 6 years, its upper bound at 11.
 MAX_RUNTIME_SECONDS = 1000 * 365.25 * 86400.0
+# A measured wall time is 0 (the Kubernetes watcher's whole seconds: a container that started and ended in one) or at
+# least this: no training job runs for less than a millisecond, and 1e-320 s was stored and then made the report's
+# runtime error infinite (`Infinity` in its JSON).
+MIN_MEASURED_RUNTIME_SECONDS = 1e-3
+# Bounds on the free-form parts of a record (``features``, ``notes``, the keys of ``breakdown_bytes``): a spec is a
+# few levels deep and a few hundred values; features nested 400 levels could not be written, and 250 levels were
+# written but could never be read back (pydantic's JSON reader stops at about 200), losing the job's actuals.
+MAX_FREE_FORM_DEPTH = 32
+MAX_FREE_FORM_VALUES = 10_000  # containers, keys and values of one field, all counted
+MAX_FREE_FORM_STRING = 65_536  # characters of one string or key
 # Validation context of records read back from the ledger: the bounds above only apply to what is posted now, so
 # that a row stored before a bound existed can still be read.
 STORED: dict[str, Any] = {"stored": True}
@@ -50,6 +61,66 @@ def _plausible_time(value: datetime) -> datetime:
 When = Annotated[datetime, AfterValidator(_plausible_time)]
 
 
+def _segment(path: str, key: Any) -> str:
+    return f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}"
+
+
+def _readable(text: str) -> str:
+    """``text`` with what UTF-8 cannot encode (lone surrogates) written as ``\\udXXX`` escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _string_problem(text: str, path: str, field: str, what: str) -> str | None:
+    subject = "is" if path == field else f"has a {what} at `{_readable(path)}` that is"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"{subject} not valid Unicode: it holds a lone UTF-16 surrogate (U+{ord(text[exc.start]):04X}), "
+                "which cannot be stored as UTF-8")
+    if len(text) > MAX_FREE_FORM_STRING:
+        return f"{subject} longer than {MAX_FREE_FORM_STRING} characters"
+    return None
+
+
+def free_form_problem(value: Any, field: str) -> str | None:
+    """Why ``value``, posted as ``field``, cannot be stored and read back, or None: a string that is not valid
+    Unicode (a lone UTF-16 surrogate, which JSON's ``\\ud800`` escape can carry and UTF-8 cannot), a number that is
+    not finite inside a list or mapping (JSON has no NaN; it was stored as null), nesting deeper than
+    :data:`MAX_FREE_FORM_DEPTH` levels, more than :data:`MAX_FREE_FORM_VALUES` values, or a string longer than
+    :data:`MAX_FREE_FORM_STRING`. Messages name the path inside the field (``features.lora.rank``, ``notes[2]``)."""
+    count = 0
+    problem: str | None
+    # (value, its path, its depth: the field's own list or mapping is level 1)
+    stack: list[tuple[Any, str, int]] = [(value, field, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        count += 1
+        if count > MAX_FREE_FORM_VALUES:
+            return f"has more than {MAX_FREE_FORM_VALUES} values (keys, values and nested lists or mappings)"
+        if isinstance(item, str):
+            problem = _string_problem(item, path, field, "string")
+        elif isinstance(item, float) and not math.isfinite(item) and path != field:  # a field's own: its type's
+            problem = f"has a number that is not finite at `{_readable(path)}` ({item}); only finite numbers are stored"
+        elif isinstance(item, (dict, list, tuple)):
+            if depth + 1 > MAX_FREE_FORM_DEPTH:
+                return f"is nested deeper than {MAX_FREE_FORM_DEPTH} levels"
+            children = item.items() if isinstance(item, dict) else enumerate(item)
+            problem = None
+            nested: list[tuple[Any, str, int]] = []
+            for key, child in children:
+                if isinstance(item, dict):
+                    count += 1  # the key
+                    if isinstance(key, str) and (problem := _string_problem(key, _segment(path, key), field, "key")):
+                        break
+                nested.append((child, _segment(path, key), depth + 1))
+            stack.extend(reversed(nested))  # the first problem in the order the body gives them is the one named
+        else:
+            problem = None
+        if problem:
+            return problem
+    return None
+
+
 def _bounded(high: float, unit: str, high_note: str = "") -> AfterValidator:
     """Bounds on a posted value (not on one read back with the :data:`STORED` context)."""
 
@@ -63,10 +134,20 @@ def _bounded(high: float, unit: str, high_note: str = "") -> AfterValidator:
     return AfterValidator(check)
 
 
-# No lower bound: a spec of `train_tokens: 1` is validly predicted at a few microseconds (the metrics leave out a
-# measured/predicted ratio too large to be a prediction's error, see scheduler/integrations/metrics.py).
+def _measured_runtime(value: float, info: ValidationInfo) -> float:
+    """0, or at least :data:`MIN_MEASURED_RUNTIME_SECONDS` (for a posted value)."""
+    if (info.context or {}).get("stored") or value == 0 or value >= MIN_MEASURED_RUNTIME_SECONDS:
+        return value
+    raise ValueError(f"must be 0 (a job that started and ended within one whole second, as Kubernetes times it) or "
+                     f"at least {MIN_MEASURED_RUNTIME_SECONDS:g} seconds (1 ms): no training job is shorter, and a "
+                     f"shorter wall time would make its runtime error infinite; got {value:g}")
+
+
+# No lower bound on a prediction: a spec of `train_tokens: 1` is validly predicted at a few microseconds (the metrics
+# leave out a measured/predicted ratio too large to be a prediction's error, see scheduler/integrations/metrics.py).
 PredictedRuntime = Annotated[float, Field(ge=0), _bounded(MAX_RUNTIME_SECONDS, "seconds", high_note=" (1000 years)")]
-MeasuredRuntime = Annotated[float, Field(ge=0), _bounded(MAX_RUNTIME_SECONDS, "seconds", high_note=" (1000 years)")]
+MeasuredRuntime = Annotated[float, Field(ge=0), _bounded(MAX_RUNTIME_SECONDS, "seconds", high_note=" (1000 years)"),
+                            AfterValidator(_measured_runtime)]
 CostUsd = Annotated[float, Field(ge=0), _bounded(MAX_JOB_COST_USD, "USD")]
 Outcome = Literal["placed", "no_fit", "fail_open", "error"]
 
@@ -75,7 +156,41 @@ Outcome = Literal["placed", "no_fit", "fail_open", "error"]
 SOURCE_PRIORITY: tuple[str, ...] = ("manual", "reporter", "kubernetes", "dcgm")
 
 
-class DecisionIn(BaseModel):
+def storable(value: Any, info: ValidationInfo) -> Any:
+    """Every posted field, before its type is checked: :func:`free_form_problem` (not for records read back)."""
+    if (info.context or {}).get("stored") or info.field_name is None:
+        return value
+    problem = free_form_problem(value, info.field_name)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def storable_keys(data: Any, info: ValidationInfo) -> Any:
+    """A posted body's own keys, before anything else: one that is not valid Unicode names no field, and pydantic
+    would only say that some string is not one."""
+    if isinstance(data, dict) and not (info.context or {}).get("stored"):
+        for key in data:
+            if isinstance(key, str) and (problem := _string_problem(key, f"(body).{key}", "(body)", "key")):
+                raise ValueError(problem)
+    return data
+
+
+class _Posted(BaseModel):
+    """A record a client posts: every field, and the body's own keys, must be storable and readable again."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_keys(cls, data: Any, info: ValidationInfo) -> Any:
+        return storable_keys(data, info)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _storable(cls, value: Any, info: ValidationInfo) -> Any:
+        return storable(value, info)
+
+
+class DecisionIn(_Posted):
     """A placement decision as the webhook (or any caller of ``POST /v1/decisions``) records it."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -138,7 +253,7 @@ class DecisionIn(BaseModel):
         return self.predicted_runtime_seconds if self.predicted_runtime_seconds is not None else self.runtime_seconds
 
 
-class ActualIn(BaseModel):
+class ActualIn(_Posted):
     """What a job really used. ``peak_vram_bytes`` and ``runtime_seconds`` must be present (null when the
     source cannot know them: the Kubernetes watcher sees no memory, DCGM sees no exit)."""
 
@@ -228,8 +343,10 @@ FINISHED_EXIT_REASONS: tuple[str | None, ...] = (None, "Completed")
 
 def ran_to_end(oom: bool, exit_reason: str | None, runtime_seconds: float | None) -> bool:
     """Whether a job did all its work, so that its runtime is the runtime of the whole job (what the runtime
-    prediction is compared with): a runtime, no OOM, and an exit reason of ``Completed`` (or none given)."""
-    return not oom and exit_reason in FINISHED_EXIT_REASONS and runtime_seconds is not None and runtime_seconds > 0
+    prediction is compared with): a runtime of at least :data:`MIN_MEASURED_RUNTIME_SECONDS` (a shorter one can only
+    have been stored before that bound), no OOM, and an exit reason of ``Completed`` (or none given)."""
+    return (not oom and exit_reason in FINISHED_EXIT_REASONS and runtime_seconds is not None
+            and runtime_seconds >= MIN_MEASURED_RUNTIME_SECONDS)
 
 
 @dataclass(frozen=True)

@@ -130,11 +130,17 @@ class BadRequest(Exception):
         self.problems = problems or []
 
 
+def _utf8(text: str) -> str:
+    """``text`` with lone UTF-16 surrogates (which a JSON body can carry in a key it names, and the answer could not
+    encode) written as ``\\udXXX`` escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _problems(exc: ValidationError) -> list[dict[str, str]]:
     out = []
     for err in exc.errors():
         path = ".".join(str(p) for p in err.get("loc", ())) or "(body)"
-        out.append({"field": path, "message": err.get("msg", "is invalid").replace("Value error, ", "")})
+        out.append({"field": _utf8(path), "message": _utf8(err.get("msg", "is invalid").replace("Value error, ", ""))})
     return out
 
 

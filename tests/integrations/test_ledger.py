@@ -402,3 +402,55 @@ def test_placed_pools_and_methods_is_the_default_answer_from_one_query(ledger_pa
     assert ledger.placed_pools_and_methods(since, limit=10) == expected
     assert Ledger.placed_pools_and_methods(ledger, since, limit=10) == expected
     assert ledger.placed_pools_and_methods(since, limit=2) == expected[:2]
+
+
+def test_every_read_leaves_an_unreadable_row_out_with_a_warning_naming_it(ledger_path, caplog):
+    """One damaged row (a timestamp no date has, a payload that is not JSON) raised out of every read of the ledger:
+    the export, the DCGM sweep, pruning, the join of a new decision. Now each read leaves it out and logs which row
+    and why, and the rest of the ledger reads as before."""
+    ledger = SqliteLedger(ledger_path)
+    for name in ("good", "bad-time", "bad-payload"):
+        ledger.record_decision(DecisionIn.model_validate(decision_payload(name)))
+        ledger.record_actual(actual(decision_id=name, source="kubernetes", peak_vram_bytes=None))
+    ledger.record_actual(actual(namespace="ml", kind="Job", name="gone", source="kubernetes"))
+    ledger.record_actual(actual(decision_id="late"))
+    with sqlite3.connect(ledger_path) as db:
+        db.execute("UPDATE decisions SET decided_at = 1e17 WHERE decision_id = 'bad-time'")  # OSError before
+        db.execute("UPDATE decisions SET payload = '{' WHERE decision_id = 'bad-payload'")
+        db.execute("UPDATE actuals SET received_at = 'x' WHERE job_ref = 'id:late'")  # TypeError before
+        db.execute("UPDATE actuals SET payload = '[' WHERE job_ref = 'name:ml/Job/gone'")
+    db.close()
+    caplog.set_level("WARNING", logger="vramfit.ledger")
+    assert [d.decision_id for d in ledger.decisions()] == ["good"]
+    assert [r.decision.decision_id for r in ledger.joined_rows()] == ["good"]
+    assert {a.actual.job_ref for a in ledger.actuals()} == {"id:good", "id:bad-time", "id:bad-payload"}
+    assert ledger.get_decision("bad-time") is None and ledger.joined_row("bad-payload") is None
+    assert [r.decision.decision_id for r in ledger.rows_awaiting("dcgm", "kubernetes")] == ["good"]
+    assert ledger.export_reference_runs(io.StringIO()).skipped == {  # the good row, read
+        "no device peak; runtime without train_tokens or steps": 1}
+    # the unreadable name-keyed actual is kept: it cannot be judged (before: the pruner raised on it every hour)
+    assert ledger.prune_unjoined(datetime.now(timezone.utc) + timedelta(seconds=1)) == PruneResult(0, 0)
+    assert ledger.counts() == {"decisions": 3, "actuals": 5}
+    # the decision that joins the unreadable actual is recorded
+    assert ledger.record_decision(DecisionIn.model_validate(decision_payload("late"))).newly_joined == ()
+    warnings = "\n".join(r.getMessage() for r in caplog.records)
+    assert "decisions record bad-time left out, unreadable: `decided_at` is not a timestamp: 1e+17" in warnings
+    assert "decisions record bad-payload left out, unreadable: Invalid JSON" in warnings
+    assert "actuals record name:ml/Job/gone (kubernetes) left out, unreadable: Invalid JSON" in warnings
+    assert ledger.placed_pools_and_methods(datetime.now(timezone.utc) - timedelta(days=1), 10) == [("a100", "lora")]
+
+
+def test_a_new_report_replaces_an_unreadable_one_of_its_source(ledger_path, caplog):
+    """Merging a repeated report into a stored one that cannot be read raised (a 500, the new report lost)."""
+    ledger = SqliteLedger(ledger_path)
+    ledger.record_decision(DecisionIn.model_validate(decision_payload("d1")))
+    ledger.record_actual(actual(decision_id="d1"))
+    with sqlite3.connect(ledger_path) as db:
+        db.execute("UPDATE actuals SET payload = '{\"decision_id\": \"d1\"'")
+    db.close()
+    caplog.set_level("WARNING", logger="vramfit.ledger")
+    result = ledger.record_actual(actual(decision_id="d1", peak_vram_bytes=12 * GIB))
+    assert result.previous is None and result.decision is not None and result.decision.decision_id == "d1"
+    assert "actuals record id:d1 (reporter) left out, unreadable" in caplog.text
+    row = ledger.joined_row("d1")
+    assert row is not None and row.merged is not None and row.merged.peak_vram_bytes == 12 * GIB

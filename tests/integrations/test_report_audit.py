@@ -5,6 +5,7 @@ honor_labels."""
 from __future__ import annotations
 
 import json
+import math
 import random
 import sqlite3
 import subprocess
@@ -20,7 +21,7 @@ from predictors.reference import parse_runs
 from scheduler.cli import main
 from scheduler.integrations.ledger import SqliteLedger
 from scheduler.integrations.prom_actuals import MIB, pod_regex, query_device_peak
-from scheduler.integrations.records import ActualIn, DecisionIn
+from scheduler.integrations.records import STORED, ActualIn, DecisionIn
 from tests.integrations.payloads import GIB, decision_payload
 from tests.integrations.processes import (
     NO_PROMETHEUS,
@@ -268,3 +269,65 @@ def test_a_dcgm_query_leaves_out_the_pods_of_jobs_whose_names_extend_its_own(tmp
     query = device_peaks_query("ml", "llama-.+", 60, exclude="(llama-70b-.+)|(llama-x\\.y-.+)")
     assert 'pod!~"(llama-70b-.+)|(llama-x\\\\.y-.+)"' in query and "exported_pod!~" in query
     assert "pod!~" not in device_peaks_query("ml", "llama-.+", 60)
+
+
+def _strict_json(text: str) -> Any:
+    """``text`` parsed as JSON proper: NaN, Infinity and -Infinity (which Python's json writes and reads) refused."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_the_json_report_is_valid_json_with_a_runtime_stored_before_its_lower_bound(
+        ledger_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A measured runtime of 1e-320 s was accepted: the report's runtime error was infinite, the table said inf% and
+    --format json wrote `Infinity` (NaN was the only value made null). Now such a runtime is refused at input (1 ms at
+    least), one stored before is no whole job's runtime, and no figure of the JSON can be NaN or infinite."""
+    from scheduler.cli.report import _clean
+
+    ledger = SqliteLedger(ledger_path)
+    _decide(ledger, "tiny", predicted_runtime_seconds=1800.0)
+    ledger.record_actual(ActualIn.model_validate({  # as the older vramfit stored it
+        "decision_id": "tiny", "peak_vram_bytes": GIB, "runtime_seconds": 1e-320, "oom": False,
+        "exit_reason": "Completed", "source": "reporter"}, context=STORED))
+    ledger.close()
+    assert main(["report", "--ledger", str(ledger_path), "--format", "json"]) == 0
+    out = _strict_json(capsys.readouterr().out)
+    assert out["accuracy"]["runtime"]["n"] == 0 and out["accuracy"]["runtime"]["max_ape"] is None
+    assert out["accuracy"]["device"]["n"] == 1
+    assert main(["report", "--ledger", str(ledger_path)]) == 0
+    assert "inf%" not in capsys.readouterr().out
+    figures = {"a": math.inf, "b": [-math.inf, math.nan, 1.5], "c": {"d": math.nan}, "e": "x"}
+    assert _strict_json(json.dumps(_clean(figures), allow_nan=False)) == {"a": None, "b": [None, None, 1.5],
+                                                                         "c": {"d": None}, "e": "x"}
+
+
+# Values a damaged (or hand-edited) timestamp column held; `datetime.fromtimestamp` raised OverflowError (1e30, -1e30),
+# OSError (1e17: `vramfit report` caught the first but not this), ValueError (a year past 9999) or TypeError (text).
+DAMAGED_TIMESTAMPS = [("decisions", "decided_at", "1e30"), ("decisions", "decided_at", "-1e30"),
+                      ("decisions", "recorded_at", "1e17"), ("decisions", "decided_at", "1e12"),
+                      ("decisions", "decided_at", "'NaN'"), ("actuals", "received_at", "'yesterday'")]
+
+
+@pytest.mark.parametrize(("table", "column", "damage"), DAMAGED_TIMESTAMPS)
+def test_a_damaged_timestamp_leaves_its_row_out_naming_the_row_and_column(
+        ledger_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], table: str, column: str,
+        damage: str) -> None:
+    ledger = SqliteLedger(ledger_path)
+    for name in ("good", "bad"):
+        _decide(ledger, name)
+        ledger.record_actual(ActualIn(decision_id=name, peak_vram_bytes=GIB, runtime_seconds=60.0, oom=False,
+                                      exit_reason="Completed", source="reporter"))
+    ledger.close()
+    key = "decision_id = 'bad'" if table == "decisions" else "job_ref = 'id:bad'"
+    _rewrite(ledger_path, f"UPDATE {table} SET {column} = {damage} WHERE {key}")
+    shown = "bad" if table == "decisions" else "id:bad (reporter)"
+    export = tmp_path / "runs.jsonl"
+    out = _report_json(ledger_path, capsys, "--export", str(export))
+    assert list(out["unreadable"]) == [table] and out["unreadable"][table]["count"] == 1
+    assert out["unreadable"][table]["first"][0].startswith(f"{shown}: `{column}` is not a timestamp: ")
+    assert out["with_actuals"] == 1 and out["export"]["written"] == 1  # the good row
+    assert main(["report", "--ledger", str(ledger_path)]) == 0
+    assert f"{table} left out, unreadable: 1 (first: {shown}: `{column}` is not a timestamp" in capsys.readouterr().out

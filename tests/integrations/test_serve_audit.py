@@ -4,6 +4,7 @@ while such a request is in progress."""
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import ssl
@@ -178,3 +179,32 @@ def test_readyz_is_503_while_the_residual_model_it_is_told_to_use_is_missing(
         wait_until(lambda: (r := readyz()) is not None and r.status_code == 200, 30, "/readyz 200 after the model")
     finally:
         stop(process)
+
+
+def test_bodies_the_ledger_could_not_store_are_422_over_https_and_the_server_keeps_serving(
+        https_app: int, certs: Path) -> None:
+    """A lone surrogate in a decision's notes and features 400 levels deep were 500s (the ledger's JSON writer raised),
+    features 250 levels deep were stored and then broke every read of the job; a measured runtime of 1e-320 s made the
+    report's figures infinite. Each is answered 422 naming the field, nothing is stored, and the next post is served."""
+    from tests.integrations.payloads import decision_payload
+
+    url = f"https://127.0.0.1:{https_app}"
+    verify = _client_context(certs)
+    deep: Any = 1
+    for _ in range(250):
+        deep = {"a": deep}
+    actual = {"decision_id": "ok", "peak_vram_bytes": 2**30, "oom": False, "source": "reporter"}
+    bodies = [
+        ("/v1/decisions", json.dumps(decision_payload("bad", notes=["XX"])).replace('"XX"', '"\\ud800"'), "notes"),
+        ("/v1/decisions", json.dumps(decision_payload("bad") | {"features": {"x": deep}}), "features"),
+        ("/v1/actuals", json.dumps(actual | {"runtime_seconds": 1e-320}), "runtime_seconds"),
+    ]
+    with httpx.Client(base_url=url, verify=verify, timeout=10) as client:
+        for path, body, field in bodies:
+            r = client.post(path, content=body.encode(), headers={"content-type": "application/json"})
+            assert r.status_code == 422, r.text
+            assert [p["field"] for p in r.json()["problems"]] == [field]
+        assert client.get("/v1/decisions/bad").status_code == 404
+        assert client.post("/v1/decisions", json=decision_payload("ok")).status_code == 201
+        assert client.post("/v1/actuals", json=actual | {"runtime_seconds": 60.0}).json()["decision_id"] == "ok"
+        assert client.get("/readyz").status_code == 200

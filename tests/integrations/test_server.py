@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -12,7 +13,7 @@ from starlette.testclient import TestClient
 
 from scheduler.integrations.ledger import LedgerError, SqliteLedger
 from scheduler.integrations.metrics import MAX_POOL_LABELS
-from scheduler.integrations.records import DecisionIn
+from scheduler.integrations.records import STORED, DecisionIn
 from scheduler.integrations.server import JsonFormatter, ServerSettings, create_app, store_decision
 from tests.integrations.payloads import GIB, decision_payload
 
@@ -284,3 +285,109 @@ def test_a_rotated_token_file_is_followed_without_a_restart(ledger_path, tmp_pat
         (secret / "next").replace(link)
         assert post("second-token") == 202  # the last good token is kept
 
+
+
+def _nested(levels: int) -> object:
+    """``levels`` lists and mappings, one inside the other."""
+    value: object = 1
+    for i in range(levels):
+        value = [value] if i % 2 else {"a": value}
+    return value
+
+
+def _with(body: dict[str, object], marker: str, raw: str) -> bytes:
+    """``body`` as JSON with the string ``marker`` written as ``raw`` (a JSON escape json.dumps would not write)."""
+    return json.dumps(body).replace(json.dumps(marker), raw).encode()
+
+
+@pytest.mark.parametrize(("route", "body", "field", "needle"), [
+    # before: a 500 (model_dump_json raised UnicodeEncodeError) for notes and features
+    ("/v1/decisions", _with(decision_payload("u1", notes=["fine", "XX"]), "XX", '"\\ud800"'), "notes",
+     "`notes` has a string at `notes[1]` that is not valid Unicode: it holds a lone UTF-16 surrogate (U+D800)"),
+    ("/v1/decisions", _with(decision_payload("u1") | {"features": {"model": "XX"}}, "XX", '"\\udfff"'), "features",
+     "`features` has a string at `features.model` that is not valid Unicode"),
+    ("/v1/decisions", _with(decision_payload("u1") | {"features": {"XX": 1}}, "XX", '"\\udc00"'), "features",
+     "`features` has a key at `features.\\udc00` that is not valid Unicode"),
+    # before: stored, the key silently turned into U+FFFD
+    ("/v1/decisions", _with(decision_payload("u1", breakdown_bytes={"XX": 1}), "XX", '"\\ud800"'), "breakdown_bytes",
+     "`breakdown_bytes` has a key at `breakdown_bytes.\\ud800` that is not valid Unicode"),
+    ("/v1/decisions", _with(decision_payload("u1") | {"XX": 1}, "XX", '"\\ud800"'), "(body)",
+     "has a key at `(body).\\ud800` that is not valid Unicode"),
+    ("/v1/actuals", _with(actual_body("u1", 10, exit_reason="XX"), "XX", '"\\ud800"'), "exit_reason",
+     "`exit_reason` is not valid Unicode"),
+])
+def test_a_string_that_is_not_unicode_is_422_naming_where_and_nothing_is_stored(client, route, body, field, needle):
+    r = client.post(route, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert [p["field"] for p in r.json()["problems"]] == [field]
+    assert needle in r.json()["error"]
+    assert client.get("/readyz").status_code == 200
+    assert value(client, "vramfit_ledger_records", table="decisions") == 0
+    assert value(client, "vramfit_ledger_records", table="actuals") == 0
+    assert client.post("/v1/decisions", json=decision_payload("u1")).status_code == 201  # the server keeps working
+
+
+@pytest.mark.parametrize(("features", "needle"), [
+    ({"x": _nested(400)}, "`features` is nested deeper than 32 levels"),  # before: a 500
+    ({"x": _nested(250)}, "`features` is nested deeper than 32 levels"),  # before: stored, then never read back
+    ({"x": _nested(32)}, "`features` is nested deeper than 32 levels"),  # 33 levels with features itself
+    ({"x": [1.0, float("nan")]}, "`features` has a number that is not finite at `features.x[1]` (nan)"),  # was null
+    ({"x": float("inf")}, "`features` has a number that is not finite at `features.x` (inf)"),
+    ({f"k{i}": i for i in range(6000)}, "`features` has more than 10000 values"),
+    ({"x": "y" * 70_000}, "`features` has a string at `features.x` that is longer than 65536 characters"),
+])
+def test_features_that_could_not_be_read_back_are_422(client, features, needle):
+    body = json.dumps(decision_payload("deep") | {"features": features})  # NaN and Infinity as Python writes them
+    r = client.post("/v1/decisions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert needle in r.json()["error"] and [p["field"] for p in r.json()["problems"]] == ["features"]
+    assert client.get("/v1/decisions/deep").status_code == 404
+
+
+def test_features_32_levels_deep_are_kept_and_33_are_422(client):
+    too_deep = client.post("/v1/decisions", json=decision_payload("d32") | {"features": {"x": {"y": _nested(31)}}})
+    assert too_deep.status_code == 422 and "nested deeper than 32 levels" in too_deep.json()["error"]
+    features = {"x": _nested(31)}  # 32 levels with features itself
+    assert client.post("/v1/decisions", json=decision_payload("d32") | {"features": features}).status_code == 201
+    r = client.post("/v1/actuals", json=actual_body("d32", 10))
+    assert r.status_code == 202 and r.json()["decision_id"] == "d32"
+    joined = client.get("/v1/decisions/d32").json()
+    assert joined["decision"]["features"] == features and joined["actual"]["peak_vram_bytes"] == 10 * GIB
+
+
+@pytest.mark.parametrize("runtime_seconds", [1e-320, 5e-4])
+def test_a_measured_runtime_under_a_millisecond_is_422(client, runtime_seconds):
+    """1e-320 s was stored; `vramfit report` then printed inf% (and `Infinity`, invalid JSON, with --format json)."""
+    r = client.post("/v1/actuals", json=actual_body("d1", 10, runtime_seconds=runtime_seconds))
+    assert r.status_code == 422, r.text
+    assert "`runtime_seconds` must be 0" in r.json()["error"] and "at least 0.001 seconds (1 ms)" in r.json()["error"]
+    assert client.post("/v1/actuals", json=actual_body("d1", 10, runtime_seconds=0.0)).status_code == 202
+
+
+def test_an_unreadable_stored_decision_loses_no_actual(client, ledger_path):
+    """Features 250 levels deep were accepted before their bound and then could never be read back: the job's
+    actual was answered 500 and lost, and GET /v1/decisions/{id} was a 500. Now the actual is stored (unjoined) and
+    the decision is left out of reads, with a warning naming it."""
+    stored_before = DecisionIn.model_validate(decision_payload("old") | {"features": {"x": _nested(250)}},
+                                              context=STORED)  # what the older vramfit stored
+    SqliteLedger(ledger_path).record_decision(stored_before)
+    r = client.post("/v1/actuals", json=actual_body("old", 10))
+    assert r.status_code == 202, r.text
+    assert r.json()["decision_id"] is None and r.json()["actual"]["peak_vram_bytes"] == 10 * GIB
+    assert value(client, "vramfit_ledger_records", table="actuals") == 1
+    assert client.get("/v1/decisions/old").status_code == 404
+    assert client.post("/v1/decisions", json=decision_payload("new")).status_code == 201
+    assert client.post("/v1/actuals", json=actual_body("new", 10)).json()["decision_id"] == "new"
+
+
+@pytest.mark.parametrize("column", ["decided_at", "recorded_at"])
+def test_a_decision_with_a_damaged_timestamp_loses_no_actual_and_a_repost_repairs_it(client, ledger_path, column):
+    assert client.post("/v1/decisions", json=decision_payload("dmg")).status_code == 201
+    with sqlite3.connect(ledger_path) as db:
+        db.execute(f"UPDATE decisions SET {column} = 1e17")  # before: OSError (Value too large), a 500
+    db.close()
+    r = client.post("/v1/actuals", json=actual_body("dmg", 10))
+    assert r.status_code == 202 and r.json()["decision_id"] is None
+    assert client.get("/v1/decisions/dmg").status_code == 404
+    assert client.post("/v1/decisions", json=decision_payload("dmg")).status_code == 200  # the same decision again
+    assert client.get("/v1/decisions/dmg").json()["actual"]["peak_vram_bytes"] == 10 * GIB

@@ -11,7 +11,7 @@ import pytest
 
 from scheduler.cli import main
 from scheduler.integrations.ledger import SqliteLedger
-from scheduler.integrations.records import ActualIn, DecisionIn
+from scheduler.integrations.records import STORED, ActualIn, DecisionIn
 from tests.integrations.payloads import decision_payload
 
 
@@ -131,3 +131,41 @@ def test_a_few_ledger_actuals_do_not_move_the_reference_margins(tmp_path: Path, 
                  "--runtime-out", str(without), "--no-cv"]) == 0
     quantile = [json.loads(p.with_suffix(".json").read_text())["conformal_quantile"] for p in (with_ledger, without)]
     assert quantile[0] == pytest.approx(quantile[1])
+
+
+def _nested(levels: int) -> object:
+    value: object = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(("damage", "named"), [
+    # a damaged timestamp column: OverflowError, OSError, TypeError from fromtimestamp were tracebacks (exit 1)
+    ("UPDATE decisions SET decided_at = 1e30 WHERE decision_id = 'job-3'", "decisions left out (job-3: `decided_at`"),
+    ("UPDATE decisions SET recorded_at = 1e17 WHERE decision_id = 'job-3'", "decisions left out (job-3: `recorded_at`"),
+    ("UPDATE actuals SET received_at = 'x' WHERE job_ref = 'id:job-3'",
+     "actuals left out (id:job-3 (reporter): `received_at`"),
+    # features stored 250 levels deep (accepted before their bound): the whole ledger was refused (exit 2)
+    ("deep features", "decisions left out (job-3: Invalid JSON: recursion limit exceeded"),
+])
+def test_an_unreadable_row_is_left_out_with_a_warning_and_the_rest_trains(
+        tmp_path: Path, dev_runs_path: Path, capsys: pytest.CaptureFixture[str], damage: str, named: str) -> None:
+    ledger = tmp_path / "vramfit-ledger.sqlite"
+    _cluster_ledger(ledger, 8)
+    if damage == "deep features":
+        stored = SqliteLedger(ledger)
+        body = decision_payload("job-3") | {"features": {"x": _nested(250)}}
+        stored.record_decision(DecisionIn.model_validate(body, context=STORED))  # as the older vramfit stored it
+        stored.close()
+    else:
+        with sqlite3.connect(ledger) as db:
+            db.execute(damage)
+        db.close()
+    assert main(["train", "--runs", str(dev_runs_path), "--ledger", str(ledger), "--out", str(tmp_path / "m.skops"),
+                 "--no-cv"]) == 0
+    captured = capsys.readouterr()
+    assert f"vramfit train: warning: ledger {ledger}: 1 unreadable {named}" in captured.err, captured.err
+    assert "Traceback" not in captured.err
+    assert f"ledger {ledger}: 7 joined actuals" in captured.out
+    assert "site stage: 7 ledger actuals" in captured.out
