@@ -427,7 +427,8 @@ def _dora_base_recompute_seconds(spec: TrainingSpec, arch: Architecture, gpu: Gp
     forward, the input's gradient in backward and the recomputed forward under checkpointing. PEFT's adapters are
     fp32, so on a 16-true/bf16-true model these matmuls run in fp32 on the CUDA cores; under autocast and on a
     32-true model at the model's own rate. vramfit's H100 rows (Llama-3.2-1B all-linear DoRA, 4 x 1,024 tokens):
-    dropout 0.05 makes a step 0.32 s (no checkpointing) and 0.49 s (full) longer than dropout 0, 2.5x-2.9x."""
+    dropout 0.05 makes a step 0.32 s (no checkpointing) and 0.49 s (full) longer than dropout 0, 2.5x-2.9x.
+    PEFT >= 0.14: earlier releases run this matmul whatever the dropout (not counted)."""
     lora = spec.resolved_lora
     if lora is None or not lora.use_dora or lora.dropout == 0 or spec.framework == "torchtune":
         return 0.0

@@ -743,7 +743,8 @@ def _predict_stage(
         if dora_copy_block:
             notes.append(f"DoRA with adapter dropout: PEFT recomputes each adapted layer's base output from the "
                          f"dropped-out input with the base weight cast to the adapter's dtype, and keeps that copy for "
-                         f"backward: {dora_copies / 2**30:.2f} GiB here (lora.dropout 0 avoids it)")
+                         f"backward: {dora_copies / 2**30:.2f} GiB here (lora.dropout 0 avoids it with PEFT >= 0.14; "
+                         "earlier releases recompute it whatever the dropout, which is not counted)")
     if teacher_gathered:
         resident["gathered_params"] = max(gathered, teacher_gathered)
     backward_phase = {
@@ -984,10 +985,18 @@ def _dora_base_copy_bytes_per_block(spec: TrainingSpec, arch: Architecture, lora
     all-linear DoRA, dropout 0.05, no checkpointing: 34.36 GiB against 26.66 GiB without dropout, 3.6 GiB of it
     these copies); autocast's 16-bit cast of the fp32 weight under mixed precision without a sharding engine; none
     for a 32-true model (the cast returns the weight itself), FSDP/DeepSpeed's 16-bit compute weights, or torchtune's
-    DoRALinear (which reuses its base output)."""
-    if lora.dropout == 0 or not lora.use_dora or spec.framework == "torchtune" or e == 4:
+    DoRALinear (which reuses its base output). A 4-bit base is dequantized into a fresh tensor each time
+    (dequantize_module_weight), so its copy is never free: 4 bytes where the input is cast to fp32 adapters (no
+    autocast), 2 where it stays 16-bit (bitsandbytes' LoRA layers skip the cast under autocast,
+    peft/tuners/lora/bnb.py; FSDP casts the adapters to 16 bits). PEFT >= 0.14 (its base-output reuse, 2024-12);
+    earlier releases recompute the base output with or without dropout (0.10-0.13 dora.py), which this leaves out."""
+    if lora.dropout == 0 or not lora.use_dora or spec.framework == "torchtune":
         return 0.0
-    if mixed:
+    if spec.method == "qlora":
+        copy_bytes = 4.0 if (e == 4 or not mixed) else 2.0
+    elif e == 4:
+        return 0.0
+    elif mixed:
         copy_bytes = 2.0 if sharding in ("none", "ddp") else 0.0
     else:
         copy_bytes = 4.0

@@ -106,6 +106,15 @@ def test_dora_dropout_keeps_the_base_weights_cast_to_the_adapter_dtype_by_hand()
     assert fp32.breakdown_bytes.get("dora_weight_copies", 0) == 0
     tune = run(**fields, framework="torchtune", lora={**LORA, "dropout": 0.1, "use_dora": True})
     assert tune.breakdown_bytes.get("dora_weight_copies", 0) == 0
+    # a 4-bit base is dequantized into a fresh tensor every time: 4 bytes cast to the fp32 adapters without
+    # autocast, 2 where the input stays 16-bit (autocast, or FSDP's 16-bit adapters), never none
+    qlora = {"method": "qlora", "micro_batch_size": 2, "seq_len": 64,
+             "lora": {**LORA, "dropout": 0.1, "use_dora": True}}
+    assert run(**qlora, precision="bf16-true").breakdown_bytes["dora_weight_copies"] == L * adapted_per_block * 4
+    assert run(**qlora, precision="bf16-mixed").breakdown_bytes["dora_weight_copies"] == L * adapted_per_block * 2
+    sharded = run(**qlora, precision="bf16-mixed", gpus=2, sharding="fsdp")
+    assert sharded.breakdown_bytes["dora_weight_copies"] == L * adapted_per_block * 2
+    assert any("PEFT >= 0.14" in n for n in dropout.notes)
 
 
 def _h100_row(run_id: str) -> ReferenceRun:
