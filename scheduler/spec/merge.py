@@ -37,6 +37,7 @@ from scheduler.spec.trainer_args import (
     config_flavour,
     framework_setting,
     launch_count,
+    llamafactory_v1_launch,
     looks_like_trainer_config,
     read_command,
     read_pairs,
@@ -415,9 +416,11 @@ def _inline_configs(env: Mapping[str, str], where: str, budget: TextBudget) -> R
             data = safe_load(value, unique_keys=False)  # as the trainer reads it
         except YAML_ERRORS:
             continue
-        if looks_like_trainer_config(data):
-            label, at = f"{config_flavour(data)} in env {name}", f"{where}.env.{name}"
-            settings, config_notes = read_trainer_config(data, label, at)
+        # a LLaMA-Factory v1 config is read as one only with USE_V1 on (no launcher is in view here)
+        v1 = llamafactory_v1_launch((), env)
+        if looks_like_trainer_config(data, v1):
+            label, at = f"{config_flavour(data, v1)} in env {name}", f"{where}.env.{name}"
+            settings, config_notes = read_trainer_config(data, label, at, v1)
             raw.update(settings)
             notes += config_notes
     reading = resolve(raw)
@@ -514,8 +517,11 @@ def _merge(stages: Sequence[Settings], notes: list[str]) -> tuple[Settings, dict
         )
         del merged[key]
     framework = merged.get("framework")
+    # LLaMA-Factory v1 builds torch.optim.AdamW itself, never from TrainingArguments (src/llamafactory/v1/core/
+    # base_trainer.py _init_optimizer, plugins/trainer_plugins/optimizer.py): transformers' default is not its
+    v1 = any("LLaMA-Factory v1 config" in setting.source for setting in merged.values())
     if (framework is not None and framework.value == "transformers" and "optimizer" not in merged
-            and "fused_optimizer" not in merged):
+            and "fused_optimizer" not in merged and not v1):
         # TrainingArguments' default optim is adamw_torch_fused with torch >= 2.8 (transformers PR #37358, merged
         # 2025-07; axolotl's default since its PR #2293): one fused kernel, no state-sized step temporary
         merged["fused_optimizer"] = Setting(True, "transformers' default optim adamw_torch_fused (torch >= 2.8)",

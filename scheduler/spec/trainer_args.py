@@ -513,12 +513,13 @@ def read_mapping(data: Mapping[str, Any], label: str, where: str) -> dict[str, S
                        if v is not None and not (has_bf16 and norm_key(str(k)) == "bfloat16")), where)
 
 
-def looks_like_trainer_config(data: Any) -> bool:
-    """A mapping that an axolotl / LLaMA-Factory / HF / DeepSpeed config would be."""
+def looks_like_trainer_config(data: Any, v1: V1Launch | None = None) -> bool:
+    """A mapping that an axolotl / LLaMA-Factory / HF / DeepSpeed config would be (a LLaMA-Factory v1 config only
+    under ``v1``, a command that runs LLaMA-Factory v1: :func:`llamafactory_v1_launch`)."""
     if not isinstance(data, dict):
         return False
     keys = {norm_key(str(k)) for k in data}
-    return is_llamafactory_v1(data) or bool(
+    return is_llamafactory_v1(data, v1) or bool(
         keys
         & {
             "base_model",
@@ -531,11 +532,13 @@ def looks_like_trainer_config(data: Any) -> bool:
     )
 
 
-def read_trainer_config(data: Mapping[str, Any], label: str, where: str) -> tuple[dict[str, Setting], list[str]]:
+def read_trainer_config(data: Mapping[str, Any], label: str, where: str,
+                        v1: V1Launch | None = None) -> tuple[dict[str, Setting], list[str]]:
     """A trainer config (:func:`looks_like_trainer_config`) as raw settings and notes: its keys over the defaults
-    its trainer applies (:func:`trainer_config_defaults`); a LLaMA-Factory v1 config by its own schema."""
-    if is_llamafactory_v1(data):
-        return read_llamafactory_v1(data, label, where)
+    its trainer applies (:func:`trainer_config_defaults`); a LLaMA-Factory v1 config (run by ``v1``) by its own
+    schema."""
+    if v1 is not None and is_llamafactory_v1(data, v1):
+        return read_llamafactory_v1(data, label, where, v1)
     implied, notes = trainer_config_defaults(data, label, where)
     return {**implied, **read_mapping(data, label, where)}, notes
 
@@ -833,13 +836,13 @@ def _axolotl_defaults(keys: Mapping[str, Any], label: str, where: str) -> dict[s
     return out
 
 
-def config_flavour(data: Mapping[str, Any]) -> str:
+def config_flavour(data: Mapping[str, Any], v1: V1Launch | None = None) -> str:
     keys = {norm_key(str(k)) for k in data}
     if "zero_optimization" in keys or "train_micro_batch_size_per_gpu" in keys:
         return "DeepSpeed config"
     if "base_model" in keys:
         return "axolotl config"
-    if is_llamafactory_v1(data):
+    if is_llamafactory_v1(data, v1):
         return "LLaMA-Factory v1 config"
     if keys & {"finetuning_type", "cutoff_len", "stage", "template"}:
         return "LLaMA-Factory config"
@@ -850,25 +853,102 @@ def config_flavour(data: Mapping[str, Any]) -> str:
 # ``USE_V1=1 llamafactory-cli sft CONFIG`` (src/llamafactory/cli.py picks src/llamafactory/v1/launcher.py) reads its own
 # dataclasses (v1/config/model_args.py, data_args.py, training_args.py): ``model`` for the model, and plugin
 # sections ``{name: ..., ...}`` (v1/config/arg_utils.py get_plugin_config) for PEFT, quantization, the distributed
-# backend, kernels and the optimizer. Keys only v1 has:
+# backend, kernels and the optimizer. A config is read as v1 only when LLaMA-Factory's launcher runs it, or USE_V1 is
+# on (:func:`llamafactory_v1_launch`): other tools' YAML has ``model`` and ``micro_batch_size`` too (ms-swift's
+# ``megatron sft --config``). Keys only v1 has:
 _V1_KEYS = frozenset({"peft_config", "dist_config", "quant_config", "kernel_config", "init_config", "optim_config",
                       "lr_scheduler_config", "model_class", "train_dataset", "eval_dataset", "global_batch_size",
-                      "enable_activation_checkpointing", "batching_strategy", "sample_backend"})
-# v1 keys that change no memory vramfit models (output, data, schedule, logging, checkpoint saving, init device)
+                      "enable_activation_checkpointing", "batching_strategy", "sample_backend", "mtp_config"})
+# v1 keys that change no memory vramfit models (output, data, schedule, logging, checkpoint saving, init device,
+# the preference losses' coefficients)
 _V1_NO_MEMORY = frozenset({"output_dir", "learning_rate", "seed", "logging_steps", "save_steps", "save_epochs",
                            "save_ckpt_as_hf", "save_total_limit", "train_dataset", "eval_dataset", "dataset",
                            "template", "trust_remote_code", "sample_backend", "max_new_tokens", "num_train_epochs",
                            "max_grad_norm", "resume_from_checkpoint", "dist_timeout", "batching_workers",
-                           "lr_scheduler_config", "init_config", "dp_size", "mp_shard_size"})
+                           "lr_scheduler_config", "init_config", "dp_size", "mp_shard_size", "pref_beta", "pref_ftx",
+                           "simpo_gamma", "ld_alpha", "dpo_label_smoothing"})
 # peft_config keys that change no memory (v1/plugins/model_plugins/peft.py LoraConfig / FreezeConfig)
 _V1_PEFT_NO_MEMORY = frozenset({"name", "use_rslora", "adapter_name_or_path", "export_dir", "export_size",
                                 "export_hub_model_id", "infer_dtype", "export_legacy_format"})
+# v1/launcher.py _DIST_TRAIN_COMMANDS: ``train`` runs sft; its trainers by module (v1/trainers/*_trainer.py)
+_V1_COMMANDS = {"train": "sft", "sft": "sft", "dpo": "dpo", "rm": "rm"}
+_V1_TRAINERS = {"sft_trainer": "sft", "fsdp2_sft_trainer": "sft", "dpo_trainer": "dpo", "rm_trainer": "rm"}
+# pyproject.toml [project.scripts]: llamafactory-cli and its shortcut lmf, both llamafactory.cli:main
+_LLAMAFACTORY_CLIS = ("llamafactory-cli", "lmf")
+# v1's FSDP2 engines: fsdp2 (plugins/trainer_plugins/distributed/fsdp2.py FSDP2Engine) and the expert-parallel
+# FSDPTurbo adapters built on it (fsdpturbo.py FSDPTurboFSDP2Engine; mindspeed_fsdp2.py, its former name)
+_V1_FSDP_BACKENDS = ("fsdp2", "fsdpturbo", "mindspeed_fsdp2")
+_V1_FSDP_KEYS = frozenset({"name", "reshard_after_forward", "offload_params", "pin_memory", "dcp_path", "cp_size",
+                           "cp_mode"})
+# FSDPTurbo's keys (distributed/hub.py FSDPTurboParams, fsdpturbo.py): expert parallelism shards the experts over
+# ep_size ranks and the rest of their data-parallel ranks (EFSDP), so each GPU holds the same share of them as FSDP
+# over every rank; param_dtype / reduce_dtype in the examples are not read (the engine takes bf16 from the trainer)
+_V1_TURBO_KEYS = frozenset({"ep_size", "ep_dispatcher", "ep_modules", "ep_fsdp_modules", "hook_modules",
+                            "fsdp_implementation", "fsdp_modules", "fsdp_ignored_modules", "param_dtype",
+                            "reduce_dtype"})
+# the preference losses of v1/trainers/dpo_trainer.py DPOTrainer: sigmoid (DPO, with a reference), orpo, simpo
+_V1_PREF_LOSSES = ("sigmoid", "orpo", "simpo")
 
 
-def is_llamafactory_v1(data: Any) -> bool:
-    """A LLaMA-Factory v1 config: ``model`` names the model (v0 requires ``model_name_or_path``) beside a key only v1
-    has, or v1's ``cutoff_len``."""
-    if not isinstance(data, Mapping):
+@dataclass(frozen=True)
+class V1Launch:
+    """A command that runs (or may run) LLaMA-Factory v1: ``how`` names it in notes (``USE_V1=1 llamafactory-cli
+    sft``), ``command`` is the v1 trainer it starts (``sft``, ``dpo``, ``rm``), ``v0_cli`` marks LLaMA-Factory's CLI
+    without USE_V1, which starts the v0 launcher instead (src/llamafactory/cli.py)."""
+
+    how: str
+    command: str = "sft"
+    v0_cli: bool = False
+
+
+def _env_enabled(value: Any) -> bool:
+    """An env var as LLaMA-Factory's is_env_enabled reads it (extras/misc.py: "true", "y" or "1")."""
+    return str(value or "").strip().lower() in ("true", "y", "1")
+
+
+def llamafactory_v1_launch(tokens: Sequence[str], env: Mapping[str, str]) -> V1Launch | None:
+    """Whether one command runs LLaMA-Factory v1, and which trainer: LLaMA-Factory's CLI (``llamafactory-cli`` /
+    ``lmf`` / ``python -m llamafactory.cli SUBCOMMAND``), v1's launcher or trainers by path or module
+    (``torchrun ... src/llamafactory/v1/launcher.py sft``, ``python -m llamafactory.v1.trainers.dpo_trainer``),
+    another script of LLaMA-Factory's (``torchrun ... src/llamafactory/launcher.py``), or any command with USE_V1 on
+    in its environment. None for other commands: their config is not read as v1's."""
+    use_v1 = _env_enabled(env.get("USE_V1"))
+    for token in tokens:  # ``env USE_V1=1 llamafactory-cli ...``
+        if (assign := _ASSIGN.match(token)) is not None and assign.group(1) == "USE_V1":
+            use_v1 = _env_enabled(assign.group(2))
+    prefix = "USE_V1=1 " if use_v1 else ""
+    for i, token in enumerate(tokens):
+        if (token.startswith("-") and token != "-m") or "=" in token:
+            continue
+        rest = list(tokens[i + 1:])
+        name = PurePosixPath(token).name
+        if name in _LLAMAFACTORY_CLIS or (token == "-m" and rest[:1] == ["llamafactory.cli"]):
+            args = rest[1:] if token == "-m" else rest
+            sub = args[0].strip().lower() if args and re.fullmatch(r"[A-Za-z_]+", args[0].strip()) else ""
+            cli = "python -m llamafactory.cli" if token == "-m" else name
+            return V1Launch(f"{prefix}{cli} {sub}".rstrip(), _V1_COMMANDS.get(sub, "sft"), v0_cli=not use_v1)
+        if token == "-m" and rest[:1] and rest[0].startswith("llamafactory.v1."):
+            stem = rest[0].rsplit(".", 1)[-1]
+        elif "llamafactory/" in token.replace("\\", "/") and token.endswith(".py"):
+            stem = PurePosixPath(token).stem if "llamafactory/v1/" in token.replace("\\", "/") else ""
+        else:
+            continue
+        what = " ".join(["python -m", rest[0]] if token == "-m" else [token])
+        if stem in _V1_TRAINERS:
+            return V1Launch(what, _V1_TRAINERS[stem])
+        if stem == "launcher":  # v1/launcher.py main(): the sub-command first, or a config alone (sft)
+            sub = (rest[1:] if token == "-m" else rest)[:1]
+            command = _V1_COMMANDS.get(sub[0].strip().lower(), "sft") if sub else "sft"
+            return V1Launch(f"{what} {sub[0]}" if sub and sub[0].lower() in _V1_COMMANDS else what, command)
+        # another LLaMA-Factory script: src/llamafactory/launcher.py is v0's whatever USE_V1 says (only cli.py reads it)
+        return V1Launch(f"{prefix}{what}", "sft", v0_cli=not use_v1)
+    return V1Launch("USE_V1=1", "sft") if use_v1 else None
+
+
+def is_llamafactory_v1(data: Any, v1: V1Launch | None = None) -> bool:
+    """A LLaMA-Factory v1 config: run by LLaMA-Factory v1 (``v1``, :func:`llamafactory_v1_launch`), with ``model``
+    naming the model (v0 requires ``model_name_or_path``) beside a key only v1 has, or v1's ``cutoff_len``."""
+    if v1 is None or not isinstance(data, Mapping):
         return False
     keys = {norm_key(str(k)): v for k, v in data.items()}
     return isinstance(keys.get("model"), str) and "model_name_or_path" not in keys and "base_model" not in keys \
@@ -887,7 +967,8 @@ def _plugin(value: Any) -> dict[str, Any] | None:
     return {norm_key(str(k)): v for k, v in value.items() if v is not None}
 
 
-def read_llamafactory_v1(data: Mapping[str, Any], label: str, where: str) -> tuple[dict[str, Setting], list[str]]:
+def read_llamafactory_v1(data: Mapping[str, Any], label: str, where: str,
+                         v1: V1Launch | None = None) -> tuple[dict[str, Setting], list[str]]:
     """A LLaMA-Factory v1 config as raw settings, with a note naming what was read and what was not.
 
     Defaults (v1/config/training_args.py, data_args.py): micro_batch_size 1, cutoff_len 2048, bf16 true,
@@ -895,10 +976,14 @@ def read_llamafactory_v1(data: Mapping[str, Any], label: str, where: str) -> tup
     no peft_config is full tuning. The model loads in the checkpoint's dtype (core/model_engine.py
     ``from_pretrained(dtype="auto")``): full tuning casts it to fp32, and the trainer (core/base_trainer.py) runs no
     autocast, so bf16 takes effect only through FSDP2's MixedPrecisionPolicy (plugins/trainer_plugins/distributed/
-    fsdp2.py): full tuning is bf16-mixed under FSDP2, 32-true otherwise; LoRA keeps the 16-bit base (bf16 assumed)
-    with fp32 adapters (bf16-true). Without optim_config the optimizer is ``torch.optim.AdamW(params, lr)``
-    (foreach, not fused). peft_config lora: r (alias lora_rank) 8, lora_alpha 16, lora_dropout 0.05, target_modules
-    all; freeze: as v0's freeze tuning (plugins/model_plugins/peft.py get_freeze_model)."""
+    fsdp2.py) or DeepSpeed's bf16 (deepspeed_utils.py infer_deepspeed_mixed_precision): full tuning is bf16-mixed
+    under FSDP2, 32-true otherwise; LoRA keeps the 16-bit base (bf16 assumed) with fp32 adapters (bf16-true), computed
+    in fp32 under FSDP2 with bf16 false. v1 never uses transformers' TrainingArguments: without optim_config the
+    optimizer is ``torch.optim.AdamW(params, lr)`` (foreach, not fused), with ``optim_config`` adamw
+    ``torch.optim.AdamW(fused=optim_config.fused)`` (plugins/trainer_plugins/optimizer.py build_adamw). peft_config
+    lora: r (alias lora_rank) 8, lora_alpha 16, lora_dropout 0.05, target_modules all; freeze: as v0's freeze tuning
+    (plugins/model_plugins/peft.py get_freeze_model). ``v1`` is the command that runs it (the trainer: sft, dpo, rm)."""
+    v1 = v1 or V1Launch("USE_V1=1 llamafactory-cli sft")
     keys = {norm_key(str(k)): v for k, v in data.items() if v is not None}
     raw: dict[str, Setting] = {}
     notes: list[str] = []
@@ -928,9 +1013,8 @@ def read_llamafactory_v1(data: Mapping[str, Any], label: str, where: str) -> tup
         put("_global_batch_size", keys["global_batch_size"], "global_batch_size")
     if "flash_attn" in keys and attention_name(keys["flash_attn"]) is not None:
         put("attention", attention_name(keys["flash_attn"]), "flash_attn")
-    model_class = str(keys.get("model_class", "llm")).strip().lower()
-    if model_class == "llm":
-        used.add("model_class")
+    _v1_model_class(keys, v1, label, where, raw, notes, unread)
+    used.add("model_class")
     bf16 = to_bool(keys.get("bf16", True)) is True
     used.add("bf16")
 
@@ -970,27 +1054,25 @@ def read_llamafactory_v1(data: Mapping[str, Any], label: str, where: str) -> tup
         unread.append(f"peft_config (name {kind or '?'})")
 
     quant = _plugin(keys.get("quant_config"))
+    quantized = quant is not None and _v1_quantization(quant, label, where, raw, notes, unread)
     if quant is not None:
         used.add("quant_config")
-        bits = quant.get("quantization_bit")
-        if str(bits) in ("4", "8"):
-            put("_quant_bits", int(str(bits)), "quant_config.quantization_bit")
-        unread += [f"quant_config.{k}" for k in quant if k not in ("name", "quantization_bit")]
-        if str(bits) not in ("4", "8"):
-            unread.append("quant_config (no quantization_bit 4 or 8)")
 
     dist = _plugin(keys.get("dist_config"))
     backend = str(dist.get("name", "")).strip().lower() if dist is not None else ""
     if dist is not None:
         used.add("dist_config")
-    if backend == "fsdp2":
-        put("_use_fsdp", True, "dist_config.name", "FSDP2")
+    if backend in _V1_FSDP_BACKENDS:
+        put("_use_fsdp", True, "dist_config.name", "FSDP2" if backend == "fsdp2" else f"{backend}: FSDP2 with expert "
+            "parallelism")
         if "reshard_after_forward" in dist:
             put("_fsdp_reshard", dist["reshard_after_forward"], "dist_config.reshard_after_forward")
         if to_bool(dist.get("offload_params")) is True:
             put("_fsdp_offload", True, "dist_config.offload_params")
-        known = {"name", "reshard_after_forward", "offload_params", "pin_memory", "dcp_path", "cp_size", "cp_mode"}
+        known = _V1_FSDP_KEYS | (_V1_TURBO_KEYS if backend != "fsdp2" else frozenset())
         unread += [f"dist_config.{k}" for k in dist if k not in known]
+        if backend != "fsdp2":
+            notes.append(_v1_turbo_note(label, backend, dist, full_bf16=kind == "full" and bf16))
         replicate = keys.get("mp_replicate_size")
         if launch_count(replicate) is not None and launch_count(replicate) > 1:
             # v1 MeshConfig: FSDP2 shards over mp_shard_size ranks (default world / mp_replicate_size), replicated
@@ -1003,6 +1085,9 @@ def read_llamafactory_v1(data: Mapping[str, Any], label: str, where: str) -> tup
     elif backend == "deepspeed":
         if dist.get("config_file") not in (None, ""):
             put("_deepspeed", dist["config_file"], "dist_config.config_file")
+            # v1 fills DeepSpeed's bf16/fp16 "auto" itself (plugins/model_plugins/deepspeed_utils.py
+            # infer_deepspeed_mixed_precision, called by trainer_plugins/distributed/deepspeed.py DeepSpeedEngine)
+            default("_ds_v1_precision", True, "LLaMA-Factory v1 infer_deepspeed_mixed_precision")
         else:
             unread.append("dist_config (deepspeed without config_file)")
         unread += [f"dist_config.{k}" for k in dist if k not in ("name", "config_file", "cp_size", "cp_mode")]
@@ -1012,27 +1097,45 @@ def read_llamafactory_v1(data: Mapping[str, Any], label: str, where: str) -> tup
         used.add("mp_replicate_size")
     cp = keys.get("cp_size", dist.get("cp_size") if dist is not None else None)
     if launch_count(cp) is not None and launch_count(cp) > 1:
-        put("context_parallel", launch_count(cp), "cp_size" if "cp_size" in keys else "dist_config.cp_size")
+        cp_key = "cp_size" if "cp_size" in keys else "dist_config.cp_size"
+        put("context_parallel", launch_count(cp), cp_key)
+        _v1_sequence_parallel_attention(raw, label, cp_key, where, notes)
     used.update(("cp_size", "cp_mode"))
 
+    fsdp = backend in _V1_FSDP_BACKENDS
     if backend != "deepspeed":
-        if kind in ("lora",) or quant is not None:
+        if kind == "lora" and not quantized and not bf16 and fsdp:
+            # FSDP2Engine.get_mp_policy: bf16 false is MixedPrecisionPolicy(param_dtype=float32), so every block's
+            # weights are gathered and run in fp32 although the frozen base is stored in the checkpoint's dtype
+            default("_dtype", "float32", f"v1 LoRA with bf16 false under {backend}: MixedPrecisionPolicy(param_dtype="
+                                         "float32) computes in fp32")
+            notes.append(f"{label}: LoRA with bf16 false under {backend} computes in fp32 (FSDP2 MixedPrecisionPolicy "
+                         "param_dtype float32); read as 32-true, which also counts the frozen base's shards at 4 bytes "
+                         "where they stay in the checkpoint's dtype (bf16: 2 bytes per base parameter over the shard "
+                         "group, an over-estimate)")
+        elif kind == "lora" or quantized:
             default("_dtype", "bfloat16", "v1 loads the base in the checkpoint's dtype, bf16 assumed; PEFT keeps the "
                                           "adapters in fp32")
         elif kind == "freeze":
             default("_bf16", True, "v1 freeze: the trained blocks in fp32, the rest in the checkpoint's dtype")
-        elif kind == "full" and bf16 and backend == "fsdp2":
-            default("_bf16", True, "v1 full tuning: fp32 weights, FSDP2 MixedPrecisionPolicy bf16")
+        elif kind == "full" and bf16 and fsdp:
+            default("_bf16", True, f"v1 full tuning: fp32 weights, {backend} MixedPrecisionPolicy bf16")
         elif kind == "full":
             default("_dtype", "float32", "v1 full tuning casts the model to fp32 and runs no autocast; bf16 applies "
                                          "under FSDP2 only" if bf16 else "v1 full tuning in fp32 (bf16 false)")
-    optim = _plugin(keys.get("optim_config"))
-    if optim is None:
-        default("optimizer", "adamw", "no optim_config: torch.optim.AdamW")
-        default("fused_optimizer", False, "no optim_config: torch.optim.AdamW(params, lr), foreach")
-    else:
-        unread.append(f"optim_config (name {optim.get('name', '?')})")
-        used.add("optim_config")
+    _v1_optimizer(_plugin(keys.get("optim_config")), label, where, raw, notes, unread)
+    used.add("optim_config")
+    if v1.command == "dpo":
+        _v1_preference(keys, kind, v1, label, where, raw, notes)
+        used.add("pref_loss")
+    mtp = _plugin(keys.get("mtp_config"))
+    if mtp is not None:
+        layers = launch_count(mtp.get("num_layers"))
+        count = f"{layers} multi-token-prediction layer{'s' if layers != 1 else ''}" if layers else \
+            "its multi-token-prediction layers"
+        notes.append(f"{label} mtp_config ({count}): each adds a decoder block with two hidden x hidden projections "
+                     "(weights, gradients, optimizer states, activations) and one more vocab-sized logits tensor with "
+                     "its fp32 loss (plugins/model_plugins/mtp.py); none of it is counted: an under-estimate")
     kernel = _plugin(keys.get("kernel_config"))
     if kernel is not None:
         # Liger's fused linear cross-entropy is off for SFT (core/model_engine.py: require_logits while training)
@@ -1046,13 +1149,156 @@ def read_llamafactory_v1(data: Mapping[str, Any], label: str, where: str) -> tup
     unread += [k for k in keys if k not in used and k not in _V1_NO_MEMORY and k not in _V1_KEYS
                and k not in ("max_steps", "global_batch_size", "flash_attn", "micro_batch_size", "cutoff_len",
                              "enable_activation_checkpointing")]
-    if model_class != "llm":
-        unread.append(f"model_class {model_class}")
-    notes.append(f"{label} (USE_V1=1 llamafactory-cli): v1 keys found, read by LLaMA-Factory v1's schema and "
-                 "defaults (model, peft_config, quant_config, dist_config, micro_batch_size, global_batch_size, "
-                 "cutoff_len, bf16, enable_activation_checkpointing, flash_attn, cp_size); "
+    if v1.v0_cli:
+        notes.append(f"{label}: {v1.how} without USE_V1=1 starts LLaMA-Factory's v0 launcher, which rejects v1 keys "
+                     "(src/llamafactory/cli.py picks v1/launcher.py only under USE_V1); read as the v1 config it is")
+    notes.append(f"{label} ({v1.how}): v1 keys found, read by LLaMA-Factory v1's schema and defaults (model, "
+                 "model_class, peft_config, quant_config, dist_config, optim_config, micro_batch_size, "
+                 "global_batch_size, cutoff_len, bf16, enable_activation_checkpointing, flash_attn, cp_size"
+                 + (", pref_loss" if v1.command == "dpo" else "") + "); "
                  + (f"not read: {', '.join(unread)}" if unread else "nothing else in it changes memory"))
     return raw, notes
+
+
+def _v1_model_class(keys: Mapping[str, Any], v1: V1Launch, label: str, where: str, raw: dict[str, Setting],
+                    notes: list[str], unread: list[str]) -> None:
+    """``model_class`` (v1/config/model_args.py ModelClass; ``llamafactory-cli rm`` sets cls itself,
+    v1/trainers/rm_trainer.py run_rm): cls is a reward model, a per-token score head on the model, read as
+    token-classification (no vocab-sized logits)."""
+    model_class = str(keys.get("model_class", "llm")).strip().lower()
+    if v1.command == "rm":
+        raw["task"] = Setting("token-classification", f"{label} ({v1.how}: v1's reward-model trainer loads "
+                                                       "model_class cls, a per-token score head)", where)
+    elif model_class == "cls":
+        raw["task"] = Setting("token-classification", f"{label} key model_class (cls: a per-token score head)", where)
+    elif model_class != "llm":
+        unread.append(f"model_class {model_class}")
+        return
+    else:
+        return
+    # core/model_engine.py: before LLaMA-Factory PR #10556 (2026-06) AutoModelForTokenClassification; since, the
+    # causal LM with a hidden x 1 ``score`` linear, applied by rm_trainer.py to output_hidden_states[-1]
+    notes.append(f"{label}: a reward model (model_class cls), read as task token-classification: a hidden x 2 head "
+                 "and no vocab-sized logits. Current LLaMA-Factory v1 loads it as the causal LM plus a hidden x 1 "
+                 "score head (core/model_engine.py) and runs the whole LM forward, so the compute-dtype logits "
+                 "(micro-batch x cutoff_len x vocab, not trained) and an untied lm_head's weights are not counted: an "
+                 "under-estimate")
+
+
+def _v1_quantization(quant: Mapping[str, Any], label: str, where: str, raw: dict[str, Setting], notes: list[str],
+                     unread: list[str]) -> bool:
+    """``quant_config`` (v1/plugins/model_plugins/quantization.py BnbParams: name bnb, quantization_bit None,
+    quantization_type nf4, double_quantization true): bnb without quantization_bit loads in 4 bits, auto without it
+    quantizes nothing. Whether the base is quantized."""
+    name = str(quant.get("name", "bnb")).strip().lower()
+    bits = str(quant.get("quantization_bit", "")).strip()
+    source = f"{label} key quant_config"
+    if name not in ("bnb", "auto"):
+        unread.append(f"quant_config (name {name})")
+        return False
+    if bits in ("4", "8"):
+        raw["_quant_bits"] = Setting(int(bits), f"{source}.quantization_bit", where)
+    elif bits:
+        unread.append(f"quant_config.quantization_bit {bits} (v1 takes 4 or 8)")
+        return False
+    elif name == "bnb":
+        raw["_quant_bits"] = Setting(4, f"{source}.name bnb (no quantization_bit: v1's bnb default 4-bit)", where)
+    else:
+        notes.append(f"{source}.name auto without quantization_bit: LLaMA-Factory v1 applies no quantization "
+                     "(quantization.py quantization_auto); read as none")
+        return False
+    if raw["_quant_bits"].value == 4:
+        if "quantization_type" in quant:
+            raw["_quant_type"] = Setting(quant["quantization_type"], f"{source}.quantization_type", where)
+        if "double_quantization" in quant:
+            raw["_double"] = Setting(to_bool(quant["double_quantization"]), f"{source}.double_quantization", where)
+    known = {"name", "quantization_bit", "quantization_type", "double_quantization", "compute_dtype"}
+    unread += [f"quant_config.{k}" for k in quant if k not in known]
+    return True
+
+
+def _v1_turbo_note(label: str, backend: str, dist: Mapping[str, Any], full_bf16: bool) -> str:
+    """What reading an FSDPTurbo backend as FSDP2 leaves out (``full_bf16``: full tuning with bf16 on)."""
+    ep, ignored = launch_count(dist.get("ep_size")), dist.get("fsdp_ignored_modules")
+    parts = [f"{label} dist_config {backend}: read as FSDP2 (its engine subclasses v1's FSDP2Engine, "
+             "plugins/trainer_plugins/distributed/fsdpturbo.py)"]
+    if ep is not None and ep > 1:
+        parts.append(f"ep_size {ep} shards the experts over {ep} ranks and the rest over their data-parallel peers, "
+                     "the same share per GPU as FSDP over every rank; the expert dispatch buffers are not counted "
+                     "(an under-estimate)")
+    if full_bf16:
+        parts.append("a release whose FSDPTurboFSDP2Engine.shard_model casts full tuning's weights to bf16 before "
+                     "sharding keeps no fp32 copies (nor fp32 optimizer states): read with them, an over-estimate")
+    if ignored not in (None, "", []):
+        parts.append("fsdp_ignored_modules are left out of the outer FSDP wrap (replicated on every GPU) and counted "
+                     "as sharded: an under-estimate")
+    return "; ".join(parts)
+
+
+def _v1_sequence_parallel_attention(raw: dict[str, Setting], label: str, key: str, where: str,
+                                    notes: list[str]) -> None:
+    """Sequence parallelism runs on flash_attention_2 only (core/base_trainer.py: cp_size > 1 forces it, or refuses
+    another flash_attn)."""
+    given = raw.get("attention")
+    if given is not None and given.value == "flash":
+        return
+    if given is not None:
+        notes.append(f"{given.source} {given.value} with {key} > 1: LLaMA-Factory v1 runs sequence parallelism with "
+                     "flash_attention_2 only (core/base_trainer.py); read as flash")
+    raw["attention"] = Setting("flash", f"{label} key {key} (v1 sequence parallelism runs flash_attention_2, "
+                                        "core/base_trainer.py)", where)
+
+
+def _v1_optimizer(optim: Mapping[str, Any] | None, label: str, where: str, raw: dict[str, Setting], notes: list[str],
+                  unread: list[str]) -> None:
+    """v1 builds its optimizer itself (core/base_trainer.py _init_optimizer), never from transformers'
+    TrainingArguments: ``torch.optim.AdamW(params, lr)`` without optim_config, ``OptimizerPlugin(name)`` with it:
+    adamw passes ``fused=optim_config.get("fused")`` (plugins/trainer_plugins/optimizer.py build_adamw), muon keeps
+    one momentum buffer per hidden matrix and AdamW's states for the rest (optimizers/optimizer.py
+    create_muon_optimizer). fused_optimizer is always set, so merge's transformers default does not apply."""
+    name = str(optim.get("name", "")).strip().lower() if optim is not None else ""
+    source = f"{label} key optim_config"
+    if optim is None:
+        raw["optimizer"] = Setting("adamw", f"{label} (no optim_config: torch.optim.AdamW)", where)
+    elif name in ("adamw", "muon"):
+        raw["optimizer"] = Setting("adamw", f"{source}.name" + (" (Muon read as AdamW)" if name == "muon" else ""),
+                                   where)
+    else:
+        raw["optimizer"] = Setting("adamw", f"{source}.name {name or '?'} (read as torch.optim.AdamW)", where)
+        unread.append(f"optim_config (name {name or '?'}: read as AdamW)")
+    if name == "adamw" and to_bool(optim.get("fused")) is True:
+        raw["fused_optimizer"] = Setting(True, f"{source}.fused", where)
+    else:
+        why = "optim_config adamw: torch.optim.AdamW(fused=None)" if name == "adamw" else \
+            "no optim_config: torch.optim.AdamW(params, lr)" if optim is None else f"optim_config {name or '?'}"
+        raw["fused_optimizer"] = Setting(False, f"{label} ({why}, foreach)", where)
+    if name == "adamw":
+        known = {"name", "lr", "betas", "eps", "weight_decay", "foreach", "fused"}
+        unread += [f"optim_config.{k}" for k in optim if k not in known]
+    elif name == "muon":
+        notes.append(f"{source}.name muon: Muon keeps one momentum buffer per hidden weight matrix and AdamW's two "
+                     "states for the embeddings, output head and norms; read as AdamW (an over-estimate of one state "
+                     "per hidden-matrix parameter)")
+
+
+def _v1_preference(keys: Mapping[str, Any], kind: str, v1: V1Launch, label: str, where: str,
+                   raw: dict[str, Setting], notes: list[str]) -> None:
+    """``llamafactory-cli dpo`` (v1/trainers/dpo_trainer.py DPOTrainer): chosen and rejected are concatenated into one
+    sample of at most cutoff_len tokens (no doubled micro-batch, unlike v0's and TRL's paired forward); pref_loss
+    sigmoid (the default) keeps a reference: a frozen deep copy of the model for full and freeze tuning, the policy
+    with its adapter disabled for LoRA (no copy); orpo and simpo use none."""
+    loss = str(keys.get("pref_loss", "sigmoid")).strip().lower()
+    given = "pref_loss" in keys
+    if loss not in _V1_PREF_LOSSES:
+        notes.append(f"{label} key pref_loss {loss}: LLaMA-Factory v1 takes sigmoid, orpo or simpo (dpo_trainer.py "
+                     "raises on others); read as one without a reference model")
+        return
+    if loss == "sigmoid" and kind in ("full", "freeze"):
+        raw["reference_model"] = Setting(True, f"{label} ({v1.how}, pref_loss sigmoid{'' if given else ' default'}: "
+                                               "a frozen deep copy of the model as reference, v1 dpo_trainer.py)",
+                                         where)
+    notes.append(f"{label} ({v1.how}): v1 concatenates each pair's chosen and rejected into one sequence of at most "
+                 "cutoff_len tokens (dpo_trainer.py), so the micro-batch is not doubled")
 
 
 # --- from raw keys to TrainingSpec fields ---------------------------------------------------------
@@ -1123,6 +1369,35 @@ def _deepspeed_precision(sub: Mapping[str, Setting], out: Settings, notes: list[
         _put(out, "precision", "32-true", *autos)
         notes.append(f"{' and '.join(s.source for s in autos)}: enabled \"auto\" takes the trainer's --bf16 / "
                      "--fp16, and the job gives neither: fp32 (32-true) assumed")
+
+
+def _v1_deepspeed_precision(sub: Mapping[str, Setting], v1: Setting, out: Settings, notes: list[str]) -> None:
+    """Precision of a DeepSpeed config that LLaMA-Factory v1 runs: v1 sets bf16/fp16 ``enabled`` itself
+    (plugins/model_plugins/deepspeed_utils.py infer_deepspeed_mixed_precision, called by trainer_plugins/distributed/
+    deepspeed.py): fp16 true is refused (it raises ValueError), bf16 true is bf16, bf16 false or fp16 false (bf16
+    "auto" or absent) is fp32, and both "auto" or absent is bf16. An ``enabled`` key left out counts as "auto". v1
+    writes ``bf16.enabled``, which shadows DeepSpeed's old ``bfloat16`` section, so that section is not read."""
+    def state(key: str) -> tuple[bool | str, Setting | None]:
+        setting = sub.get(key)
+        if setting is None or setting.source.endswith("key bfloat16"):
+            return "auto", None
+        value = setting.value.get("enabled", "auto") if isinstance(setting.value, Mapping) else setting.value
+        text = str(value).strip().lower()
+        return (True if value is True or text == "true" else False if value is False or text == "false"
+                else "auto"), setting
+
+    (bf16, bf16_at), (fp16, fp16_at) = state("_bf16"), state("_fp16")
+    why = f"{v1.source}: bf16 {str(bf16).lower()}, fp16 {str(fp16).lower()}"
+    if fp16 is True and fp16_at is not None:
+        _put(out, "precision", "16-mixed", fp16_at)
+        notes.append(f"{fp16_at.source} enables fp16: LLaMA-Factory v1 runs DeepSpeed in bf16 or fp32 only "
+                     "(deepspeed_utils.py infer_deepspeed_mixed_precision raises ValueError), so the job does not "
+                     "start as written; read as 16-mixed")
+    elif bf16 is True or (bf16 == "auto" and fp16 == "auto"):
+        out["precision"] = Setting("bf16-mixed", why + ("" if bf16 is True else ' (both "auto" or absent: bf16)'),
+                                   (bf16_at or v1).where)
+    else:
+        out["precision"] = Setting("32-true", why + " (no mixed precision)", (bf16_at or fp16_at or v1).where)
 
 
 def _resolve_method(raw: Mapping[str, Setting], out: Settings, notes: list[str]) -> None:
@@ -1322,7 +1597,9 @@ def _resolve_deepspeed(
                 out.setdefault("micro_batch_size", Setting(
                     8, "transformers TrainingArguments default per_device_train_batch_size 8 (DeepSpeed config "
                        "\"auto\")", config.where))
-            if "precision" not in out:
+            if "precision" not in out and (v1 := raw.get("_ds_v1_precision")) is not None:
+                _v1_deepspeed_precision(sub, v1, out, notes)
+            elif "precision" not in out:
                 _deepspeed_precision(sub, out, notes)
         else:
             if "_hf_trainer" in raw and "micro_batch_size" not in raw:
@@ -1798,6 +2075,7 @@ def _trainer_label(tokens: Sequence[str]) -> str:
     for label, needle in (
         ("axolotl", "axolotl"),
         ("LLaMA-Factory", "llamafactory-cli"),
+        ("LLaMA-Factory", "lmf"),  # llamafactory-cli's shortcut (LLaMA-Factory pyproject.toml [project.scripts])
         ("TRL", "trl"),
         ("accelerate", "accelerate"),
         ("torchrun", "torchrun"),
@@ -1836,6 +2114,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
     raw: dict[str, Setting] = {}
     notes: list[str] = []
     trainer = _trainer_label(tokens)
+    v1 = llamafactory_v1_launch(tokens, env or {})  # a LLaMA-Factory v1 config is read as one only under it
     deepspeed_value = str(flags["_deepspeed"].value) if "_deepspeed" in flags else ""
     # every token: a launcher's own ``--config_file FILE`` is not a trainer flag, so read_flags drops it
     accelerate: dict[str, Any] = {}
@@ -1847,14 +2126,14 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         if content is None:
             unread.append(path)
         data = _load_mapping(content) if content is not None else None
-        if isinstance(data, dict) and config_flavour(data) == "DeepSpeed config" and "_deepspeed" not in flags:
+        if isinstance(data, dict) and config_flavour(data, v1) == "DeepSpeed config" and "_deepspeed" not in flags:
             # a DeepSpeed config under another flag (Ray's fine-tuning template: --ds-config): read as --deepspeed is,
             # its "auto" values filled from the trainer's arguments
             raw["_deepspeed"] = Setting(path, f"DeepSpeed config {path} named by the command", where)
             continue
-        if isinstance(data, dict) and looks_like_trainer_config(data):
-            label = f"{config_flavour(data)} {path}"
-            settings, config_notes = read_trainer_config(data, label, where)
+        if isinstance(data, dict) and looks_like_trainer_config(data, v1):
+            label = f"{config_flavour(data, v1)} {path}"
+            settings, config_notes = read_trainer_config(data, label, where, v1)
             raw.update(settings)
             notes += config_notes
         elif isinstance(data, dict) and looks_like_accelerate_config(data):
@@ -1870,7 +2149,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         raw.update(read_pairs(((k, v, f"override {k}={v}") for k, v in _key_values(positionals)), where))
         flag_map = {k: v for k, v, _ in _flag_pairs(tokens)[0]}
         if not any("LLaMA-Factory config" in setting.source for setting in raw.values()) and \
-                config_flavour(flag_map) == "LLaMA-Factory config":
+                config_flavour(flag_map, v1) == "LLaMA-Factory config":
             # the arguments as flags (src/train_bash.py, llamafactory-cli train --key value): LLaMA-Factory's own
             # defaults where they leave a setting out, as for a config file
             implied, implied_notes = trainer_config_defaults(flag_map, "LLaMA-Factory arguments", where)

@@ -3,8 +3,10 @@
 LLaMA-Factory (src/llamafactory/model/adapter.py _setup_freeze_tuning, hparams/finetuning_args.py): LLaMA Pro's
 spread-out trained blocks, freeze_extra_modules that pull backward down to the embedding, the pre-rename keys
 num_layer_trainable / name_module_trainable, the substring match that trains experts of MoE models, and v1 configs
-(src/llamafactory/v1). DeepSpeed: ZeRO++ quantized weights (runtime/zero/config.py) and the old "bfloat16" section
-(runtime/precision_config.py get_bfloat16_config)."""
+(src/llamafactory/v1: read only under LLaMA-Factory's launcher or USE_V1; DeepSpeed "auto" precision, reward models,
+optim_config, bnb defaults, DPO's reference, sequence parallelism's flash attention, FSDPTurbo). DeepSpeed: ZeRO++
+quantized weights (runtime/zero/config.py) and the old "bfloat16" section (runtime/precision_config.py
+get_bfloat16_config)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,10 @@ from typing import Any
 
 import yaml
 
-from tests.scheduler.spec.helpers import one_job, pod
+from predictors.errors import SpecError
+from scheduler.spec.document import NoTrainingJob, ParsedJob
+from scheduler.spec.trainer_args import llamafactory_v1_launch
+from tests.scheduler.spec.helpers import one_job, pod, scan
 
 M = "meta-llama/Llama-2-7b-hf"
 BASE = {"model_name_or_path": M, "stage": "sft", "do_train": True, "finetuning_type": "freeze",
@@ -146,7 +151,9 @@ def test_llama_factory_v1_full_and_freeze() -> None:
         "full", "bf16-mixed", "fsdp-grad-op", 2048, 1)
     assert s.grad_accum_steps == 4  # 16 / (1 x 4 ranks)
     note = next(n for n in job.assumptions if "v1 keys found" in n)
-    assert "optim_config (name muon)" in note and "batching_strategy padding_free" in note
+    assert "batching_strategy padding_free" in note
+    assert s.optimizer == "adamw" and s.fused_optimizer is False  # Muon read as AdamW (noted), foreach
+    assert any("optim_config.name muon" in n and "over-estimate" in n for n in job.assumptions)
     single = lf_job({"model": "Qwen/Qwen3-4B", "cutoff_len": 1024, "train_dataset": "d.yaml"}, env=V1_ENV)
     assert (single.spec.method, single.spec.precision, single.spec.seq_len) == ("full", "32-true", 1024)
     freeze = lf_job({"model": "Qwen/Qwen3-4B", "peft_config": {"name": "freeze", "freeze_trainable_layers": 2,
@@ -167,6 +174,227 @@ def test_llama_factory_v1_qlora_and_deepspeed() -> None:
               "train_dataset": "data/v1_sft_demo.yaml", "micro_batch_size": 1, "cutoff_len": 2048}
     job = lf_job(config, env=V1_ENV, gpus=8, files={"ds_z3_config.json": json.dumps(ds)}, command="sft")
     assert (job.spec.method, job.spec.sharding, job.spec.precision) == ("full", "zero3", "bf16-mixed")
+
+
+# upstream examples/deepspeed/ds_z3_config.json: bf16 and fp16 "auto", filled by the trainer
+DS_Z3_AUTO = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+              "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "zero_allow_untested_optimizer": True,
+              "fp16": {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+                       "hysteresis": 2, "min_loss_scale": 1},
+              "bf16": {"enabled": "auto"},
+              "zero_optimization": {"stage": 3, "overlap_comm": False, "contiguous_gradients": True,
+                                    "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                                    "stage3_gather_16bit_weights_on_model_save": True}}
+V1_DS = {"model": "Qwen/Qwen3-0.6B", "model_class": "llm", "kernel_config": {"name": "auto"},
+         "dist_config": {"name": "deepspeed", "config_file": "examples/deepspeed/ds_z3_config.json"},
+         "train_dataset": "data/v1_sft_demo.yaml", "micro_batch_size": 1, "cutoff_len": 2048}
+
+
+def v1_unread(job: Any) -> str:
+    """What the v1 note lists as not read ("" when nothing)."""
+    note = next(n for n in job.assumptions if "v1 keys found" in n)
+    return note.split("not read:", 1)[1] if "not read:" in note else ""
+
+
+def v1_ds_job(ds: dict[str, Any], config: dict[str, Any] | None = None) -> Any:
+    return lf_job(config or V1_DS, env=V1_ENV, gpus=8, files={"ds_z3_config.json": json.dumps(ds)}, command="sft")
+
+
+def test_llama_factory_v1_deepspeed_auto_precision_is_bf16() -> None:
+    """v1 fills DeepSpeed's "auto" precision itself (plugins/model_plugins/deepspeed_utils.py
+    infer_deepspeed_mixed_precision): bf16 and fp16 both "auto" or absent is bf16, bf16 false or fp16 false (bf16
+    auto) fp32, fp16 true refused. Before, "auto" read as the HF Trainer's (no --bf16: 32-true, a large
+    over-estimate); the example's train_full_deepspeed.yaml with ds_z3_config.json."""
+    job = v1_ds_job(DS_Z3_AUTO)
+    assert (job.spec.method, job.spec.sharding, job.spec.precision) == ("full", "zero3", "bf16-mixed")
+    assert "infer_deepspeed_mixed_precision" in job.provenance["precision"]
+    lora = v1_ds_job(DS_Z3_AUTO, {**V1_DS, "peft_config": {"name": "lora", "r": 16}})
+    assert (lora.spec.method, lora.spec.precision) == ("lora", "bf16-mixed")
+    bare = {k: v for k, v in DS_Z3_AUTO.items() if k not in ("bf16", "fp16")}
+    assert v1_ds_job(bare).spec.precision == "bf16-mixed"  # absent counts as "auto"
+    assert v1_ds_job({**bare, "bf16": {}}).spec.precision == "bf16-mixed"  # no "enabled": "auto"
+    assert v1_ds_job({**DS_Z3_AUTO, "bf16": {"enabled": False}}).spec.precision == "32-true"
+    assert v1_ds_job({**bare, "fp16": {"enabled": False}}).spec.precision == "32-true"
+    assert v1_ds_job({**bare, "bfloat16": {"enabled": False}}).spec.precision == "bf16-mixed"  # v1 writes bf16
+    fp16 = v1_ds_job({**DS_Z3_AUTO, "fp16": {"enabled": True}})
+    assert fp16.spec.precision == "16-mixed"
+    assert any("enables fp16" in n and "does not start" in n for n in fp16.assumptions)
+    # the HF Trainer's reading of "auto" is unchanged elsewhere
+    assert ds_job(DS_Z3_AUTO).spec.precision == "32-true"
+
+
+def swift_job(argv: list[str], env: dict[str, str] | None = None) -> list[Any]:
+    """ms-swift's Megatron YAML (examples/megatron: ``megatron sft --config``): model, micro_batch_size, no v1 key
+    but it reads like one (model + micro/global batch)."""
+    config = {"model": "Qwen/Qwen2.5-7B-Instruct", "train_type": "lora", "micro_batch_size": 2,
+              "global_batch_size": 16, "max_length": 8192, "lora_rank": 8, "lora_alpha": 32, "bf16": True,
+              "dataset": "AI-ModelScope/alpaca-gpt4-data-en"}
+    cfg = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+           "data": {"cfg.yaml": yaml.safe_dump(config)}}
+    return scan(cfg, pod(argv, env=env, gpus=8))
+
+
+def test_llama_factory_v1_needs_llama_factory_to_run_it() -> None:
+    """A v1-looking config is read as v1's only under LLaMA-Factory's launcher or USE_V1: ms-swift's `megatron sft
+    --config` YAML (model, micro_batch_size, global_batch_size) was read as a v1 config (full, 32-true, seq 2048)
+    where before the v1 reader it was, honestly, no model found; it is that again."""
+    outcomes = swift_job(["megatron", "sft", "--config", "/cfg/cfg.yaml"])
+    assert not any(isinstance(o, ParsedJob) for o in outcomes)
+    errors = [o for o in outcomes if isinstance(o, SpecError) and not isinstance(o, NoTrainingJob)]
+    assert len(errors) == 1 and "no model found" in str(errors[0])
+    assert llamafactory_v1_launch(["megatron", "sft", "--config", "c.yaml"], {}) is None
+    # LLaMA-Factory's launchers, with the v1 trainer they run
+    for tokens, env, how, command in (
+        (["llamafactory-cli", "sft", "c.yaml"], V1_ENV, "USE_V1=1 llamafactory-cli sft", "sft"),
+        (["lmf", "dpo", "c.yaml"], V1_ENV, "USE_V1=1 lmf dpo", "dpo"),
+        (["env", "USE_V1=1", "llamafactory-cli", "train", "c.yaml"], {}, "USE_V1=1 llamafactory-cli train", "sft"),
+        (["python", "-m", "llamafactory.cli", "rm", "c.yaml"], V1_ENV, "USE_V1=1 python -m llamafactory.cli rm", "rm"),
+        (["torchrun", "--nproc_per_node", "8", "src/llamafactory/v1/launcher.py", "dpo", "c.yaml"], {},
+         "src/llamafactory/v1/launcher.py dpo", "dpo"),
+        (["torchrun", "src/llamafactory/v1/launcher.py", "c.yaml"], {}, "src/llamafactory/v1/launcher.py", "sft"),
+        (["python", "-m", "llamafactory.v1.trainers.rm_trainer", "c.yaml"], {},
+         "python -m llamafactory.v1.trainers.rm_trainer", "rm"),
+        (["bash", "train.sh"], V1_ENV, "USE_V1=1", "sft"),
+    ):
+        launch = llamafactory_v1_launch(tokens, env)
+        assert launch is not None and (launch.how, launch.command) == (how, command), tokens
+    cli = llamafactory_v1_launch(["llamafactory-cli", "sft", "c.yaml"], {})
+    assert cli is not None and cli.v0_cli  # the v0 launcher without USE_V1: read as v1, noted
+    job = lf_job(V1_LORA, command="sft")
+    assert job.spec.method == "lora" and any("without USE_V1=1" in n for n in job.assumptions)
+    assert lf_job(V1_LORA, env=V1_ENV, command="sft").spec.method == "lora"
+    # USE_V1 alone (a wrapper script) is enough
+    wrapped = swift_job(["megatron", "sft", "--config", "/cfg/cfg.yaml"], env=V1_ENV)
+    assert any(isinstance(o, ParsedJob) for o in wrapped)
+
+
+def test_llama_factory_v1_reward_model_is_token_classification() -> None:
+    """model_class cls (examples/v1 train_full_rm.yaml, train_lora_rm.yaml) and `llamafactory-cli rm` train a reward
+    model, a per-token score head: task token-classification (no vocab-sized logits), with the head v1 keeps noted;
+    before, it was causal-lm with model_class listed as not read (the logits over-counted)."""
+    rm = {"model": "Qwen/Qwen3-0.6B", "model_class": "cls", "kernel_config": {"name": "auto"},
+          "dist_config": {"name": "fsdp2"}, "train_dataset": "data/v1_dpo_demo.yaml", "micro_batch_size": 1,
+          "cutoff_len": 2048}
+    job = lf_job(rm, env=V1_ENV, gpus=4, command="rm")
+    assert (job.spec.task, job.spec.method, job.spec.precision) == ("token-classification", "full", "bf16-mixed")
+    assert "model_class" in job.provenance["task"]
+    assert "model_class" not in v1_unread(job)
+    assert any("reward model" in n and "under-estimate" in n for n in job.assumptions)
+    lora = lf_job({**rm, "peft_config": {"name": "lora", "r": 16}}, env=V1_ENV, gpus=4, command="rm")
+    assert (lora.spec.task, lora.spec.method) == ("token-classification", "lora")
+    # `rm` loads model_class cls whatever the config says (v1/trainers/rm_trainer.py run_rm)
+    by_command = lf_job({**rm, "model_class": "llm"}, env=V1_ENV, gpus=4, command="rm")
+    assert by_command.spec.task == "token-classification"
+    assert lf_job({**rm, "model_class": "llm"}, env=V1_ENV, gpus=4, command="sft").spec.task == "causal-lm"
+
+
+def test_llama_factory_v1_optimizer_is_not_transformers_fused_default() -> None:
+    """v1 builds torch.optim.AdamW itself: foreach unless optim_config sets fused: true (plugins/trainer_plugins/
+    optimizer.py build_adamw); Muon is read as AdamW (noted), foreach. Before, any optim_config left the optimizer
+    unset and merge applied transformers' default adamw_torch_fused."""
+    base = {"model": "Qwen/Qwen3-0.6B", "dist_config": {"name": "fsdp2"}, "train_dataset": "d.yaml"}
+    for optim, fused in (({"name": "adamw"}, False), ({"name": "adamw", "fused": True}, True),
+                         ({"name": "adamw", "foreach": True, "weight_decay": 0.1}, False), ({"name": "muon"}, False),
+                         (None, False)):
+        config = {**base, "optim_config": optim} if optim is not None else base
+        job = lf_job(config, env=V1_ENV, gpus=4, command="sft")
+        assert (job.spec.optimizer, job.spec.fused_optimizer) == ("adamw", fused), optim
+        assert "adamw_torch_fused" not in job.provenance["fused_optimizer"]
+        assert not any("adamw_torch_fused" in n for n in job.assumptions)
+        assert "optim_config" not in v1_unread(job), optim
+
+
+def test_llama_factory_v1_bnb_without_bits_is_4bit() -> None:
+    """quant_config bnb without quantization_bit loads 4-bit (plugins/model_plugins/quantization.py: "default to
+    4-bit"), with its quantization_type and double_quantization; auto without bits quantizes nothing. Before, bnb
+    without bits read as plain LoRA, its keys listed as not read."""
+    def quant(config: dict[str, Any]) -> Any:
+        return lf_job({**V1_LORA, "quant_config": config}, env=V1_ENV, command="sft")
+
+    job = quant({"name": "bnb"})
+    assert (job.spec.method, job.spec.resolved_quantization) == ("qlora", "nf4-dq")
+    assert "default 4-bit" in job.provenance["method"]
+    fp4 = quant({"name": "bnb", "quantization_type": "fp4", "double_quantization": False})
+    assert (fp4.spec.method, fp4.spec.quantization) == ("qlora", "fp4")
+    plain = quant({"name": "bnb", "double_quantization": False})
+    assert plain.spec.quantization == "nf4"
+    assert "quant_config" not in v1_unread(plain)
+    assert quant({"name": "bnb", "quantization_bit": 8}).spec.quantization == "int8"
+    auto = quant({"name": "auto"})
+    assert auto.spec.method == "lora" and any("applies no quantization" in n for n in auto.assumptions)
+    assert quant({"name": "auto", "quantization_bit": 4}).spec.method == "qlora"
+
+
+def test_llama_factory_v1_dpo_keeps_a_reference_for_full_tuning() -> None:
+    """`llamafactory-cli dpo` (v1/trainers/dpo_trainer.py): pref_loss sigmoid (the default) deep-copies the model as
+    a frozen reference for full (and freeze) tuning, LoRA disables its adapter instead; orpo and simpo use none; the
+    pair is one concatenated sample of cutoff_len tokens, so the micro-batch is not doubled. Before, v1 dpo read as
+    SFT."""
+    full = {"model": "Qwen/Qwen3-0.6B", "dist_config": {"name": "fsdp2"}, "train_dataset": "data/v1_dpo_demo.yaml",
+            "micro_batch_size": 2, "cutoff_len": 2048}
+    job = lf_job(full, env=V1_ENV, gpus=4, command="dpo")
+    assert (job.spec.reference_model, job.spec.micro_batch_size, job.spec.seq_len) == (True, 2, 2048)
+    assert "pref_loss sigmoid default" in job.provenance["reference_model"]
+    assert any("not doubled" in n for n in job.assumptions)
+    freeze = lf_job({**full, "peft_config": {"name": "freeze", "freeze_trainable_layers": 2}}, env=V1_ENV, gpus=4,
+                    command="dpo")
+    assert freeze.spec.reference_model is True
+    for loss in ("orpo", "simpo"):
+        assert lf_job({**full, "pref_loss": loss}, env=V1_ENV, gpus=4, command="dpo").spec.reference_model is None
+    lora = lf_job({**V1_LORA, "train_dataset": "data/v1_dpo_demo.yaml"}, env=V1_ENV, gpus=4, command="dpo")
+    assert (lora.spec.method, lora.spec.reference_model, lora.spec.micro_batch_size) == ("lora", None, 1)
+    assert lf_job(full, env=V1_ENV, gpus=4, command="sft").spec.reference_model is None
+
+
+def test_llama_factory_v1_sequence_parallelism_runs_flash_attention() -> None:
+    """cp_size > 1 runs on flash_attention_2 only (core/base_trainer.py): attention flash whatever flash_attn says
+    (noted when it says another). Before, sdpa unless flash_attn named flash_attention_2."""
+    base = {"model": "Qwen/Qwen3-0.6B", "dist_config": {"name": "fsdp2", "cp_size": 2}, "train_dataset": "d.yaml"}
+    job = lf_job(base, env=V1_ENV, gpus=4, command="sft")
+    assert (job.spec.attention, job.spec.context_parallel) == ("flash", 2)
+    assert "dist_config.cp_size" in job.provenance["attention"]
+    top = lf_job({**base, "dist_config": {"name": "fsdp2"}, "cp_size": 2, "flash_attn": "sdpa"}, env=V1_ENV, gpus=4,
+                 command="sft")
+    assert top.spec.attention == "flash"
+    assert any("flash_attention_2 only" in n for n in top.assumptions)
+    assert lf_job({**base, "dist_config": {"name": "fsdp2"}}, env=V1_ENV, gpus=4, command="sft").spec.attention == \
+        "sdpa"
+
+
+def test_llama_factory_v1_lora_fsdp2_without_bf16_computes_in_fp32() -> None:
+    """LoRA with bf16 false under FSDP2: MixedPrecisionPolicy(param_dtype=float32) (plugins/trainer_plugins/
+    distributed/fsdp2.py get_mp_policy) gathers and computes in fp32: 32-true, its over-count of the bf16 base noted.
+    Before, bf16-true (half the activations: an under-estimate). Without FSDP2 the bf16 base computes in bf16."""
+    job = lf_job({**V1_LORA, "bf16": False}, env=V1_ENV, gpus=4, command="sft")
+    assert (job.spec.method, job.spec.precision) == ("lora", "32-true")
+    assert any("computes in fp32" in n and "over-estimate" in n for n in job.assumptions)
+    assert lf_job(V1_LORA, env=V1_ENV, gpus=4, command="sft").spec.precision == "bf16-true"
+    single = {k: v for k, v in V1_LORA.items() if k != "dist_config"}
+    assert lf_job({**single, "bf16": False}, env=V1_ENV, command="sft").spec.precision == "bf16-true"
+
+
+def test_llama_factory_v1_fsdpturbo_is_fsdp2_and_mtp_is_noted() -> None:
+    """dist_config fsdpturbo / mindspeed_fsdp2 are FSDP2 engines with expert parallelism (distributed/fsdpturbo.py
+    FSDPTurboFSDP2Engine subclasses FSDP2Engine): read as FSDP2 (bf16-mixed for full tuning), not DDP in fp32 (a huge
+    over-estimate); mtp_config's extra layers and logits are noted as an under-estimate."""
+    turbo = {"model": "Qwen/Qwen3-30B-A3B", "model_class": "llm", "kernel_config": {"name": "auto"},
+             "dist_config": {"name": "fsdpturbo", "cp_size": 1, "ep_size": 16, "ep_dispatcher": "eager",
+                             "param_dtype": "bf16", "reduce_dtype": "fp32",
+                             "ep_modules": ["model.layers.{*}.mlp.experts"],
+                             "ep_fsdp_modules": ["model.layers.{*}.mlp"]},
+             "init_config": {"name": "init_on_meta"}, "train_dataset": "d.yaml", "micro_batch_size": 1,
+             "cutoff_len": 256, "bf16": True, "max_steps": 5}
+    job = lf_job(turbo, env=V1_ENV, gpus=16, command="sft")
+    assert (job.spec.method, job.spec.sharding, job.spec.precision) == ("full", "fsdp", "bf16-mixed")
+    assert "dist_config" not in v1_unread(job)
+    assert any("fsdpturbo: read as FSDP2" in n and "ep_size 16" in n for n in job.assumptions)
+    mind = lf_job({**turbo, "dist_config": {"name": "mindspeed_fsdp2", "reshard_after_forward": False}}, env=V1_ENV,
+                  gpus=16, command="sft")
+    assert (mind.spec.sharding, mind.spec.precision) == ("fsdp-grad-op", "bf16-mixed")
+    mtp = lf_job({"model": "Qwen/Qwen3-0.6B", "mtp_config": {"name": "mtp", "num_layers": 1, "loss_scale": 0.3},
+                  "dist_config": {"name": "fsdp2"}, "train_dataset": "d.yaml"}, env=V1_ENV, gpus=2, command="sft")
+    assert any("mtp_config (1 multi-token-prediction layer)" in n and "under-estimate" in n
+               for n in mtp.assumptions)
 
 
 # --- DeepSpeed -------------------------------------------------------------------------------------
