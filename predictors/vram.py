@@ -739,7 +739,9 @@ def _predict_stage(
         notes.append(f"DoRA: magnitude vectors train beside the adapters; each adapted layer keeps its base and "
                      f"adapter outputs for backward, and its weight norm needs "
                      f"{_dora_workspace(arch, lora, int(adapter_bytes), lay.tp) / 2**30:.2f} GiB of temporaries (the "
-                     "largest adapted layer's)")
+                     "largest adapted layer's)" + ("" if spec.framework == "torchtune" else
+                                                   "; PEFT >= 0.14 assumed: earlier releases recompute each base "
+                                                   "output in the adapters' dtype even without dropout (not counted)"))
         if dora_copy_block:
             notes.append(f"DoRA with adapter dropout: PEFT recomputes each adapted layer's base output from the "
                          f"dropped-out input with the base weight cast to the adapter's dtype, and keeps that copy for "

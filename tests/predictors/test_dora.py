@@ -115,6 +115,9 @@ def test_dora_dropout_keeps_the_base_weights_cast_to_the_adapter_dtype_by_hand()
     sharded = run(**qlora, precision="bf16-mixed", gpus=2, sharding="fsdp")
     assert sharded.breakdown_bytes["dora_weight_copies"] == L * adapted_per_block * 2
     assert any("PEFT >= 0.14" in n for n in dropout.notes)
+    no_dropout = run(**fields, lora={**LORA, "use_dora": True})
+    assert any(n.startswith("DoRA:") and "PEFT >= 0.14 assumed" in n for n in no_dropout.notes)
+    assert not any("PEFT" in n for n in tune.notes)
 
 
 def _h100_row(run_id: str) -> ReferenceRun:
