@@ -1254,6 +1254,10 @@ def _activations(
                 offloadable_blocks = trained
                 uncheckpointed = stack - trained * per_layer  # the frozen blocks' (stack counts them as frozen)
                 act_per_token *= trained / layers
+                # backward frees the frozen blocks above before it reaches the trained ones and recomputes them: the
+                # recomputed block never meets the frozen blocks' activations (kept + recompute is the larger of
+                # the two moments)
+                recompute = max(recompute - uncheckpointed, 0.0)
     elif ckpt == "selective":
         # recompute the cheap element-wise ops; keep matmul inputs/outputs (Korthikanti et al. 2022). The attention
         # core (scores, softmax, dropout: their 5as/h term) is always among what is recomputed, so eager attention's

@@ -157,3 +157,17 @@ def test_checkpoint_trained_blocks_only_input_errors(fields: dict[str, Any], par
         parse_training_spec({"model": "gpt2", "trainable_layers": -2, "checkpoint_trained_blocks_only": True,
                              **fields})
     assert part in str(err.value)
+
+
+def test_the_recomputed_trained_block_never_meets_the_frozen_blocks_activations() -> None:
+    """With the first -n blocks trained, backward frees every frozen block above before it recomputes a trained one:
+    checkpointing the trained blocks only never needs more than no checkpointing (framework-neutral, where the
+    recomputed block is summed with what is kept)."""
+    def peak(n: int, **kw: Any) -> int:
+        spec = TrainingSpec.model_validate({"model": "llama-3.1-8b", "precision": "bf16-true", "seq_len": 4096,
+                                            "trainable_layers": n, **kw})
+        return predict_vram_of(spec).peak_allocated_bytes
+
+    for n in (-1, -4):
+        only = peak(n, gradient_checkpointing="full", checkpoint_trained_blocks_only=True)
+        assert peak(n, gradient_checkpointing="full") < only < peak(n, gradient_checkpointing="none")
