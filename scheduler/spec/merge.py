@@ -382,8 +382,16 @@ def _command_and_env(w: Workload, roles: Sequence[Role]) -> tuple[Reading, Setti
     chosen: tuple[Reading, dict[str, str], str] | None = None
     budget = TextBudget()
     for argv, env, where in candidates:
-        inline = _inline_configs(env, where, budget)
-        reading, script = read_command(argv, env, where, w.files, budget)
+        try:
+            inline = _inline_configs(env, where, budget)
+            reading, script = read_command(argv, env, where, w.files, budget)
+        except SpecError as exc:
+            if exc.source or len(exc.problems) != 1:
+                raise
+            # a config value the trainer itself rejects (trainer_args raises without knowing the object): name the
+            # object and the container, as the other input errors do
+            problem = exc.problems[0]
+            raise w.obj.error(problem.path or where, problem.message, problem.hint) from None
         reading.settings = {**inline.settings, **reading.settings}
         reading.notes = inline.notes + reading.notes
         if chosen is None or (reading.settings and not chosen[0].settings):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from predictors.errors import SpecError
 from predictors.spec import FUSABLE_OPTIMIZERS
 from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load, substitute_within
 
@@ -184,9 +185,12 @@ def _same(value: Any) -> Any:
 
 def _positive(value: Any) -> Any:
     """Counts that trainers set to -1/0 for "not set" (``max_steps -1``) are dropped."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        # compared as an int: float() of an int over ~309 digits raises OverflowError
+        return None if value <= 0 else value
     try:
         return None if float(value) <= 0 else value
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return value
 
 
@@ -459,7 +463,7 @@ def _resolve_galore(raw: Mapping[str, Setting], name: Setting, out: Settings, no
     hook (optimizer_in_backward)."""
     args = raw.get("_optim_args")
     text = _optim_args(args.value).get("rank", "") if args is not None else ""
-    rank = int(text) if text.isdigit() else None
+    rank = int(text) if _ASCII_COUNT.fullmatch(text) else None
     kind = "APOLLO" if str(name.value).strip().lower().startswith("apollo") else "GaLore"
     out["galore_rank"] = Setting(rank or 128, f"{args.source} rank" if rank else
                                  f"{name.source} (transformers' {kind} default rank 128)", name.where)
@@ -723,9 +727,12 @@ def _whole(value: Any) -> int | None:
     """A whole number as a config writes it (``2``, ``"-4"``), else None."""
     if isinstance(value, bool):
         return None
+    if isinstance(value, int):
+        # as it is: float() of an int over ~309 digits raises OverflowError
+        return value
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return int(number) if number.is_integer() else None
 
@@ -943,6 +950,33 @@ def llamafactory_v1_launch(tokens: Sequence[str], env: Mapping[str, str]) -> V1L
         # another LLaMA-Factory script: src/llamafactory/launcher.py is v0's whatever USE_V1 says (only cli.py reads it)
         return V1Launch(f"{prefix}{what}", "sft", v0_cli=not use_v1)
     return V1Launch("USE_V1=1", "sft") if use_v1 else None
+
+
+# the LLaMA-Factory CLI sub-commands that train (v0 cli.py: train; v1 launcher.py: train, sft, dpo, rm); the others
+# (chat, api, webchat, webui, eval, export, env, version, help, or a word it does not know) start no training
+_LLAMAFACTORY_TRAINING_COMMANDS = frozenset(("train", *_V1_COMMANDS))
+
+
+def llamafactory_non_training(tokens: Sequence[str]) -> str | None:
+    """``llamafactory-cli SUB`` (``lmf``, ``python -m llamafactory.cli``, v1's launcher.py) with a sub-command that does
+    not train: a note naming it; None for a training sub-command, a config alone, or another command."""
+    for i, token in enumerate(tokens):
+        if (token.startswith("-") and token != "-m") or "=" in token:
+            continue
+        rest = list(tokens[i + 1:])
+        name = PurePosixPath(token).name
+        if name in _LLAMAFACTORY_CLIS or (token == "-m" and rest[:1] == ["llamafactory.cli"]):
+            args, cli = (rest[1:], "python -m llamafactory.cli") if token == "-m" else (rest, name)
+        elif token.replace("\\", "/").endswith("llamafactory/v1/launcher.py"):
+            args, cli = rest, token
+        else:
+            continue
+        sub = args[0].strip() if args else ""
+        if not re.fullmatch(r"[A-Za-z_]+", sub) or sub.lower() in _LLAMAFACTORY_TRAINING_COMMANDS:
+            return None
+        return (f"{cli} {sub[:40]} does not train (LLaMA-Factory trains only under train, sft, dpo or rm), so no "
+                "training job is read from it")
+    return None
 
 
 def is_llamafactory_v1(data: Any, v1: V1Launch | None = None) -> bool:
@@ -1626,8 +1660,8 @@ def _resolve_deepspeed(
         if _zero_sharding(stage):
             _put(out, "sharding", _zero_sharding(stage), zero)
         off = _offload_devices(
-            (section.get("offload_optimizer") or {}).get("device"),
-            (section.get("offload_param") or {}).get("device"),
+            _offload_device(section, "offload_optimizer", zero),
+            _offload_device(section, "offload_param", zero),
             out.get("sharding"), notes,
         )
         if off:
@@ -1643,6 +1677,22 @@ def _resolve_deepspeed(
     if (opt or par) and (off := _offload_devices(opt.value if opt else None, par.value if par else None,
                                                  out.get("sharding"), notes)):
         _put(out, "offload", off, par if off == "params+optimizer" else opt)
+
+
+def _offload_device(section: Mapping[str, Any], key: str, zero: Setting) -> Any:
+    """The ``device`` of a ZeRO ``offload_optimizer`` / ``offload_param`` section. DeepSpeed takes only a mapping
+    there (runtime/zero/config.py: ``Optional[DeepSpeedZeroOffloadOptimizerConfig]`` / ``...ParamConfig``, pydantic
+    models that reject a bare ``"cpu"``): anything else set is an input error naming the key."""
+    value = section.get(key)
+    if not value:
+        return None
+    if isinstance(value, Mapping):
+        return value.get("device")
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    raise SpecError.one(
+        "", f"{zero.source}: zero_optimization.{key} must be a mapping (DeepSpeed's offload config); got "
+            f"{type(value).__name__} {shown}",
+        'write it as {"device": "cpu"} (or "nvme", "none"), as DeepSpeed requires')
 
 
 # FSDP1 sharding strategies by name and by torch's ShardingStrategy number (accelerate's fsdp_sharding_strategy
@@ -2114,6 +2164,10 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
     raw: dict[str, Setting] = {}
     notes: list[str] = []
     trainer = _trainer_label(tokens)
+    if (idle := llamafactory_non_training(tokens)) is not None:
+        # llamafactory-cli chat / export / env ...: nothing trains, as for a pod that runs no trainer (no model found,
+        # the error naming the sub-command)
+        return Reading(notes=[idle], unresolved_model=idle, launch=launch_layout(tokens, {}, env))
     v1 = llamafactory_v1_launch(tokens, env or {})  # a LLaMA-Factory v1 config is read as one only under it
     deepspeed_value = str(flags["_deepspeed"].value) if "_deepspeed" in flags else ""
     # every token: a launcher's own ``--config_file FILE`` is not a trainer flag, so read_flags drops it
@@ -2314,7 +2368,15 @@ def launch_count(text: Any) -> int | None:
     """A positive whole count as launchers and configs write it: ``8`` -> 8; an elastic range ``1:4`` -> 4 (its
     maximum); ``gpu``/``auto``, 0 and the like -> None."""
     last = str(text).strip().rsplit(":", 1)[-1]
-    return int(last) if last.isdigit() and int(last) > 0 else None
+    # ASCII digits only (str.isdigit also accepts '²', which int() rejects), and short enough for int() (Python
+    # limits int() of a string to 4300 digits); a count of more than 18 digits is no launch count
+    if not _ASCII_COUNT.fullmatch(last):
+        return None
+    count = int(last)
+    return count if count > 0 else None
+
+
+_ASCII_COUNT = re.compile(r"[0-9]{1,18}")
 
 
 def _launcher_flags(tokens: Sequence[str]) -> dict[str, str]:

@@ -443,3 +443,101 @@ def test_llama_factory_freeze_checkpoints_only_the_trained_blocks() -> None:
     assert off.spec.gradient_checkpointing == "none" and off.spec.checkpoint_trained_blocks_only is None
     for other in ({**BASE, "finetuning_type": "lora"}, {**BASE, "finetuning_type": "full"}):
         assert lf_job(other).spec.checkpoint_trained_blocks_only is None
+
+
+# --- fuzz round 21: values that crashed the readers --------------------------------------------------
+
+HUGE = 10**400  # an int float() cannot hold (OverflowError), as YAML reads a 401-digit number
+
+
+def lf_errors(config: dict[str, Any], env: dict[str, str] | None = None, command: str = "train",
+              files: dict[str, str] | None = None) -> list[SpecError]:
+    cfg = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+           "data": {"lf.yaml": yaml.safe_dump(config), **(files or {})}}
+    outcomes = scan(cfg, pod(["llamafactory-cli", command, "/cfg/lf.yaml"], env=env))
+    return [o for o in outcomes if isinstance(o, SpecError) and not isinstance(o, NoTrainingJob)]
+
+
+def test_llama_factory_freeze_huge_layer_counts_do_not_crash() -> None:
+    """freeze_trainable_layers / num_layer_trainable past float's range raised OverflowError in _whole (v0 keys and
+    v1 peft_config); LLaMA-Factory takes any int there (range(max(0, L - n), L): every block), read as given."""
+    for key in ("freeze_trainable_layers", "num_layer_trainable"):
+        for value in (HUGE, -HUGE, str(HUGE)):
+            job = lf_job({**BASE, key: value})
+            assert abs(job.spec.trainable_layers or 0) >= 10**300, (key, value)
+    pro = lf_job({**BASE, "freeze_trainable_layers": HUGE, "use_llama_pro": True})
+    assert pro.spec.trainable_layers == -HUGE
+    v1 = lf_job({**V1_LORA, "peft_config": {"name": "freeze", "freeze_trainable_layers": HUGE}}, env=V1_ENV,
+                command="sft")
+    assert v1.spec.trainable_layers == HUGE
+
+
+def test_huge_max_steps_is_an_input_error_not_a_crash() -> None:
+    """max_steps past float's range raised OverflowError in _positive (v1 reader and the v0 key table): now the
+    spec's own bound on steps rejects it, naming the key, as other out-of-range values are; a huge negative one is
+    "not set", as -1 is."""
+    for config, env, command in (({**V1_LORA, "max_steps": HUGE}, V1_ENV, "sft"),
+                                 ({**BASE, "max_steps": HUGE}, None, "train")):
+        errors = lf_errors(config, env, command)
+        assert len(errors) == 1 and "key max_steps" in str(errors[0]), errors
+    assert lf_job({**BASE, "max_steps": -HUGE}).spec.steps != -HUGE
+    assert lf_job({**V1_LORA, "max_steps": -HUGE}, env=V1_ENV, command="sft").spec.method == "lora"
+
+
+def test_launch_counts_take_ascii_digits_only() -> None:
+    """launch_count used str.isdigit, which accepts '²' (int() rejects it: ValueError) and strings past int()'s
+    4300-digit limit: such a count is read as not given, as "abc" is (v1 cp_size, dist_config.cp_size,
+    mp_replicate_size, ep_size, mtp_config.num_layers; torchrun --nproc_per_node; GaLore's optim_args rank)."""
+    from scheduler.spec.trainer_args import launch_count
+
+    assert [launch_count(v) for v in ("8", "1:4", "²", "1" * 5000, "٣", "abc", "0", 8)] == \
+        [8, 4, None, None, None, None, None, 8]
+    for bad in ("²", "1" * 5000):
+        for extra in ({"cp_size": bad}, {"mp_replicate_size": bad}, {"mtp_config": {"name": "mtp", "num_layers": bad}},
+                      {"dist_config": {"name": "fsdp2", "cp_size": bad}},
+                      {"dist_config": {"name": "fsdpturbo", "ep_size": bad}}):
+            job = lf_job({**V1_LORA, **extra}, env=V1_ENV, command="sft")
+            assert job.spec.method == "lora" and job.spec.context_parallel in (None, 1), extra
+    torchrun = one_job(pod(["torchrun", "--nproc_per_node", "²", "train.py", "--model_name_or_path", M]))
+    assert torchrun.spec.model == M
+    galore = one_job(pod(["python", "train.py", "--model_name_or_path", M, "--optim", "galore_adamw",
+                          "--optim_args", "rank=²"]))
+    assert galore.spec.galore_rank == 128
+
+
+def test_torchtitan_degrees_take_ascii_digits_only() -> None:
+    """torchtitan's context_parallel_degree and selective_ac_option went through str.isdigit + int() as well."""
+    from scheduler.spec import torchtitan
+
+    assert [torchtitan._count(v) for v in ("2", "²", "1" * 5000, "x")] == [2, 0, 0, 0]
+
+
+def test_deepspeed_offload_section_that_is_not_a_mapping_is_an_input_error() -> None:
+    """zero_optimization.offload_optimizer / offload_param written as "cpu" raised AttributeError: DeepSpeed takes
+    only a mapping there (runtime/zero/config.py: Optional[DeepSpeedZeroOffloadOptimizerConfig], a pydantic model
+    that rejects a string), so it is an input error naming the key and the object."""
+    for key in ("offload_optimizer", "offload_param"):
+        for value in ("cpu", 3, ["cpu"]):
+            outcomes = scan(pod(["deepspeed", "train.py", "--model_name_or_path", M, "--deepspeed",
+                                 json.dumps({"zero_optimization": {"stage": 3, key: value}})], gpus=8))
+            errors = [o for o in outcomes if isinstance(o, SpecError)]
+            assert len(errors) == 1 and not isinstance(errors[0], NoTrainingJob), outcomes
+            text = str(errors[0])
+            assert f"zero_optimization.{key} must be a mapping" in text and "Pod trainer" in text, text
+            assert "spec.containers[0]" in text
+    ok = ds_job({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": None}})
+    assert ok.spec.offload == "optimizer"
+
+
+def test_llama_factory_non_training_subcommands_are_no_training_job() -> None:
+    """`llamafactory-cli chat|export|env|version|help|api|eval|webchat|<unknown> cfg.yaml` was predicted as sft
+    training (v1: _V1_COMMANDS.get(sub, "sft"); v0 read the config the same way): nothing trains, so it ends as a pod
+    that runs no trainer does (no model found), the error naming the sub-command."""
+    for env, config in ((V1_ENV, V1_LORA), (None, {**BASE, "finetuning_type": "lora"})):
+        for sub in ("chat", "export", "env", "version", "help", "api", "eval", "webchat", "bogus"):
+            errors = lf_errors(config, env, sub)
+            assert len(errors) == 1, (sub, errors)
+            text = str(errors[0])
+            assert "no model found" in text and f"llamafactory-cli {sub} does not train" in text, text
+    assert lf_job(V1_LORA, env=V1_ENV, command="sft").spec.method == "lora"  # training sub-commands unchanged
+    assert lf_job({**BASE, "finetuning_type": "lora"}).spec.method == "lora"
