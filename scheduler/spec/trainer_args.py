@@ -1076,10 +1076,13 @@ def read_llamafactory_v1(data: Mapping[str, Any], label: str, where: str,
         unread += [f"peft_config.{k}" for k in peft if k not in known | _V1_PEFT_NO_MEMORY]
     elif kind == "freeze":
         put("_finetuning_type", "freeze", "peft_config.name")
-        freeze, freeze_notes = llamafactory_freeze(peft, f"{label} peft_config", where)
+        # v1's FreezeConfig (v1/plugins/model_plugins/peft.py) has only these keys: v0's use_llama_pro and the
+        # pre-rename names are not read by v1, so they must not change the reading here either
+        known = {"freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules"}
+        freeze, freeze_notes = llamafactory_freeze({k: v for k, v in peft.items() if k in known},
+                                                   f"{label} peft_config", where)
         raw.update(freeze)
         notes += freeze_notes
-        known = {"freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules"}
         unread += [f"peft_config.{k}" for k in peft if k not in known | _V1_PEFT_NO_MEMORY]
         if to_bool(peft.get("cast_trainable_params_to_fp32", True)) is False:
             notes.append(f"{label} peft_config cast_trainable_params_to_fp32 false: the trained blocks stay 16-bit; "

@@ -541,3 +541,19 @@ def test_llama_factory_non_training_subcommands_are_no_training_job() -> None:
             assert "no model found" in text and f"llamafactory-cli {sub} does not train" in text, text
     assert lf_job(V1_LORA, env=V1_ENV, command="sft").spec.method == "lora"  # training sub-commands unchanged
     assert lf_job({**BASE, "finetuning_type": "lora"}).spec.method == "lora"
+
+
+def test_llama_factory_v1_freeze_reads_v1_keys_only() -> None:
+    """v1's FreezeConfig has freeze_trainable_layers, freeze_trainable_modules, freeze_extra_modules (and
+    cast_trainable_params_to_fp32): v0's use_llama_pro and pre-rename keys in a v1 peft_config are listed as not
+    read and change nothing (they read as the first 4 blocks / 5 blocks / the old default 3 before)."""
+    base = {"model": "Qwen/Qwen3-4B", "cutoff_len": 2048}
+    pro = lf_job({**base, "peft_config": {"name": "freeze", "use_llama_pro": True, "freeze_trainable_layers": 4}},
+                 env=V1_ENV, command="sft")
+    assert pro.spec.trainable_layers == 4
+    assert "peft_config.use_llama_pro" in notes_of(pro)
+    old = lf_job({**base, "peft_config": {"name": "freeze", "num_layer_trainable": 5}}, env=V1_ENV, command="sft")
+    assert old.spec.trainable_layers == 2
+    named = lf_job({**base, "peft_config": {"name": "freeze", "name_module_trainable": "mlp"}}, env=V1_ENV,
+                   command="sft")
+    assert named.spec.trainable_layers == 2
