@@ -2190,6 +2190,11 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
             continue
         if isinstance(data, dict) and looks_like_trainer_config(data, v1):
             label = f"{config_flavour(data, v1)} {path}"
+            if trainer == "LLaMA-Factory":
+                # LLaMA-Factory merges the command's key=value overrides over the file before reading any of it
+                # (src/llamafactory/hparams/parser.py _read_args: OmegaConf.merge of the YAML and from_cli), so its
+                # defaults and derived readings (finetuning_type, freeze tuning, checkpointing) see them too
+                data = {**data, **dict(_key_values(positionals))}
             settings, config_notes = read_trainer_config(data, label, where, v1)
             raw.update(settings)
             notes += config_notes

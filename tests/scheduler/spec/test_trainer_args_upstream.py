@@ -557,3 +557,21 @@ def test_llama_factory_v1_freeze_reads_v1_keys_only() -> None:
     named = lf_job({**base, "peft_config": {"name": "freeze", "name_module_trainable": "mlp"}}, env=V1_ENV,
                    command="sft")
     assert named.spec.trainable_layers == 2
+
+
+def test_llama_factory_command_overrides_reach_its_defaults_and_freeze_reading() -> None:
+    """llamafactory-cli train CONFIG key=value: LLaMA-Factory merges the overrides over the file before reading it
+    (hparams/parser.py _read_args), so freeze tuning, finetuning_type and the checkpointing default see them (before,
+    only keys read directly, such as cutoff_len, did: freeze_trainable_layers=-16 stayed 2, finetuning_type=full on
+    a LoRA config kept LoRA's 16-bit base load)."""
+    def job(config: dict[str, Any], *overrides: str) -> Any:
+        cfg = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+               "data": {"lf.yaml": yaml.safe_dump(config)}}
+        return one_job(cfg, pod(["llamafactory-cli", "train", "/cfg/lf.yaml", *overrides]))
+
+    freeze = job(BASE, "freeze_trainable_layers=-16", "cutoff_len=4096")
+    assert (freeze.spec.trainable_layers, freeze.spec.seq_len) == (-16, 4096)
+    off = job(BASE, "disable_gradient_checkpointing=true")
+    assert off.spec.gradient_checkpointing == "none"
+    full = job({**BASE, "finetuning_type": "lora"}, "finetuning_type=full")
+    assert (full.spec.method, full.spec.precision) == ("full", "bf16-mixed")
