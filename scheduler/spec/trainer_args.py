@@ -20,7 +20,7 @@ import functools
 import json
 import re
 import shlex
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -913,6 +913,23 @@ def _env_enabled(value: Any) -> bool:
     return str(value or "").strip().lower() in ("true", "y", "1")
 
 
+def _command_words(tokens: Sequence[str]) -> Iterator[tuple[int, str]]:
+    """The tokens of a command that can name a program or module (``-m`` included), with their index: not flags,
+    not ``KEY=value`` assignments."""
+    return ((i, t) for i, t in enumerate(tokens) if not ((t.startswith("-") and t != "-m") or "=" in t))
+
+
+def _llamafactory_cli_at(tokens: Sequence[str], i: int) -> tuple[str, list[str]] | None:
+    """``(cli, its arguments)`` when ``tokens[i]`` runs LLaMA-Factory's CLI (``llamafactory-cli``, ``lmf``,
+    ``python -m llamafactory.cli``), else None."""
+    token, rest = tokens[i], list(tokens[i + 1:])
+    if PurePosixPath(token).name in _LLAMAFACTORY_CLIS:
+        return PurePosixPath(token).name, rest
+    if token == "-m" and rest[:1] == ["llamafactory.cli"]:
+        return "python -m llamafactory.cli", rest[1:]
+    return None
+
+
 def llamafactory_v1_launch(tokens: Sequence[str], env: Mapping[str, str]) -> V1Launch | None:
     """Whether one command runs LLaMA-Factory v1, and which trainer: LLaMA-Factory's CLI (``llamafactory-cli`` /
     ``lmf`` / ``python -m llamafactory.cli SUBCOMMAND``), v1's launcher or trainers by path or module
@@ -924,15 +941,11 @@ def llamafactory_v1_launch(tokens: Sequence[str], env: Mapping[str, str]) -> V1L
         if (assign := _ASSIGN.match(token)) is not None and assign.group(1) == "USE_V1":
             use_v1 = _env_enabled(assign.group(2))
     prefix = "USE_V1=1 " if use_v1 else ""
-    for i, token in enumerate(tokens):
-        if (token.startswith("-") and token != "-m") or "=" in token:
-            continue
+    for i, token in _command_words(tokens):
         rest = list(tokens[i + 1:])
-        name = PurePosixPath(token).name
-        if name in _LLAMAFACTORY_CLIS or (token == "-m" and rest[:1] == ["llamafactory.cli"]):
-            args = rest[1:] if token == "-m" else rest
+        if (found := _llamafactory_cli_at(tokens, i)) is not None:
+            cli, args = found
             sub = args[0].strip().lower() if args and re.fullmatch(r"[A-Za-z_]+", args[0].strip()) else ""
-            cli = "python -m llamafactory.cli" if token == "-m" else name
             return V1Launch(f"{prefix}{cli} {sub}".rstrip(), _V1_COMMANDS.get(sub, "sft"), v0_cli=not use_v1)
         if token == "-m" and rest[:1] and rest[0].startswith("llamafactory.v1."):
             stem = rest[0].rsplit(".", 1)[-1]
@@ -960,15 +973,11 @@ _LLAMAFACTORY_TRAINING_COMMANDS = frozenset(("train", *_V1_COMMANDS))
 def llamafactory_non_training(tokens: Sequence[str]) -> str | None:
     """``llamafactory-cli SUB`` (``lmf``, ``python -m llamafactory.cli``, v1's launcher.py) with a sub-command that does
     not train: a note naming it; None for a training sub-command, a config alone, or another command."""
-    for i, token in enumerate(tokens):
-        if (token.startswith("-") and token != "-m") or "=" in token:
-            continue
-        rest = list(tokens[i + 1:])
-        name = PurePosixPath(token).name
-        if name in _LLAMAFACTORY_CLIS or (token == "-m" and rest[:1] == ["llamafactory.cli"]):
-            args, cli = (rest[1:], "python -m llamafactory.cli") if token == "-m" else (rest, name)
+    for i, token in _command_words(tokens):
+        if (found := _llamafactory_cli_at(tokens, i)) is not None:
+            cli, args = found
         elif token.replace("\\", "/").endswith("llamafactory/v1/launcher.py"):
-            args, cli = rest, token
+            cli, args = token, list(tokens[i + 1:])
         else:
             continue
         sub = args[0].strip() if args else ""
