@@ -577,10 +577,7 @@ def _predict_stage(
     if lora is not None and lora.use_dora:
         dora_work = _dora_workspace(arch, lora, int(adapter_bytes), lay.tp)
         dora_copy_block = _dora_base_copy_bytes_per_block(spec, arch, lora, e, mixed, lay.sharding) * scale / lay.tp
-        dora_copy_blocks = per_stage_layers
-        if spec.gradient_checkpointing == "full":  # the block being recomputed + the unchecked ones
-            every = spec.checkpoint_every_n_layers or 1
-            dora_copy_blocks = per_stage_layers - math.ceil(per_stage_layers / every) + 1
+        dora_copy_blocks = _blocks_keeping_weight_copies(spec, per_stage_layers)
     dora_copies = dora_copy_block * dora_copy_blocks
     cached_logits = logits  # what the allocator still holds of them at an optimizer-step peak
     cached_other_phase = 0.0  # what it still holds of the backward phase that is not the peak
@@ -643,8 +640,7 @@ def _predict_stage(
         cast_blocks = per_stage_layers if spec.trainable_layers is None else trained  # frozen 16-bit blocks: no cast
         body *= cast_blocks / max(per_stage_layers, 1)
         if spec.gradient_checkpointing == "full":
-            # the block being recomputed, plus the blocks left unchecked by checkpoint_every_n_layers
-            kept_blocks = per_stage_layers - math.ceil(per_stage_layers / (spec.checkpoint_every_n_layers or 1)) + 1
+            kept_blocks = _blocks_keeping_weight_copies(spec, per_stage_layers)
             body *= min(kept_blocks, cast_blocks) / max(cast_blocks, 1)
         head = arch.vocab_size * arch.hidden_size if spec.task in ("causal-lm", "masked-lm") and (
             lay.pp == 1 or last_stage) and spec.trainable_layers is None else 0
@@ -974,6 +970,15 @@ def _dora_bytes_per_output(lora: LoraSpec, e: int, adapter_bytes: int) -> float:
     (Linear.forward). PEFT's MetaMathQA benchmark (Llama-3.2-3B, q/v rank 32, batch 4 x 768, L40S): DoRA peaks
     2.27 GB above LoRA; these 6 bytes give 2.1 GB."""
     return (e if lora.dropout == 0 else adapter_bytes) + adapter_bytes
+
+
+def _blocks_keeping_weight_copies(spec: TrainingSpec, per_stage_layers: int) -> int:
+    """Blocks whose per-forward weight copies (autocast's 16-bit casts, DoRA's recomputed base weights) autograd holds
+    at once: every block of the stage without full checkpointing; with it the block being recomputed plus the blocks
+    checkpoint_every_n_layers leaves unchecked."""
+    if spec.gradient_checkpointing != "full":
+        return per_stage_layers
+    return per_stage_layers - math.ceil(per_stage_layers / (spec.checkpoint_every_n_layers or 1)) + 1
 
 
 def _dora_base_copy_bytes_per_block(spec: TrainingSpec, arch: Architecture, lora: LoraSpec, e: int, mixed: bool,
