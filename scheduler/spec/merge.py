@@ -392,6 +392,10 @@ def _command_and_env(w: Workload, roles: Sequence[Role]) -> tuple[Reading, Setti
             # object and the container, as the other input errors do
             problem = exc.problems[0]
             raise w.obj.error(problem.path or where, problem.message, problem.hint) from None
+        if reading.not_training and not reading.settings:
+            # llamafactory-cli chat with its config inline in an env var: the config describes no training here
+            inline = Reading(notes=[f"{where}: a trainer config written in an env var is not read, as the command "
+                                    "does not train"] if inline.settings else [])
         reading.settings = {**inline.settings, **reading.settings}
         reading.notes = inline.notes + reading.notes
         if chosen is None or (reading.settings and not chosen[0].settings):

@@ -53,6 +53,8 @@ class Reading:
     launch: Launch | None = None  # processes the launcher starts, when its flags say
     # a model the job names that vramfit cannot resolve: what the error says when no model is found
     unresolved_model: str = ""
+    # the command runs a trainer's tool that does not train (``llamafactory-cli chat``): no config in view is read
+    not_training: bool = False
 
 
 @dataclass(frozen=True)
@@ -2126,6 +2128,7 @@ def read_command(
             reading.trainer = reading.trainer or part.trainer
         reading.launch = reading.launch or part.launch
         reading.unresolved_model = reading.unresolved_model or part.unresolved_model
+        reading.not_training = reading.not_training or part.not_training
     return reading, script
 
 
@@ -2179,7 +2182,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
     if (idle := llamafactory_non_training(tokens)) is not None:
         # llamafactory-cli chat / export / env ...: nothing trains, as for a pod that runs no trainer (no model found,
         # the error naming the sub-command)
-        return Reading(notes=[idle], unresolved_model=idle, launch=launch_layout(tokens, {}, env))
+        return Reading(notes=[idle], unresolved_model=idle, launch=launch_layout(tokens, {}, env), not_training=True)
     v1 = llamafactory_v1_launch(tokens, env or {})  # a LLaMA-Factory v1 config is read as one only under it
     deepspeed_value = str(flags["_deepspeed"].value) if "_deepspeed" in flags else ""
     # every token: a launcher's own ``--config_file FILE`` is not a trainer flag, so read_flags drops it

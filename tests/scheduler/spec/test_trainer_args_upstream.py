@@ -575,3 +575,17 @@ def test_llama_factory_command_overrides_reach_its_defaults_and_freeze_reading()
     assert off.spec.gradient_checkpointing == "none"
     full = job({**BASE, "finetuning_type": "lora"}, "finetuning_type=full")
     assert (full.spec.method, full.spec.precision) == ("full", "bf16-mixed")
+
+
+def test_llama_factory_non_training_subcommand_ignores_a_config_inline_in_env() -> None:
+    """A pod that runs `llamafactory-cli chat` with its config written inline in an env var (echoed to a file by the
+    entrypoint) was read as an sft job from that env var; the sub-command trains nothing, so nothing is read from
+    the config, and the pod ends as one that runs no trainer does."""
+    config = yaml.safe_dump({**BASE, "finetuning_type": "lora"})
+    for sub in ("chat", "export", "webchat"):
+        outcomes = scan(pod(["llamafactory-cli", sub, "/tmp/lf.yaml"], env={"LF_CONFIG": config}))
+        assert not any(isinstance(o, ParsedJob) for o in outcomes), (sub, outcomes)
+        errors = [o for o in outcomes if isinstance(o, SpecError) and not isinstance(o, NoTrainingJob)]
+        assert len(errors) == 1 and f"llamafactory-cli {sub} does not train" in str(errors[0]), outcomes
+    job = one_job(pod(["llamafactory-cli", "train", "/tmp/lf.yaml"], env={"LF_CONFIG": config}))
+    assert job.spec.method == "lora"  # a training sub-command still reads the inline config
