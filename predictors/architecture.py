@@ -29,16 +29,39 @@ _GATED = {
     "gemma3", "gemma3_text", "phi3", "chatglm", "glm", "glm4", "minicpm", "yi", "deepseek", "deepseek_v2",
     "deepseek_v3", "internlm", "internlm2", "baichuan", "olmo", "olmo2", "cohere", "granite", "stablelm",
     "starcoder2_gated", "phimoe", "dbrx", "jamba", "nemotron_gated",
+    # OlmoeMLP / expert gate_up_proj (transformers models/olmoe/modeling_olmoe.py); EXAONE-3 c_fc_0 / c_fc_1 / c_proj
+    # (LGAI-EXAONE modeling_exaone.py); XVERSE and Aquila are LLaMA copies (xverse/XVERSE-7B modeling_xverse.py,
+    # BAAI/Aquila-7B modeling_aquila.py: gate/up/down_proj)
+    "olmoe", "exaone", "xverse", "aquila",
 }
 # Families whose linear layers all carry biases (GPT-2, BERT, BLOOM, GPT-NeoX, Phi-1/2, OPT, StarCoder2).
 _ALL_BIAS = {"gpt2", "bert", "roberta", "bloom", "gpt_neox", "phi", "opt", "gpt_bigcode", "starcoder2", "gptj"}
 # Families normalised with LayerNorm (weight + bias) rather than RMSNorm (weight only).
 _LAYERNORM = {"gpt2", "bert", "roberta", "bloom", "gpt_neox", "phi", "falcon", "opt", "gpt_bigcode",
-              "starcoder2", "gptj", "stablelm"}
+              "starcoder2", "gptj", "stablelm",
+              # nn.LayerNorm with weight and bias: GPTNeoBlock ln_1/ln_2 (models/gpt_neo/modeling_gpt_neo.py),
+              # CodeGenBlock ln_1 (models/codegen/modeling_codegen.py), PersimmonDecoderLayer (models/persimmon/
+              # modeling_persimmon.py), NemotronLayerNorm1P (models/nemotron/modeling_nemotron.py: a LayerNorm with
+              # bias), PhimoeDecoderLayer input/post_attention_layernorm (models/phimoe/modeling_phimoe.py)
+              "gpt_neo", "codegen", "persimmon", "nemotron", "phimoe"}
+# LayerNorm with a weight and no bias: CohereLayerNorm (models/cohere/modeling_cohere.py), DbrxBlock norm_1/norm_2 and
+# norm_f (nn.LayerNorm(bias=False), models/dbrx/modeling_dbrx.py), MptBlock norm_1/norm_2 with config.no_bias (bias
+# set to None, models/mpt/modeling_mpt.py; handled where MPT's no_bias is read)
+_LAYERNORM_NO_BIAS = {"cohere", "dbrx"}
+# OlmoLayerNorm has neither weight nor bias (F.layer_norm without affine, models/olmo/modeling_olmo.py)
+_NORM_WITHOUT_PARAMS = {"olmo"}
+# Models without attention layers: state-space (Mamba, Mamba-2, FalconMamba) and RNN (RWKV, xLSTM) stacks
+_SSM_ONLY = {"mamba", "mamba2", "falcon_mamba", "rwkv", "rwkv5", "rwkv6", "xlstm"}
+# Hybrid stacks that interleave attention with state-space / linear-recurrent layers (Jamba, Zamba, Bamba,
+# Nemotron-H, Falcon-H1, Granite-4 hybrid, RecurrentGemma, LFM2, Qwen3-Next, Kimi-Linear): the canonical shape has
+# no place for the recurrent layers, so they are sized as attention blocks and the prediction says so
+_HYBRID_SSM = {"jamba", "zamba", "zamba2", "bamba", "nemotron_h", "falcon_h1", "granitemoehybrid", "recurrent_gemma",
+               "lfm2", "lfm2_moe", "qwen3_next", "kimi_linear", "olmo_hybrid", "bailing_hybrid"}
 # Decoder families this module has read the modeling code of (the rest get the generic decoder, with a warning).
 _KNOWN_DECODERS = {
-    *_GATED, *_ALL_BIAS, *_LAYERNORM, "refinedwebmodel", "qwen2_moe",
-}
+    *_GATED, *_ALL_BIAS, *_LAYERNORM, *_LAYERNORM_NO_BIAS, *_NORM_WITHOUT_PARAMS, "refinedwebmodel", "qwen2_moe",
+    "mpt", "olmo2",
+} - _HYBRID_SSM
 # config-class defaults of the activation when config.json names none (GPT2Config.activation_function,
 # GPTJConfig / GPTNeoConfig / CodeGenConfig / PhiConfig hidden_act or activation_function; LlamaConfig and most
 # decoders: silu)
@@ -46,11 +69,16 @@ _ACTIVATION_DEFAULT = {"gpt2": "gelu_new", "gptj": "gelu_new", "gpt_neo": "gelu_
                        "phi": "gelu_new", "gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh",
                        "gemma3": "gelu_pytorch_tanh", "gemma3_text": "gelu_pytorch_tanh", "falcon": "gelu",
                        "bloom": "gelu", "opt": "relu", "gpt_neox": "gelu", "gpt_bigcode": "gelu_pytorch_tanh",
-                       "starcoder2": "gelu_pytorch_tanh"}
+                       "starcoder2": "gelu_pytorch_tanh", "mpt": "gelu", "persimmon": "relu2", "nemotron": "relu2"}
 # config-class defaults of tie_word_embeddings when config.json has no key (transformers' classes).
 _TIE_DEFAULT = {"gemma": True, "gemma2": True, "gemma3": True, "gemma3_text": True, "gpt2": True,
                 "bert": True, "roberta": True, "bloom": True, "falcon": True, "minicpm": True, "t5": True,
-                "mt5": False, "opt": True, "gpt_bigcode": True, "starcoder2": True}
+                "mt5": False, "opt": True, "gpt_bigcode": True, "starcoder2": True,
+                # CohereConfig / GPTNeoConfig / MptConfig default tie_word_embeddings=True (MptForCausalLM
+                # _tied_weights_keys ties lm_head to transformer.wte; models/*/configuration_*.py)
+                "cohere": True, "gpt_neo": True, "mpt": True,
+                # BartForConditionalGeneration / MBart tie lm_head to the shared embedding
+                "bart": True, "mbart": True}
 
 
 @dataclass(frozen=True)
@@ -308,11 +336,35 @@ def _architecture_from_config(config: dict[str, Any], name: str) -> Architecture
         merged.setdefault("model_type", cfg.get("model_type", ""))
         cfg = merged
     model_type = str(cfg.get("model_type") or "llama").lower()
+    if model_type in _SSM_ONLY:
+        raise SpecError.one(
+            "model.config.model_type", f"is {model_type!r}, a state-space / recurrent model without attention layers: "
+            "vramfit cannot size it", "vramfit models transformer stacks (attention + MLP blocks) only")
     if model_type in ("mt5", "t5", "umt5"):
         return _t5(cfg, name, model_type)
-    if model_type in ("bert", "roberta", "xlm-roberta", "deberta", "distilbert"):
+    if model_type in ("bart", "mbart"):
+        return _bart(cfg, name, model_type)
+    if model_type in ("bert", "roberta", "xlm-roberta", "deberta", "distilbert", "deberta-v2", "electra"):
         return _bert(cfg, name, model_type)
+    if model_type == "dbrx":
+        cfg = _dbrx_flat(cfg)
     return _decoder(cfg, name, model_type)
+
+
+def _dbrx_flat(cfg: dict[str, Any]) -> dict[str, Any]:
+    """DBRX keeps its attention and MoE sizes in nested ``attn_config`` / ``ffn_config`` (DbrxAttentionConfig /
+    DbrxFFNConfig in transformers models/dbrx/configuration_dbrx.py, defaults kv_n_heads=1, ffn_hidden_size=3584,
+    moe_num_experts=4, moe_top_k=1): lift them to the flat names the decoder reads."""
+    attn, ffn = cfg.get("attn_config") or {}, cfg.get("ffn_config") or {}
+    for key, value in (("attn_config", attn), ("ffn_config", ffn)):
+        if not isinstance(value, dict):
+            raise SpecError.one(f"model.config.{key}", f"must be a mapping; got {value!r}")
+    flat = dict(cfg)
+    flat.setdefault("num_key_value_heads", attn.get("kv_n_heads", 1))
+    flat.setdefault("intermediate_size", ffn.get("ffn_hidden_size", 3584))
+    flat.setdefault("num_local_experts", ffn.get("moe_num_experts", 4))
+    flat.setdefault("num_experts_per_tok", ffn.get("moe_top_k", 1))
+    return flat
 
 
 def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
@@ -330,6 +382,10 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     elif model_type == "chatglm":
         kv = _int(cfg, "multi_query_group_num", "num_key_value_heads", default=heads) if cfg.get(
             "multi_query_attention", True) else heads
+    elif model_type == "gpt_bigcode":
+        # GPTBigCodeConfig.multi_query defaults to True: one key/value head (num_key_value_heads = 1 if multi_query,
+        # models/gpt_bigcode/configuration_gpt_bigcode.py; c_attn is hidden -> hidden + 2 * head_dim)
+        kv = 1 if cfg.get("multi_query", True) else heads
     else:
         kv = _int(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads)
     if heads % kv:
@@ -341,18 +397,48 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     inter = _int(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", "ffn_dim", default=4 * h)
     if model_type == "qwen":  # Qwen-1 stores twice the SwiGLU branch width (see reference/models/_notes)
         inter //= 2
+    if model_type == "mpt":  # MPT's MLP is expansion_ratio x d_model wide (mosaicml/mpt-7b modeling_mpt.py MPTMLP)
+        inter = _int(cfg, "expansion_ratio", default=4) * h
+    # MPT: no_bias (MptConfig default True) drops every linear bias and the LayerNorm biases (mosaicml/mpt-7b
+    # modeling_mpt.py: nn.Linear(..., bias=not no_bias); transformers models/mpt/modeling_mpt.py norm_1.bias = None)
+    mpt_bias = model_type == "mpt" and not cfg.get("no_bias", True)
     gated = model_type in _GATED
     if model_type == "stablelm" and "use_parallel_residual" in cfg and cfg.get("use_qkv_bias") is None:
         gated = True
     all_bias = model_type in _ALL_BIAS
-    layernorm = model_type in _LAYERNORM
+    layernorm = model_type in _LAYERNORM or model_type in _LAYERNORM_NO_BIAS or model_type in _NORM_WITHOUT_PARAMS \
+        or model_type == "mpt"
     tie = cfg.get("tie_word_embeddings")
     if tie is None:
         tie = _TIE_DEFAULT.get(model_type, False)
     tie = bool(tie)
 
     # biases on attention projections
-    if all_bias:
+    if model_type in ("gptj", "codegen"):
+        # GPTJAttention q/k/v/out_proj and CodeGenAttention qkv_proj/out_proj have bias=False; their MLPs (fc_in,
+        # fc_out) keep biases (models/gptj/modeling_gptj.py, models/codegen/modeling_codegen.py)
+        qkv_bias = out_bias = False
+        mlp_bias = True
+    elif model_type == "gpt_neo":
+        # GPTNeoSelfAttention: q/k/v_proj bias=False, out_proj bias=True; GPTNeoMLP c_fc/c_proj with bias
+        # (models/gpt_neo/modeling_gpt_neo.py)
+        qkv_bias, out_bias, mlp_bias = False, True, True
+    elif model_type == "opt":
+        # OPTAttention / OPTDecoderLayer: every projection has bias=config.enable_bias (default True)
+        qkv_bias = out_bias = mlp_bias = bool(cfg.get("enable_bias", True))
+    elif model_type == "persimmon":
+        # PersimmonAttention query_key_value / dense and PersimmonMLP dense_h_to_4h / dense_4h_to_h: bias=True
+        # (models/persimmon/modeling_persimmon.py)
+        qkv_bias = out_bias = mlp_bias = True
+    elif model_type == "mpt":
+        qkv_bias = out_bias = mlp_bias = mpt_bias
+    elif model_type in ("internlm", "internlm2"):
+        # InternLM: q/k/v/o_proj bias=config.bias (internlm/internlm-7b modeling_internlm.py); InternLM2: wqkv and wo
+        # bias=config.bias (internlm/internlm2-7b modeling_internlm2.py; InternLM2Config bias defaults to True); the
+        # MLPs have no bias in both
+        qkv_bias = out_bias = bool(cfg.get("bias", True))
+        mlp_bias = False
+    elif all_bias:
         qkv_bias = out_bias = mlp_bias = True
     elif model_type == "qwen" or model_type in ("qwen2", "qwen2_moe"):
         qkv_bias, out_bias, mlp_bias = True, False, False
@@ -372,28 +458,66 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     # norms per block
     if model_type == "falcon":
         per_layer_norms = 2 if cfg.get("new_decoder_architecture") else 1
-    elif model_type in ("phi",) or (model_type == "gptj"):
+    elif model_type in ("phi", "gptj", "codegen", "cohere"):
+        # one norm feeding parallel attention and MLP: CodeGenBlock ln_1, CohereDecoderLayer input_layernorm
         per_layer_norms = 1
     elif model_type in ("gemma2", "gemma3", "gemma3_text"):
         per_layer_norms = 4
     else:
         per_layer_norms = 2
-    norm_width = 2 * h if layernorm else h
-    norm_params = (layers * per_layer_norms + 1) * norm_width
-    qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2")
+    norm_width = 2 * h if model_type in _LAYERNORM or mpt_bias else h
+    if model_type in _NORM_WITHOUT_PARAMS or (
+            model_type == "opt" and cfg.get("layer_norm_elementwise_affine") is False):
+        norm_width = 0
+    final_norm = 1
+    if model_type == "opt" and (not cfg.get("do_layer_norm_before", True) or cfg.get("_remove_final_layer_norm")):
+        # OPTDecoder has a final_layer_norm only with do_layer_norm_before and not _remove_final_layer_norm
+        # (models/opt/modeling_opt.py; OPT-350m is post-norm and has none)
+        final_norm = 0
+    norm_params = (layers * per_layer_norms + final_norm) * norm_width
+    qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text")
     if qk_norm:
         norm_params += layers * 2 * head_dim  # q_norm and k_norm over the head dimension
         notes.append("q/k RMSNorm per head")
+    elif model_type in ("olmo2", "olmoe") or (model_type == "cohere" and cfg.get("use_qk_norm")):
+        # one norm over all query heads and one over all key heads: Olmo2Attention q_norm RMSNorm(heads * head_dim),
+        # k_norm RMSNorm(kv * head_dim) (models/olmo2/modeling_olmo2.py; OlmoeAttention the same, models/olmoe/
+        # modeling_olmoe.py); CohereAttention q_norm / k_norm CohereLayerNorm((heads, head_dim)) / ((kv, head_dim)),
+        # weight only (models/cohere/modeling_cohere.py)
+        qk_norm = True
+        norm_params += layers * (heads + kv) * head_dim
+        notes.append("q/k norm over all heads")
+    elif model_type == "persimmon" and cfg.get("qk_layernorm", True):
+        # PersimmonAttention q_layernorm / k_layernorm: nn.LayerNorm(head_dim) with weight and bias each
+        qk_norm = True
+        norm_params += layers * 4 * head_dim
+        notes.append("q/k LayerNorm per head")
     if model_type == "bloom":
         norm_params += norm_width  # word_embeddings_layernorm
 
     # embeddings
     embedding = vocab * h
+    linears: list[LinearGroup] = []
+    head_in = h
     if model_type in ("gpt2", "gpt_bigcode", "opt"):
         positions = _int(cfg, "n_positions", "max_position_embeddings", default=1024, minimum=0)
         embedding += (positions + (2 if model_type == "opt" else 0)) * h
+    elif model_type == "gpt_neo":  # GPTNeoModel.wpe: max_position_embeddings (default 2048) x hidden
+        embedding += _int(cfg, "max_position_embeddings", default=2048, minimum=0) * h
+    elif model_type == "mpt":
+        attn_cfg = cfg.get("attn_config") or {}
+        if cfg.get("learned_pos_emb", True) and not (isinstance(attn_cfg, dict) and attn_cfg.get("alibi", False)):
+            # MPTModel.wpe exists when learned_pos_emb and not alibi (mosaicml/mpt-7b modeling_mpt.py)
+            embedding += _int(cfg, "max_seq_len", default=2048, minimum=0) * h
+    if model_type == "opt":
+        proj = _int(cfg, "word_embed_proj_dim", default=h)
+        if proj != h:
+            # OPT-350m: token embeddings and the tied head are word_embed_proj_dim wide, with project_in /
+            # project_out (bias=False) between them and the hidden size (OPTDecoder, models/opt/modeling_opt.py)
+            embedding += (proj - h) * vocab
+            linears += [LinearGroup("other", proj, h, 1), LinearGroup("other", h, proj, 1)]
+            head_in = proj
 
-    linears: list[LinearGroup] = []
     v_head = 0
     kv_lora = _int(cfg, "kv_lora_rank", default=0, minimum=0)
     if kv_lora:  # DeepSeek-V2/V3 multi-head latent attention
@@ -465,8 +589,11 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     else:
         linears += _mlp(h, inter, layers, gated, mlp_bias)
 
-    lm_bias = model_type == "phi"
-    linears.append(LinearGroup("lm_head", h, vocab, 1, lm_bias and not tie, tied=tie))
+    # lm_head with bias: PhiForCausalLM; GPTJForCausalLM and CodeGenForCausalLM (nn.Linear default bias=True,
+    # models/gptj/modeling_gptj.py, models/codegen/modeling_codegen.py); PhimoeForCausalLM with
+    # config.lm_head_bias (models/phimoe/modeling_phimoe.py)
+    lm_bias = model_type in ("phi", "gptj", "codegen") or (model_type == "phimoe" and bool(cfg.get("lm_head_bias")))
+    linears.append(LinearGroup("lm_head", head_in, vocab, 1, lm_bias and not tie, tied=tie))
     other = vocab if (lm_bias and tie) else 0
     return Architecture(
         name=name, model_type=model_type, hidden_size=h, num_layers=layers, num_attention_heads=heads,
@@ -482,11 +609,20 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         final_logit_softcapping=_softcapping(cfg, "final_logit_softcapping"),
         activation=_activation_name(cfg, _ACTIVATION_DEFAULT.get(model_type, "silu")),
         notes=tuple(notes),
-        warnings=() if model_type in _KNOWN_DECODERS else (
-            f"model_type {model_type!r} is not a family vramfit knows: sized as a generic decoder from the config's "
-            f"sizes ({'gated' if gated else 'plain'} MLP, {'LayerNorm' if layernorm else 'RMSNorm'}, "
-            f"{'biases' if all_bias else 'no biases'}); pass model.params to pin the parameter count",),
+        warnings=_decoder_warnings(model_type, gated, layernorm, all_bias),
     )
+
+
+def _decoder_warnings(model_type: str, gated: bool, layernorm: bool, all_bias: bool) -> tuple[str, ...]:
+    if model_type in _HYBRID_SSM:
+        return (f"model_type {model_type!r} interleaves attention with state-space / recurrent layers, which vramfit "
+                "cannot represent: every layer is sized as an attention + MLP block, so the parameter count and the "
+                "activation memory are not exact; pass model.params to pin the parameter count",)
+    if model_type in _KNOWN_DECODERS:
+        return ()
+    return (f"model_type {model_type!r} is not a family vramfit knows: sized as a generic decoder from the config's "
+            f"sizes ({'gated' if gated else 'plain'} MLP, {'LayerNorm' if layernorm else 'RMSNorm'}, "
+            f"{'biases' if all_bias else 'no biases'}); pass model.params to pin the parameter count",)
 
 
 def _activation_name(cfg: dict[str, Any], default: str = "") -> str:
@@ -530,20 +666,93 @@ def _bert(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     types = _int(cfg, "type_vocab_size", default=2, minimum=0)
     if model_type in ("roberta", "xlm-roberta"):
         types = _int(cfg, "type_vocab_size", default=1, minimum=0)
+    if model_type == "distilbert":
+        types = 0  # DistilBERT's Embeddings: word and position tables only (models/distilbert/modeling_distilbert.py)
+    # the base model each family's AutoModel builds: BertModel / RobertaModel add a pooler (dense hidden x hidden with
+    # bias); DistilBertModel, ElectraModel and DebertaV2Model have none (models/*/modeling_*.py)
+    pooler = model_type not in ("distilbert", "electra", "deberta-v2")
+    # ELECTRA and DeBERTa-v2 embed at embedding_size and project to the hidden size with a Linear (bias) when it
+    # differs (ElectraEmbeddings + ElectraModel.embeddings_project; DebertaV2Embeddings.embed_proj, bias=False);
+    # ElectraConfig.embedding_size defaults to 128, DebertaV2Config's to hidden_size
+    emb = _int(cfg, "embedding_size", default=128 if model_type == "electra" else h)
+    other = 0
+    norms = (2 * layers + 1) * 2 * h
     linears = [
         LinearGroup("q_proj", h, h, layers, True), LinearGroup("k_proj", h, h, layers, True),
         LinearGroup("v_proj", h, h, layers, True), LinearGroup("o_proj", h, h, layers, True),
         LinearGroup("up_proj", h, inter, layers, True), LinearGroup("down_proj", inter, h, layers, True),
-        LinearGroup("other", h, h, 1, True),  # pooler dense (BertModel's default add_pooling_layer)
     ]
+    if pooler:
+        linears.append(LinearGroup("other", h, h, 1, True))  # pooler dense (BertModel's default add_pooling_layer)
+    if emb != h:
+        linears.append(LinearGroup("other", emb, h, 1, model_type == "electra"))
+    if model_type == "electra":
+        norms = 2 * layers * 2 * h + 2 * emb  # ElectraEmbeddings.LayerNorm is embedding_size wide
+    if model_type == "deberta-v2":
+        # DebertaV2Embeddings: absolute positions only with position_biased_input (default True); the encoder's
+        # rel_embeddings (position_buckets * 2 rows, or max_relative_positions * 2, max_position_embeddings when
+        # < 1) with a LayerNorm when norm_rel_ebd has "layer_norm"; unshared c2p / p2c attention adds pos_key_proj /
+        # pos_query_proj (hidden x hidden, bias) per layer (models/deberta_v2/modeling_deberta_v2.py)
+        types = _int(cfg, "type_vocab_size", default=0, minimum=0)
+        if not cfg.get("position_biased_input", True):
+            positions = 0
+        if cfg.get("relative_attention", False):
+            buckets = _int(cfg, "position_buckets", default=-1, minimum=-1)
+            span = _int(cfg, "max_relative_positions", default=-1, minimum=-1)
+            rows = 2 * buckets if buckets > 0 else 2 * (span if span >= 1 else positions or 512)
+            other += rows * h
+            if "layer_norm" in str(cfg.get("norm_rel_ebd", "none")):
+                norms += 2 * h
+            pos_att = cfg.get("pos_att_type") or []
+            if not cfg.get("share_att_key", False):
+                for kind, role in (("c2p", "k_proj"), ("p2c", "q_proj")):
+                    if kind in pos_att:
+                        linears.append(LinearGroup(role, h, h, layers, True))
+        if _int(cfg, "conv_kernel_size", default=0, minimum=0):
+            kernel = _int(cfg, "conv_kernel_size", default=0, minimum=0)
+            other += h * h * kernel + h  # ConvLayer Conv1d(hidden, hidden, kernel, groups=conv_groups=1) + bias
+            norms += 2 * h
     return Architecture(
         name=name, model_type=model_type, hidden_size=h, num_layers=layers, num_attention_heads=heads,
         num_kv_heads=heads, head_dim=h // heads, intermediate_size=inter, gated_mlp=False, vocab_size=vocab,
         tie_word_embeddings=True, linears=tuple(linears),
-        embedding_params=(vocab + positions + types) * h,
-        norm_params=(2 * layers + 1) * 2 * h, is_encoder_only=True, layernorm=True,
+        embedding_params=(vocab + positions + types) * emb,
+        norm_params=norms, other_params=other, is_encoder_only=True, layernorm=True,
         max_position_embeddings=positions, activation=_activation_name(cfg, "gelu"),
-        notes=("encoder-only; counts BertModel with pooler",),
+        notes=(f"encoder-only; counts the {'model with pooler' if pooler else 'base model'}",),
+    )
+
+
+def _bart(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
+    """BART / mBART (models/bart/modeling_bart.py, models/mbart/modeling_mbart.py): a shared token table that the
+    encoder, the decoder and the LM head use; learned positions with 2 offset rows per stack; every projection with
+    bias; LayerNorm (weight and bias) after the embeddings of each stack, two per encoder layer and three per decoder
+    layer; mBART adds a final LayerNorm to each stack. ``final_logits_bias`` is a buffer, not a parameter."""
+    h = _need(cfg, "the hidden size", "d_model", "hidden_size")
+    enc_layers = _need(cfg, "the layer count", "encoder_layers", "num_hidden_layers")
+    dec_layers = _int(cfg, "decoder_layers", default=enc_layers)
+    heads = _need(cfg, "attention heads", "decoder_attention_heads", "encoder_attention_heads", "num_attention_heads")
+    enc_ffn = _int(cfg, "encoder_ffn_dim", default=4 * h)
+    dec_ffn = _int(cfg, "decoder_ffn_dim", default=enc_ffn)
+    vocab = _need(cfg, "the vocabulary", "vocab_size")
+    positions = _int(cfg, "max_position_embeddings", default=1024, minimum=0)
+    tie = cfg.get("tie_word_embeddings")
+    tie = True if tie is None else bool(tie)
+    attn_blocks = enc_layers + 2 * dec_layers  # encoder self, decoder self + cross
+    linears = [
+        LinearGroup("q_proj", h, h, attn_blocks, True), LinearGroup("k_proj", h, h, attn_blocks, True),
+        LinearGroup("v_proj", h, h, attn_blocks, True), LinearGroup("o_proj", h, h, attn_blocks, True),
+        *_mlp(h, enc_ffn, enc_layers, False, True), *_mlp(h, dec_ffn, dec_layers, False, True),
+        LinearGroup("lm_head", h, vocab, 1, tied=tie),
+    ]
+    norms = (2 * enc_layers + 3 * dec_layers + 2 + (2 if model_type == "mbart" else 0)) * 2 * h
+    return Architecture(
+        name=name, model_type=model_type, hidden_size=h, num_layers=dec_layers, num_attention_heads=heads,
+        num_kv_heads=heads, head_dim=h // heads, intermediate_size=dec_ffn, gated_mlp=False, vocab_size=vocab,
+        tie_word_embeddings=tie, linears=tuple(linears), embedding_params=vocab * h + 2 * (positions + 2) * h,
+        norm_params=norms, num_encoder_layers=enc_layers, layernorm=True, max_position_embeddings=positions,
+        activation=_activation_name(cfg, "gelu"),
+        notes=("encoder-decoder; seq_len is the encoder input, the decoder length min(seq_len, 128)",),
     )
 
 
