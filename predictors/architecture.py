@@ -286,7 +286,12 @@ def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
-def _need(cfg: dict[str, Any], name: str, *keys: str) -> int:
+# Far above any published model's block count (a few hundred); beyond it a config is a typo, and the per-layer
+# bookkeeping (which blocks are MoE, which are checkpointed) would walk that many blocks one by one.
+MAX_LAYERS = 100_000
+
+
+def _need(cfg: dict[str, Any], name: str, *keys: str, maximum: int | None = None) -> int:
     value = _get(cfg, *keys)
     if value is None:
         raise SpecError.one(
@@ -295,12 +300,20 @@ def _need(cfg: dict[str, Any], name: str, *keys: str) -> int:
         )
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise SpecError.one(f"model.config.{keys[0]}", f"must be a positive integer; got {value!r}")
+    _at_most(keys[0], value, maximum)
     return value
 
 
-def _int(cfg: dict[str, Any], *keys: str, default: int, minimum: int = 1) -> int:
-    """The first of ``keys`` that is set, as a whole number of at least ``minimum``; ``default`` when none is
-    set (a config value of the wrong type or size is an error naming the key, not a crash further down)."""
+def _at_most(key: str, value: int, maximum: int | None) -> None:
+    if maximum is not None and value > maximum:
+        raise SpecError.one(f"model.config.{key}", f"is {value:,}, beyond any trainable model (at most {maximum:,})",
+                            "check the config's layer counts")
+
+
+def _int(cfg: dict[str, Any], *keys: str, default: int, minimum: int = 1, maximum: int | None = None) -> int:
+    """The first of ``keys`` that is set, as a whole number of at least ``minimum`` (and at most ``maximum``);
+    ``default`` when none is set (a config value of the wrong type or size is an error naming the key, not a crash
+    or a hang further down)."""
     for key in keys:
         value = cfg.get(key)
         if value is None:
@@ -308,6 +321,7 @@ def _int(cfg: dict[str, Any], *keys: str, default: int, minimum: int = 1) -> int
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise SpecError.one(f"model.config.{key}", f"must be {kind}; got {value!r}")
+        _at_most(key, value, maximum)
         return value
     return default
 
@@ -369,7 +383,8 @@ def _dbrx_flat(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     h = _need(cfg, "the hidden size", "hidden_size", "n_embd", "d_model", "dim")
-    layers = _need(cfg, "the layer count", "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    layers = _need(cfg, "the layer count", "num_hidden_layers", "n_layer", "num_layers", "n_layers",
+                   maximum=MAX_LAYERS)
     heads = _need(cfg, "attention heads", "num_attention_heads", "n_head", "num_heads", "n_heads")
     notes: list[str] = []
     if model_type == "falcon" or model_type == "refinedwebmodel":
@@ -658,7 +673,7 @@ def _mlp(h: int, inter: int, count: int, gated: bool, bias: bool, expert: bool =
 
 def _bert(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     h = _need(cfg, "the hidden size", "hidden_size", "dim")
-    layers = _need(cfg, "the layer count", "num_hidden_layers", "n_layers")
+    layers = _need(cfg, "the layer count", "num_hidden_layers", "n_layers", maximum=MAX_LAYERS)
     heads = _need(cfg, "attention heads", "num_attention_heads", "n_heads")
     inter = _int(cfg, "intermediate_size", "hidden_dim", default=4 * h)
     vocab = _need(cfg, "the vocabulary", "vocab_size")
@@ -729,8 +744,8 @@ def _bart(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     bias; LayerNorm (weight and bias) after the embeddings of each stack, two per encoder layer and three per decoder
     layer; mBART adds a final LayerNorm to each stack. ``final_logits_bias`` is a buffer, not a parameter."""
     h = _need(cfg, "the hidden size", "d_model", "hidden_size")
-    enc_layers = _need(cfg, "the layer count", "encoder_layers", "num_hidden_layers")
-    dec_layers = _int(cfg, "decoder_layers", default=enc_layers)
+    enc_layers = _need(cfg, "the layer count", "encoder_layers", "num_hidden_layers", maximum=MAX_LAYERS)
+    dec_layers = _int(cfg, "decoder_layers", default=enc_layers, maximum=MAX_LAYERS)
     heads = _need(cfg, "attention heads", "decoder_attention_heads", "encoder_attention_heads", "num_attention_heads")
     enc_ffn = _int(cfg, "encoder_ffn_dim", default=4 * h)
     dec_ffn = _int(cfg, "decoder_ffn_dim", default=enc_ffn)
@@ -758,8 +773,8 @@ def _bart(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
 
 def _t5(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     h = _need(cfg, "the hidden size", "d_model", "hidden_size")
-    enc_layers = _need(cfg, "the layer count", "num_layers", "num_hidden_layers")
-    dec_layers = _int(cfg, "num_decoder_layers", default=enc_layers)
+    enc_layers = _need(cfg, "the layer count", "num_layers", "num_hidden_layers", maximum=MAX_LAYERS)
+    dec_layers = _int(cfg, "num_decoder_layers", default=enc_layers, maximum=MAX_LAYERS)
     heads = _need(cfg, "attention heads", "num_heads", "num_attention_heads")
     d_kv = _int(cfg, "d_kv", "head_dim", default=max(h // heads, 1))
     d_ff = _need(cfg, "the MLP width", "d_ff", "intermediate_size")

@@ -361,3 +361,18 @@ def test_an_unreadable_config_path_is_a_named_error(tmp_path: Path, content: byt
     with pytest.raises(SpecError) as err:
         resolve_model(TrainingSpec(model=ModelRef(config_path="config.json")), base_dir=tmp_path)
     assert err.value.problems[0].path == "spec.model.config_path" and "cannot read" in err.value.problems[0].message
+
+
+@pytest.mark.parametrize("key", ["num_hidden_layers", "num_decoder_layers"])
+def test_a_layer_count_beyond_any_model_is_refused_before_walking_the_blocks(key: str) -> None:
+    """A MoE config with 10**40 layers walked every block to find the MoE ones (the server hung on one request); a
+    layer count above MAX_LAYERS is an input error naming the key, before any per-block bookkeeping."""
+    from predictors.architecture import MAX_LAYERS
+
+    base = "qwen3-30b-a3b" if key == "num_hidden_layers" else "t5-base"
+    config = dict(catalog()[base].config)
+    for layers in (10**40, MAX_LAYERS + 1):
+        with pytest.raises(SpecError) as info:
+            architecture_from_config({**config, key: layers})
+        assert f"model.config.{key}" in str(info.value) and "beyond any trainable model" in str(info.value)
+    assert architecture_from_config({**config, key: 4}).params_total > 0
