@@ -328,12 +328,26 @@ def matmul_efficiency(spec: TrainingSpec, arch: Architecture, gpu: GpuSpec) -> f
     return table.family_hfu(gpu.family) * h / (h + table.half_efficiency_hidden_size)
 
 
-def _link_bytes_per_second(gpu: GpuSpec, gpus: int, link: Interconnect, table: EfficiencyTable) -> float:
+def _link_bytes_per_second(gpu: GpuSpec, gpus: int, link: Interconnect, table: EfficiencyTable,
+                           stride: int | None = 1) -> float:
+    """Bus bandwidth per GPU of a collective over ``gpus`` consecutive GPUs whose members are ``stride`` apart (a
+    data-parallel group's are the tensor-parallel size apart); ``stride=None``: point-to-point sends between
+    neighbours (ring attention's K/V blocks), which cross a node boundary over one GPU's NIC.
+
+    Inside a node: NVLink (else PCIe). Across nodes NCCL's collectives spread their channels over the node's NICs,
+    so a ring collective moves data at the NICs of the group's members in a node together, up to the NVLink
+    bandwidth, when each GPU has its own NIC (DGX A100/H100: 8 NICs for 8 GPUs). NCCL's maintainers say so in
+    NVIDIA/nccl#412 (adding NICs on the GPUs' PCI switches raises the bus bandwidth up to NVLink's) and
+    NVIDIA/nccl-tests#267 (all-to-all, like any point-to-point send, is limited to one NIC). llm-foundry's MPT-13b
+    measured 4,792 tokens/s per H100 on 8 GPUs and 4,800 on 64 (bench/data/external_runtime.jsonl): about 100 GB of
+    gathers and reductions per 0.85 s step, which one GPU's 50 GB/s NIC could not have carried."""
     intra = link.intra_node_bytes_per_second or gpu.nvlink_bytes_per_second or gpu.pcie_bytes_per_second
     if gpus <= link.gpus_per_node:
         bandwidth = intra
     else:
         inter = link.inter_node_bytes_per_second or table.inter_node_bytes_per_second_per_gpu
+        if stride is not None:
+            inter *= max(link.gpus_per_node // max(stride, 1), 1)  # the members in a node, one NIC each
         bandwidth = min(intra, inter)
     return bandwidth * table.collective_bandwidth_utilization
 
@@ -485,7 +499,7 @@ def _context_parallel_ring_seconds(spec: TrainingSpec, arch: Architecture, gpu: 
     cp, tp, pp = spec.context_parallel, spec.tensor_parallel, spec.pipeline_parallel
     if cp <= 1:
         return 0.0, 0.0
-    cp_link = _link_bytes_per_second(gpu, cp * tp, link, table)
+    cp_link = _link_bytes_per_second(gpu, cp * tp, link, table, stride=None)
     layers = (arch.num_layers + arch.num_encoder_layers) / pp
     local_tokens = tokens_micro / cp
     # one ring step, all layers of the stage: one K and one V block of the local tokens (kv heads: GQA sends them
@@ -659,12 +673,13 @@ def predict_runtime(
     # tp-cp-ep-dp-pp, torchtitan's device mesh pp, dp, cp, tp; DeepSpeed's PipeDataParallelTopology): a
     # data-parallel group spans dp x cp x tp consecutive GPUs, so with pipeline stages one node per stage its
     # collectives stay on the node's links
-    link_bps = _link_bytes_per_second(gpu, group * tp, link, table)
+    link_bps = _link_bytes_per_second(gpu, group * tp, link, table, stride=tp)
     # hybrid sharding: gathers and reduce-scatters run inside a shard group (shard x cp x tp consecutive GPUs: a
     # node's for FSDP HYBRID_SHARD), and each group's gradient shard is all-reduced across the replica groups
     shard_group = shard * cp
     replicas = group // shard_group
-    shard_link_bps = _link_bytes_per_second(gpu, shard_group * tp, link, table) if replicas > 1 else link_bps
+    shard_link_bps = (_link_bytes_per_second(gpu, shard_group * tp, link, table, stride=tp) if replicas > 1
+                      else link_bps)
     grad_bytes = 4.0 if spec.precision.endswith("mixed") or weight_bytes == 4 else 2.0
     dp_comm_bytes = 0.0
     # bytes of the weights a sharded engine all-gathers: the 16-bit (32-bit) weights; QLoRA's frozen base
@@ -686,7 +701,7 @@ def predict_runtime(
             # ZeRO++ hpZ / FSDP2 reshard_after_forward=<int>: forward gathers over the shard group, backward from
             # the secondary shard inside a node-sized group of consecutive ranks (its own, faster links)
             dp_comm_bytes = n_micro * ring * (gathered_bytes + trainable * grad_bytes + teacher_gathered)
-            secondary_link_bps = _link_bytes_per_second(gpu, secondary * tp, link, table)
+            secondary_link_bps = _link_bytes_per_second(gpu, secondary * tp, link, table, stride=tp)
             dp_comm_s = n_micro * (secondary - 1) / secondary * gathered_bytes / secondary_link_bps
         elif sharding in ("zero3", "fsdp"):
             # all-gather parameters for forward and backward of every micro-batch, reduce-scatter gradients
