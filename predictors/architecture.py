@@ -8,6 +8,7 @@ that shape (:func:`architecture_from_config`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -289,9 +290,13 @@ def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
 # Far above any published model's block count (a few hundred); beyond it a config is a typo, and the per-layer
 # bookkeeping (which blocks are MoE, which are checkpointed) would walk that many blocks one by one.
 MAX_LAYERS = 100_000
+# Any size a config gives (heads, widths, experts, vocabulary): as MAX_PARAMS. A size that does not enter the parameter
+# count (BERT's head count, the dense MLP width of a model whose every block is MoE) escaped that cap, and 10^300 made
+# the activation terms infinite (an OverflowError traceback instead of an error naming the key).
+MAX_CONFIG_VALUE = 10**15
 
 
-def _need(cfg: dict[str, Any], name: str, *keys: str, maximum: int | None = None) -> int:
+def _need(cfg: dict[str, Any], name: str, *keys: str, maximum: int = MAX_CONFIG_VALUE) -> int:
     value = _get(cfg, *keys)
     if value is None:
         raise SpecError.one(
@@ -304,13 +309,13 @@ def _need(cfg: dict[str, Any], name: str, *keys: str, maximum: int | None = None
     return value
 
 
-def _at_most(key: str, value: int, maximum: int | None) -> None:
-    if maximum is not None and value > maximum:
+def _at_most(key: str, value: int, maximum: int) -> None:
+    if value > maximum:
         raise SpecError.one(f"model.config.{key}", f"is {value:,}, beyond any trainable model (at most {maximum:,})",
-                            "check the config's layer counts")
+                            "check the config's layer counts" if maximum == MAX_LAYERS else "check the config's sizes")
 
 
-def _int(cfg: dict[str, Any], *keys: str, default: int, minimum: int = 1, maximum: int | None = None) -> int:
+def _int(cfg: dict[str, Any], *keys: str, default: int, minimum: int = 1, maximum: int = MAX_CONFIG_VALUE) -> int:
     """The first of ``keys`` that is set, as a whole number of at least ``minimum`` (and at most ``maximum``);
     ``default`` when none is set (a config value of the wrong type or size is an error naming the key, not a crash
     or a hang further down)."""
@@ -335,7 +340,10 @@ def architecture_from_config(config: dict[str, Any], name: str = "custom") -> Ar
     """Build an :class:`Architecture` from Hugging Face ``config.json`` fields (native names accepted)."""
     arch = _architecture_from_config(config, name)
     if arch.params_total > MAX_PARAMS:
-        raise SpecError.one("model.config", f"describes {arch.params_total:.3g} parameters, beyond any trainable "
+        # an int past float's range (10^400 from a 401-digit value) cannot take the `g` format: its exponent only
+        total = arch.params_total
+        shown = f"{total:.3g}" if total < 1e300 else f"about 1e{math.floor(math.log10(total))}"
+        raise SpecError.one("model.config", f"describes {shown} parameters, beyond any trainable "
                             f"model (at most {MAX_PARAMS:.0e})", "check hidden_size, num_hidden_layers, "
                             "intermediate_size and vocab_size")
     return arch

@@ -25,6 +25,10 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # less").
 MAX_NAME_LENGTH = 63
 MAX_GPUS_PER_NODE = 64
+# A million nodes is far beyond any cluster built (the largest hold a few 10^5 GPUs); beyond it a pools file is a typo,
+# and the GPU counts placement tries (up to nodes x gpus_per_node) leave the range of floats: 10^400 nodes was a
+# traceback (OverflowError), and with pools of 10^4000 nodes one placement with suggestions ran past 20 s
+MAX_NODES = 10**6
 
 
 class Toleration(BaseModel):
@@ -83,7 +87,7 @@ class NodePool(BaseModel):
     name: str = Field(..., description="Pool name (lowercase letters, digits, '-'; at most 63 characters)")
     gpu: str = Field(..., description="GPU type: a catalog name or alias (`vramfit gpus`)")
     gpus_per_node: int = Field(..., gt=0, le=MAX_GPUS_PER_NODE, description="GPUs in one node")
-    nodes: int = Field(..., gt=0, description="Nodes in the pool")
+    nodes: int = Field(..., gt=0, le=MAX_NODES, description="Nodes in the pool (at most a million)")
     price_usd_per_gpu_hour: float = Field(..., gt=0, description="On-demand price of one GPU for one hour, USD")
     price_source: str = Field("", description="Where the price comes from")
     free_gpus: int | None = Field(None, ge=0, description="GPUs free now (capacity); unset: not known, assume room")

@@ -11,6 +11,7 @@ from typing import Any
 from predictors.errors import SpecError
 from predictors.hardware import alias_alternatives, gpu_catalog, lookup_gpu
 from predictors.predict import Prediction, predict, required_bytes
+from predictors.spec import MAX_GPUS
 from predictors.units import format_bytes
 from scheduler.placement import format_duration
 from scheduler.spec import read_jobs
@@ -32,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     if args.gpus is not None and args.gpus < 1:
         raise SpecError.one("--gpus", f"must be a positive integer; got {args.gpus}")
+    if args.gpus is not None and args.gpus > MAX_GPUS:  # as spec.gpus; 10^400 was an OverflowError traceback
+        got = f"{args.gpus:,}" if args.gpus < 10**20 else f"a number of {len(str(args.gpus))} digits"
+        raise SpecError.one("--gpus", f"must be at most {MAX_GPUS:,}, as spec.gpus; got {got}")
     if args.gpu is not None:
         lookup_gpu(args.gpu, "--gpu")  # a bad flag is the flag's error, not the spec file's
     jobs = read_jobs(args.spec, args.runtime)

@@ -178,6 +178,14 @@ BAD_VALUES = {
         {"pools": [{"name": "a", "gpu": "L40S", "gpus_per_node": 4, "nodes": 0, "price_usd_per_gpu_hour": 1,
                     "node_selector": {"a": "b"}}]},
         "/pools/0/nodes"),
+    "pool beyond a million nodes": (  # vramfit's pools loader refuses it (scheduler.pools.MAX_NODES)
+        {"pools": [{"name": "a", "gpu": "L40S", "gpus_per_node": 4, "nodes": 10**6 + 1, "price_usd_per_gpu_hour": 1,
+                    "node_selector": {"a": "b"}}]},
+        "/pools/0/nodes"),
+    "more GPUs per node than a node holds": (  # scheduler.pools.MAX_GPUS_PER_NODE
+        {"pools": [{"name": "a", "gpu": "L40S", "gpus_per_node": 65, "nodes": 1, "price_usd_per_gpu_hour": 1,
+                    "node_selector": {"a": "b"}}]},
+        "/pools/0/gpus_per_node"),
     "free pool": (
         {"pools": [{"name": "a", "gpu": "L40S", "gpus_per_node": 4, "nodes": 1, "price_usd_per_gpu_hour": 0,
                     "node_selector": {"a": "b"}}]},

@@ -16,6 +16,7 @@ import pytest
 from predictors.architecture import Architecture, architecture_from_config
 from predictors.catalog import catalog, lookup_model, resolve_model
 from predictors.errors import SpecError
+from predictors.predict import predict
 from predictors.spec import ModelRef, TrainingSpec
 
 EXPECTED: dict[str, int] = {
@@ -376,3 +377,22 @@ def test_a_layer_count_beyond_any_model_is_refused_before_walking_the_blocks(key
             architecture_from_config({**config, key: layers})
         assert f"model.config.{key}" in str(info.value) and "beyond any trainable model" in str(info.value)
     assert architecture_from_config({**config, key: 4}).params_total > 0
+
+
+@pytest.mark.parametrize(("base", "key"), [
+    ("bert-base-uncased", "num_attention_heads"),  # BERT's head count does not enter the parameter count
+    ("qwen3-30b-a3b", "intermediate_size"),  # every block MoE: the dense MLP width is not in the count
+    ("deepseek-v2-lite", "q_lora_rank"),  # in the count: 10**400 parameters could not be formatted as 1e400
+])
+def test_a_config_size_beyond_any_model_is_a_named_error(base: str, key: str) -> None:
+    """Config sizes that escaped the parameter cap (BERT's heads, the unused dense width of an all-MoE model) made the
+    activation terms infinite, and a parameter count past float's range could not be written in the cap's message:
+    each was an OverflowError traceback from `predict` and `place`. Every size a config gives is capped as the
+    parameter count is, and the error names the key."""
+    config = dict(catalog()[base].config)
+    for value in (10**300, 10**400, 10**15 + 1):  # the last just above architecture.MAX_CONFIG_VALUE
+        with pytest.raises(SpecError) as info:
+            predict(TrainingSpec(model=ModelRef(config={**config, key: value}), attention="eager", gpu="H100-80GB"))
+        assert info.value.problems[0].path == f"model.config.{key}", str(info.value)
+        assert "beyond any trainable model" in str(info.value)
+    assert predict(TrainingSpec(model=ModelRef(config=config), gpu="H100-80GB")).vram.peak_vram_bytes > 0

@@ -103,3 +103,12 @@ def test_a_pool_name_longer_than_a_kubernetes_label_value_is_refused() -> None:
     assert problem.path == "pools[0].name"
     assert "at most 63 characters" in problem.message and "not 64" in problem.message
     assert problem.message.count("got ") == 1  # the input is quoted once
+
+
+@pytest.mark.parametrize("nodes", [10**6 + 1, 10**100, 10**400], ids=["1e6+1", "1e100", "1e400"])
+def test_a_node_count_beyond_any_cluster_is_an_error_naming_it(nodes: int) -> None:
+    """Placement tries GPU counts up to nodes x gpus_per_node: a pool of 10**400 nodes was an OverflowError traceback
+    from `vramfit place` (the per-GPU terms divide by the count), and 10**4000 nodes kept `gpus: auto` walking counts
+    for tens of seconds. A pool holds at most a million nodes; a million still parses."""
+    assert "pools[0].nodes" in _paths({"pools": [_pool(nodes=nodes)]})
+    assert parse_pools({"pools": [_pool(nodes=10**6)]}).pools[0].total_gpus == 8 * 10**6

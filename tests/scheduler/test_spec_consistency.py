@@ -124,10 +124,10 @@ def test_lora_targets_that_match_no_layer_are_refused() -> None:
 
 
 def test_an_unknown_family_is_sized_generically_and_says_so() -> None:
-    config = {"model_type": "rwkv", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+    config = {"model_type": "made_up_lm", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
               "intermediate_size": 512, "vocab_size": 1000}
     notes = predict(parse_training_spec({"model": {"config": config}})).vram.notes
-    assert any("model_type 'rwkv' is not a family vramfit knows" in n for n in notes)
+    assert any("model_type 'made_up_lm' is not a family vramfit knows" in n for n in notes)
     assert not predict(spec()).vram.notes
 
 

@@ -228,3 +228,14 @@ def test_serve_creates_no_ledger_when_another_input_is_bad(tmp_path: Path) -> No
     proc = run_cli("serve", "--port", "0", "--ledger", str(ledger), "--token-file", str(tmp_path / "nonexistent"))
     assert_input_error(proc.returncode, proc.stderr, "`--token-file` cannot read the token file")
     assert not ledger.exists()
+
+
+@pytest.mark.parametrize("gpus", ["2000000", "1" + "0" * 400], ids=["2e6", "1e400"])
+def test_predict_refuses_a_gpu_count_beyond_the_spec_limit(gpus: str, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`predict --gpus 10**400` (a 401-digit flag) was an OverflowError traceback from the runtime model; the flag
+    has the bound of spec.gpus (a million)."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("model: llama-3.2-1b\ngpu: A100-80GB\nsharding: fsdp\n")
+    assert_input_error(main(["predict", str(spec), "--gpus", gpus]), capsys.readouterr().err,
+                       "`--gpus` must be at most 1,000,000")
