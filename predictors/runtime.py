@@ -714,7 +714,10 @@ def predict_runtime(
         if replicas > 1:
             # FSDP's post-backward hook all-reduces the reduce-scattered shard across replicas, every micro-batch
             replica_bytes = n_micro * 2 * (replicas - 1) / replicas * trainable / shard_group * grad_bytes
-            dp_comm_s += replica_bytes / link_bps
+            # each replica group holds one rank per shard group (shard x tp apart): with node-sized shard groups one
+            # member per node, so its all-reduce crosses the network at one NIC per GPU
+            replica_link_bps = _link_bytes_per_second(gpu, group * tp, link, table, stride=shard_group * tp)
+            dp_comm_s += replica_bytes / replica_link_bps
     tp_comm_s = 0.0
     if tp > 1:
         # a tensor-parallel group wider than a node spans nodes: its all-reduces run at the network's bandwidth
