@@ -245,6 +245,7 @@ class SpecPredictor:
         self._vram_model = _residual_model() if residual else None
         self._runtime_model: LoadedModel | None = None  # looked up at the first runtime (VRAM-only asks need none)
         self._full: dict[tuple[str | None, int | None, Interconnect | None], Prediction] = {}
+        self._runtimes: dict[tuple[str, int | None, Interconnect | None], RuntimePrediction] = {}
         self._floor_factor: tuple[float | None] | None = None  # (the factor,) once worked out
 
     def _runtime_residual(self) -> LoadedModel | None:
@@ -306,6 +307,33 @@ class SpecPredictor:
         # and the rest is at least the resident model states
         return math.floor(floor * (1 - paged / max(paged + resident_bytes(base), 1)) * (1 - 1e-9))
 
+    def analytic_runtime(self, gpu: GpuSpec, gpus: int | None, interconnect: Interconnect | None
+                         ) -> RuntimePrediction:
+        """The analytic runtime of the spec on ``gpus`` GPUs of type ``gpu`` (memoised)."""
+        key = (gpu.name, gpus, interconnect)
+        hit = self._runtimes.get(key)
+        if hit is None:
+            resolved = self.model
+            hit = self._runtimes[key] = predict_runtime(
+                self.spec, resolved.architecture, gpu, gpus=gpus, interconnect=interconnect,
+                params_override=resolved.params_override, teacher=resolved.teacher_architecture)
+        return hit
+
+    def runtime_floor_seconds(self, gpu_name: str | None, gpus: int | None, interconnect: Interconnect | None
+                              ) -> float | None:
+        """Seconds that the whole prediction's ``runtime_upper_seconds`` of ``(gpu_name, gpus, interconnect)`` is
+        never below, from the analytic runtime alone: cheap, for skipping GPU counts that surely miss a deadline.
+        The bound is the runtime times a margin of at least 1 (the fallback's 1 + DEFAULT_RUNTIME_UPPER_MARGIN, or
+        the residual's exp(max(width, 0)) over its point), and the point is the analytic runtime unless the runtime
+        residual corrects it; ``None`` then, and when there is no GPU or no runtime (no tokens or steps)."""
+        gpu = resolve_gpu(self.spec, gpu_name)
+        loaded = self._runtime_residual()
+        if gpu is None or (loaded is not None and loaded.model.corrects_point):
+            return None
+        seconds = self.analytic_runtime(gpu, gpus, interconnect).runtime_seconds
+        # a hair below: the bound goes through a few more float operations
+        return None if seconds is None else seconds * (1 - 1e-9)
+
     def memory_many(self, requests: Sequence[tuple[str | None, int | None]]) -> list[MemoryPrediction]:
         """The memory prediction of each ``(gpu_name, gpus)``; the new ones in one residual call."""
         memory = self._memory
@@ -347,9 +375,7 @@ class SpecPredictor:
                 if mem.gpu is None:
                     runtimes.append(None)
                     continue
-                runtime = predict_runtime(spec, arch, mem.gpu, gpus=gpus, interconnect=interconnect,
-                                          params_override=resolved.params_override,
-                                          teacher=resolved.teacher_architecture)
+                runtime = self.analytic_runtime(mem.gpu, gpus, interconnect)
                 n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else 1)
                 runtimes.append(runtime)
                 timed.append((mem.gpu, n_gpus, runtime))

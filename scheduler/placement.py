@@ -448,6 +448,13 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
                 pool, n_counts = pools[i], counts[i]
                 while position[i] < len(n_counts):
                     n = n_counts[position[i]]
+                    if i in slow and position[i] + 1 < len(n_counts) and deadline_seconds is not None:
+                        # past a fit that missed the deadline: a count whose analytic runtime alone (a floor under
+                        # its runtime bound) misses it too is skipped without its memory or its residuals
+                        floor = predictor.runtime_floor_seconds(pool.gpu, n, links[i])
+                        if floor is not None and floor > deadline_seconds:
+                            position[i] += 1
+                            continue
                     mem = predictor.known_memory(pool.gpu, n)
                     if mem is None:
                         if (position[i] + 1 < len(n_counts)
