@@ -722,7 +722,10 @@ def _bert(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         if cfg.get("relative_attention", False):
             buckets = _int(cfg, "position_buckets", default=-1, minimum=-1)
             span = _int(cfg, "max_relative_positions", default=-1, minimum=-1)
-            rows = 2 * buckets if buckets > 0 else 2 * (span if span >= 1 else positions or 512)
+            # DebertaV2Encoder: max_relative_positions < 1 falls back to max_position_embeddings, whatever
+            # position_biased_input says (the absolute table above may be gone)
+            max_positions = _int(cfg, "max_position_embeddings", default=512, minimum=0)
+            rows = 2 * buckets if buckets > 0 else 2 * (span if span >= 1 else max_positions)
             other += rows * h
             if "layer_norm" in str(cfg.get("norm_rel_ebd", "none")):
                 norms += 2 * h

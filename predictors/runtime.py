@@ -347,7 +347,10 @@ def _link_bytes_per_second(gpu: GpuSpec, gpus: int, link: Interconnect, table: E
     else:
         inter = link.inter_node_bytes_per_second or table.inter_node_bytes_per_second_per_gpu
         if stride is not None:
-            inter *= max(link.gpus_per_node // max(stride, 1), 1)  # the members in a node, one NIC each
+            # the members in a node, one NIC each; a partly filled node (a count that is not a multiple of the
+            # node) holds fewer, and the ring runs at its pace
+            per_node = gpus % link.gpus_per_node or link.gpus_per_node
+            inter *= max(per_node // max(stride, 1), 1)
         bandwidth = min(intra, inter)
     return bandwidth * table.collective_bandwidth_utilization
 
@@ -721,7 +724,7 @@ def predict_runtime(
     tp_comm_s = 0.0
     if tp > 1:
         # a tensor-parallel group wider than a node spans nodes: its all-reduces run at the network's bandwidth
-        tp_link = _link_bytes_per_second(gpu, tp, link, table)
+        tp_link = _link_bytes_per_second(gpu, tp, link, table, stride=1)
         # all-reduces of the activations per token: one after attention and one after the MLP of every block
         # (Megatron-LM, Shoeybi et al. 2019, sec. 3: f/g operators), a third after the cross-attention of an
         # encoder-decoder's decoder blocks, which run on the decoder's tokens

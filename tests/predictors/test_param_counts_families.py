@@ -112,3 +112,15 @@ def test_hybrid_ssm_warning_names_the_problem() -> None:
 def test_pure_ssm_is_a_spec_error() -> None:
     with pytest.raises(SpecError, match=r"model\.config\.model_type"):
         architecture_from_config(_config("mamba-130m-hf"))
+
+
+def test_deberta_v2_relative_table_falls_back_to_max_positions_without_absolute_positions() -> None:
+    """DebertaV2Encoder sizes rel_embeddings from max_position_embeddings when max_relative_positions < 1 and there
+    are no position buckets, whatever position_biased_input says; dropping the absolute table (position_biased_input
+    false) removes max_position_embeddings x hidden and nothing else (it fell back to 512 rows before)."""
+    config = {"model_type": "deberta-v2", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 1024,
+              "relative_attention": True, "pos_att_type": ["c2p", "p2c"]}
+    with_abs = architecture_from_config({**config, "position_biased_input": True}).params_total
+    without = architecture_from_config({**config, "position_biased_input": False}).params_total
+    assert with_abs - without == 1024 * 64

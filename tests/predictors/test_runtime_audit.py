@@ -188,3 +188,20 @@ def test_fp32_runs_at_the_cuda_core_peak_not_tf32() -> None:
     fp32 = _run(_spec(model="llama-3.2-1b", method="full", precision="32-true", micro_batch_size=8, seq_len=2048))
     bf16 = _run(_spec(model="llama-3.2-1b", method="full", precision="bf16-true", micro_batch_size=8, seq_len=2048))
     assert fp32.components_seconds["compute"] > 5 * bf16.components_seconds["compute"]
+
+
+def test_a_partly_filled_node_sets_the_pace_of_a_ring_across_nodes() -> None:
+    """9 GPUs on nodes of 8: the ninth sits alone on its node, and every ring's traffic into and out of that node goes
+    through its one NIC; 12 GPUs leave 4 on the second node (4 NICs). Pooling counted a full node's 8 NICs for both."""
+    from predictors.runtime import _link_bytes_per_second, efficiency_table
+
+    table = efficiency_table()
+    gpu = lookup_gpu("H100-80GB")
+    link = Interconnect(gpus_per_node=8)
+    util = table.collective_bandwidth_utilization
+    assert _link_bytes_per_second(gpu, 9, link, table) == pytest.approx(50e9 * util)
+    assert _link_bytes_per_second(gpu, 12, link, table) == pytest.approx(200e9 * util)
+    assert _link_bytes_per_second(gpu, 16, link, table) == pytest.approx(400e9 * util)
+    nine = _run(_spec(gpus=9, sharding="fsdp"), link=link).components_seconds["data_parallel_communication"]
+    sixteen = _run(_spec(gpus=16, sharding="fsdp"), link=link).components_seconds["data_parallel_communication"]
+    assert nine > sixteen  # the lone GPU's NIC, not a node's eight
