@@ -437,6 +437,7 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
                                  usable[i]), None
     position = dict.fromkeys(counts, 0)  # the count each pool tries next
     slow: dict[int, tuple[PoolOption, PoolOption]] = {}  # the first and the last fit that missed the deadline
+    skipped: dict[int, list[int]] = {}  # counts passed over by the deadline floor, per pool
     pending = list(counts)
     while pending:
         # stage 1: move each pool to its next count whose memory fits (or past its last count). A count whose
@@ -453,6 +454,7 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
                         # its runtime bound) misses it too is skipped without its memory or its residuals
                         floor = predictor.runtime_floor_seconds(pool.gpu, n, links[i])
                         if floor is not None and floor > deadline_seconds:
+                            skipped.setdefault(i, []).append(n)
                             position[i] += 1
                             continue
                     mem = predictor.known_memory(pool.gpu, n)
@@ -483,10 +485,28 @@ def _evaluate_all(spec: TrainingSpec, pools: list[NodePool], headroom: float, de
                 done[i] = option, pred
         for i in pending:
             if i not in done and position[i] >= len(counts[i]):
+                if i in slow and skipped.get(i):
+                    # the reason names the most GPUs that fit: a skipped count above the last one predicted may be
+                    # it (the bound need not grow with the count), as the count-by-count search would have found
+                    slow[i] = (slow[i][0], _largest_skipped_fit(pools[i], skipped[i], slow[i][1], usable[i],
+                                                                 deadline_seconds, predictor, links[i],
+                                                                 spec.model_parallel()))
                 done[i] = _no_fit_option(spec, pools[i], counts[i], usable[i], headroom, deadline_seconds,
                                          slow.get(i), predictor), None
         pending = [i for i in pending if i not in done]
     return [done[i] for i in range(len(pools))]
+
+
+def _largest_skipped_fit(pool: NodePool, skipped: list[int], last: PoolOption, usable: int,
+                         deadline_seconds: float | None, predictor: SpecPredictor, link: Interconnect,
+                         model_parallel: int) -> PoolOption:
+    """The fit of the largest count the deadline floor skipped above ``last`` (the last fit predicted), else
+    ``last``: the option the count-by-count search ends a too-slow pool with."""
+    for n in sorted((c for c in skipped if c > (last.gpus or 0)), reverse=True):
+        if predictor.memory_many([(pool.gpu, n)])[0].required_bytes <= usable:
+            pred = predictor.predict_many([(pool.gpu, n, link)])[0]
+            return _fit_option(pool, n, pred, usable, deadline_seconds, model_parallel)
+    return last
 
 
 def _fit_option(pool: NodePool, n: int, pred: Prediction, usable: int, deadline_seconds: float | None,

@@ -273,4 +273,16 @@ def test_deadline_search_skips_counts_whose_analytic_runtime_misses_it(monkeypat
             full, predicted_without = decide(deadline)
         assert skipped == full
         assert predicted_with_floor < predicted_without / 2, (predicted_with_floor, predicted_without)
+    # a pool whose last count does not fit (the bound widens with the count): its reason names the most GPUs that fit,
+    # a count the floor skipped, with that count's figures, as the count-by-count search does (review of 2026-11-27:
+    # it named the first fit, 64 GPUs, where the search names 448)
+    spec = TrainingSpec.model_validate({"model": "llama-2-7b", "method": "lora", "sharding": "fsdp", "gpus": "auto",
+                                        "micro_batch_size": 1, "seq_len": 4096, "train_tokens": 1e9})
+    pools = [NodePool.model_validate({"name": "l40s", "gpu": "L40S", "gpus_per_node": 8, "nodes": 64,
+                                      "price_usd_per_gpu_hour": 1.45})]
+    skipped, _ = decide(60.0)
+    with monkeypatch.context() as m:
+        m.setattr(SpecPredictor, "runtime_floor_seconds", lambda *_: None)
+        full, _ = decide(60.0)
+    assert skipped == full
     clear_prediction_cache()
