@@ -62,16 +62,21 @@ def pool_sets() -> list[list[NodePool]]:
     return [base, base + spot, [small, *spot]]
 
 
+SLOW_FITS: dict[str, tuple[int, Prediction] | None] = {}  # per pool of the last reference: its last too-slow fit
+
+
 def reference_options(spec: TrainingSpec, pools: list[NodePool], headroom: float, deadline: float | None
                       ) -> dict[str, tuple[tuple[int, Prediction] | None, tuple[int, Prediction] | None]]:
-    """Per pool: (the count taken and its prediction, or None; the last count tried and its prediction)."""
+    """Per pool: (the count taken and its prediction, or None; the last count tried and its prediction); the largest
+    count that fits but misses the deadline goes to SLOW_FITS."""
     model = resolve_model(spec)
     out = {}
+    SLOW_FITS.clear()
     for pool in pools:
         if spec.gpu is not None and lookup_gpu(spec.gpu).name != pool.gpu:
             out[pool.name] = (None, None)
             continue
-        taken = last = None
+        taken = last = slow = None
         for n in candidate_gpu_counts(spec, pool, keep_growing=deadline is not None):
             pred = predict(spec, pool.gpu, n, model=model, interconnect=pool.links)
             last = (n, pred)
@@ -79,10 +84,12 @@ def reference_options(spec: TrainingSpec, pools: list[NodePool], headroom: float
                 continue
             worst = pred.runtime_upper_seconds if pred.runtime_upper_seconds is not None else pred.runtime_seconds
             if deadline is not None and worst is not None and worst > deadline:
+                slow = (n, pred)
                 continue
             taken = (n, pred)
             break
         out[pool.name] = (taken, last)
+        SLOW_FITS[pool.name] = slow
     return out
 
 
@@ -108,8 +115,13 @@ def assert_same_as_reference(decision: Decision, spec: TrainingSpec, pools: list
             assert (pool.name, option.gpus, option.peak_vram_bytes, option.peak_vram_upper_bytes,
                     option.runtime_seconds, option.runtime_upper_seconds, option.cost_usd) == _summary(pool, n, pred)
             eligible.append(option)
-        elif option.fits:  # fits on some count but misses the deadline on all
+        elif option.fits:  # fits on some count but misses the deadline on all: the largest such count's figures
             assert deadline is not None and option.meets_deadline is False
+            slow = SLOW_FITS[pool.name]
+            assert slow is not None
+            n, pred = slow
+            assert (option.gpus, option.runtime_seconds, option.runtime_upper_seconds) == (
+                n, pred.runtime_seconds, pred.runtime_upper_seconds), (pool.name, option.reason)
         elif last is not None and "needs" in option.reason and "per GPU" in option.reason:
             n, pred = last
             assert (option.gpus, option.peak_vram_bytes, option.peak_vram_upper_bytes) == (
