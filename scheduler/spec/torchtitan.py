@@ -37,12 +37,19 @@ and S12 rows).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from scheduler.spec.trainer_args import Reading, Setting, Settings, hybrid_markers, launch_layout, to_bool
+from scheduler.spec.trainer_args import (
+    Reading,
+    Setting,
+    Settings,
+    hybrid_markers,
+    launch_count,
+    launch_layout,
+    to_bool,
+)
 
 # torchtitan model name + flavor -> vramfit catalog model (torchtitan/models/<name>/flavors.py MODEL_FLAVORS, or
 # __init__.py in older releases): the same shapes. llama3 1B/3B are the tied Llama 3.2 models; deepseek_v3 16B is
@@ -195,7 +202,7 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
     context = get("parallelism.context_parallel_degree", "experimental.context_parallel_degree")
     # FSDP (HSDP with a replicate degree) is applied over dp_shard x cp whenever either is > 1
     # (torchtitan models/llama3/infra/parallelize.py: `if parallel_dims.dp_shard_enabled or parallel_dims.cp_enabled`)
-    context_on = context is not None and _count(context[0]) > 1
+    context_on = context is not None and (launch_count(context[0]) or 0) > 1
     if (shard is not None or known) and (shard is None or str(shard[0]).strip() not in ("1", "0") or context_on):
         source = shard[1] if shard else "torchtitan data_parallel_shard_degree default -1 (FSDP over the rest)"
         if shard is not None and str(shard[0]).strip() in ("1", "0") and context is not None:
@@ -218,7 +225,7 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
     if mode is not None:
         text = str(mode[0]).lower()
         choice = str(option[0]).strip() if option else "2"  # torchtitan's default selective_ac_option: "2"
-        if text == "selective" and _count(choice) > 0:
+        if text == "selective" and launch_count(choice) is not None:
             put("gradient_checkpointing", "full", f"{mode[1]} (every {choice} blocks in full)")
             put("checkpoint_every_n_layers", int(choice), option[1] if option else
                 "torchtitan selective_ac_option default 2")
@@ -255,10 +262,3 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
                       unresolved_model=unresolved)
     reading.launch = launch_layout(list(tokens), None, env)
     return reading
-
-
-def _count(value: Any) -> int:
-    """A whole count written in ASCII digits (``2``, ``"4"``), else 0: ``str.isdigit`` also accepts ``'²'``, which
-    ``int()`` rejects, and ``int()`` of a string refuses more than 4300 digits."""
-    text = str(value).strip()
-    return int(text) if re.fullmatch(r"[0-9]{1,18}", text) else 0

@@ -506,10 +506,11 @@ def test_launch_counts_take_ascii_digits_only() -> None:
 
 
 def test_torchtitan_degrees_take_ascii_digits_only() -> None:
-    """torchtitan's context_parallel_degree and selective_ac_option went through str.isdigit + int() as well."""
-    from scheduler.spec import torchtitan
+    """torchtitan's context_parallel_degree and selective_ac_option went through str.isdigit + int() as well; they
+    are read with launch_count, the launchers' reader of a count."""
+    from scheduler.spec.trainer_args import launch_count
 
-    assert [torchtitan._count(v) for v in ("2", "²", "1" * 5000, "x")] == [2, 0, 0, 0]
+    assert [launch_count(v) for v in ("2", "²", "1" * 5000, "x")] == [2, None, None, None]
 
 
 def test_deepspeed_offload_section_that_is_not_a_mapping_is_an_input_error() -> None:
