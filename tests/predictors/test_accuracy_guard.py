@@ -47,12 +47,14 @@ def test_ape_summary_by_hand() -> None:
 # median 1.8 %, p90 4.1 %; with --all-levels reserved 4.2 % / 11.1 % and NVML 3.8 % / 10.3 % (4.7 % / 12.9 % and
 # 4.4 % / 12.2 % before the reserved peak became the larger of the backward's and the optimizer step's); throughput
 # 14.4 % / 41.9 %. H100 80GB HBM3, 38 configs: allocated 1.1 % / 3.9 %, reserved 4.8 % / 11.0 %, NVML 4.6 % / 10.7 %
-# (6.6 % / 18.0 % and 6.4 % / 17.0 % before; its own measured context), throughput 17.6 % / 48.3 %.
+# (6.6 % / 18.0 % and 6.4 % / 17.0 % before; its own measured context), throughput 17.6 % / 48.3 %; 97 rows
+# (2026-11-27, the QLoRA and optimizer configs added): allocated 1.8 % / 4.1 %, reserved 4.7 % / 13.5 %, NVML 4.3 % /
+# 12.9 %, throughput 18.4 % / 51.6 %.
 MEASURED_DIR = Path(__file__).resolve().parents[2] / "predictors" / "data" / "measured"
 OWN_ROWS = {
     # file: (rows at least, OOM rows at least, allocated, reserved, nvml, throughput as (median, p90) ceilings)
     "H200.jsonl": (121, 2, (0.019, 0.041), (0.043, 0.112), (0.039, 0.104), (0.145, 0.420)),
-    "H100-80GB.jsonl": (88, 1, (0.016, 0.039), (0.046, 0.131), (0.044, 0.125), (0.194, 0.535)),
+    "H100-80GB.jsonl": (97, 1, (0.019, 0.041), (0.048, 0.135), (0.044, 0.129), (0.194, 0.535)),
 }
 
 
