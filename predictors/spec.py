@@ -50,6 +50,7 @@ _FRAMEWORK_ALIASES = {"hf": "transformers", "huggingface": "transformers", "hugg
 # loss are one kernel that never holds the whole batch's logits (Liger's FusedLinearCrossEntropy, Apple's Cut
 # Cross-Entropy).
 CrossEntropy = Literal["full", "chunked", "fused-linear"]
+SequenceLengths = Literal["fixed", "variable"]
 _CROSS_ENTROPY_ALIASES = {"standard": "full", "chunked-output": "chunked", "fused": "fused-linear",
                           "liger": "fused-linear", "flce": "fused-linear", "cut": "fused-linear",
                           "cce": "fused-linear", "fused_linear": "fused-linear"}
@@ -81,6 +82,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "offload": Offload.__args__,  # type: ignore[attr-defined]
     "framework": Framework.__args__,  # type: ignore[attr-defined]
     "cross_entropy": CrossEntropy.__args__,  # type: ignore[attr-defined]
+    "sequence_lengths": SequenceLengths.__args__,  # type: ignore[attr-defined]
 }
 
 
@@ -356,6 +358,21 @@ class TrainingSpec(BaseModel):
                           "offload)"
     )
 
+    sequence_lengths: Annotated[SequenceLengths, BeforeValidator(_lower)] | None = Field(
+        None, description="vramfit extension: fixed (every micro-batch padded or packed to seq_len) | variable (each "
+                          "micro-batch as long as its longest sample, lengths spread below seq_len: a collator that "
+                          "pads to the longest, no packing, few samples cut at seq_len). Unset: fixed"
+    )
+    mean_seq_len: SeqLen | None = Field(
+        None, description="vramfit extension: with sequence_lengths variable, the dataset's mean tokens per sample "
+                          "(at most seq_len). Unset: half of seq_len"
+    )
+    expandable_segments: bool | None = Field(
+        None, description="vramfit extension: PyTorch's caching allocator runs with "
+                          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place, so blocks of "
+                          "varying sizes do not fragment it)"
+    )
+
     @field_validator("gradient_checkpointing", mode="before")
     @classmethod
     def _checkpointing_bool(cls, value: Any) -> Any:
@@ -485,6 +502,15 @@ class TrainingSpec(BaseModel):
             raise ValueError(
                 "checkpoint_trained_blocks_only with checkpoint_every_n_layers > 1 is not modelled. To fix: drop one "
                 "of them")
+        if self.mean_seq_len is not None and self.sequence_lengths != "variable":
+            raise ValueError(
+                f"mean_seq_len applies to variable-length micro-batches; sequence_lengths is "
+                f"{self.sequence_lengths or 'unset (fixed)'}. To fix: set sequence_lengths: variable, or drop "
+                "mean_seq_len")
+        if self.mean_seq_len is not None and self.mean_seq_len > self.seq_len:
+            raise ValueError(
+                f"mean_seq_len ({self.mean_seq_len}) is more than seq_len ({self.seq_len}), the longest a micro-batch "
+                "is padded to. To fix: set seq_len to the longest sample (max_length), mean_seq_len to the average")
         if self.cross_entropy not in (None, "full") and self.task in ("seq-classification", "token-classification"):
             raise ValueError(
                 f"cross_entropy applies to the vocabulary-sized loss of causal-lm and masked-lm; task {self.task} "

@@ -107,6 +107,16 @@ _OFFLOADED_BLOCKS_ON_GPU = 2
 _ALLOC_STATIC_FRACTION = 0.02
 _ALLOC_TRANSIENT_FRACTION = 0.12
 _ALLOC_FIXED_BYTES = 64 * MIB
+# sequence_lengths: variable. When each micro-batch is as long as its longest sample, the loss's vocabulary-sized
+# tensors (the logits, their fp32 upcast, log-probabilities and gradients) take a different size every step, and the
+# caching allocator keeps splitting and caching blocks of those sizes: its reserved memory grows far above what is
+# allocated. vramfit's bench (bench/variable_lengths.py, bench/data/variable_lengths-H100.jsonl: H100 80GB HBM3,
+# torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.0; Qwen2.5 LoRA r8 on q/k/v, bf16, checkpointing, sample lengths
+# of the ms-swift benchmark's dataset) measured the excess over the same micro-batches padded to max_length as 15.1,
+# 13.5 and 20.5 fp32 copies of a mean-length micro-batch's logits (7B at 2,048 tokens after 128 micro-batches, 1.5B
+# at 1,024 after 182, 1.5B at 2,048 after 480); allocated differed by under 20 MiB. The median is the factor below.
+# With expandable_segments:True the same 1.5B run reserved 0.12 GiB more than fixed lengths did (no term).
+_VARIABLE_LENGTH_LOGIT_COPIES = 15.0
 
 # CUDA context with lazy module loading (CUDA >= 11.7) plus the PyTorch kernels touched by training:
 # about 0.3-1.3 GB per shared/reference/README ("What the metrics mean"); older cards and drivers sit at
@@ -834,11 +844,22 @@ def _predict_stage(
     reserved = max(b_reserved, s_reserved)
     overhead = reserved - allocated
 
+    fragmentation = _length_fragmentation(spec, arch, lay) if (lay.pp == 1 or last_stage) else 0.0
+    if fragmentation:
+        notes.append(f"sequence_lengths variable: the caching allocator holds {fragmentation / 2**30:.2f} GiB of "
+                     "blocks of many lengths' logits ("
+                     f"{_VARIABLE_LENGTH_LOGIT_COPIES:g} fp32 copies of a {_mean_seq_len(spec)}-token micro-batch's); "
+                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids it (expandable_segments: true)")
+    elif spec.sequence_lengths == "variable" and spec.expandable_segments:
+        notes.append("sequence_lengths variable with expandable_segments: no fragmentation of varying-length blocks")
+    reserved += fragmentation
     nccl = _NCCL_BYTES if n_gpus > 1 else 0.0
 
 
     breakdown = {k: int(round(v)) for k, v in comps.items() if v > 0 or k in ("weights", "activations")}
     breakdown["allocator_overhead"] = int(round(overhead))
+    if fragmentation:
+        breakdown["allocator_fragmentation"] = int(round(fragmentation))
     breakdown["cuda_context"] = 0  # the GPU's: on_gpu
     if nccl:
         breakdown["nccl_buffers"] = int(round(nccl))
@@ -870,6 +891,25 @@ def _predict_stage(
         gpus=n_gpus,
         notes=tuple(notes),
     )
+
+
+def _mean_seq_len(spec: TrainingSpec) -> int:
+    """Mean tokens per sample of a variable-length job: ``mean_seq_len``, else half of ``seq_len``."""
+    return spec.mean_seq_len or max(spec.seq_len // 2, 1)
+
+
+def _length_fragmentation(spec: TrainingSpec, arch: Architecture, lay: _Layout) -> float:
+    """Reserved bytes beyond the fixed-length prediction when micro-batches vary in length (0 when they do not, with
+    ``expandable_segments``, or without a vocabulary-sized loss): :data:`_VARIABLE_LENGTH_LOGIT_COPIES` fp32 copies
+    of a mean-length micro-batch's logits; a chunked loss's tensors are one chunk's size."""
+    if spec.sequence_lengths != "variable" or spec.expandable_segments:
+        return 0.0
+    if spec.task in ("seq-classification", "token-classification") or spec.cross_entropy == "fused-linear":
+        return 0.0  # no vocabulary-sized tensor of the batch's size (fused-linear: token chunks of fixed size)
+    elements = _logit_elements(spec, arch, lay) * _mean_seq_len(spec) / spec.seq_len
+    if spec.cross_entropy == "chunked":
+        elements /= _CHUNKED_CE_CHUNKS
+    return _VARIABLE_LENGTH_LOGIT_COPIES * 4.0 * elements
 
 
 def _allocator_overhead(allocated: float, transient: float) -> float:

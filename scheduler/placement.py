@@ -560,6 +560,10 @@ def _no_fit_option(spec: TrainingSpec, pool: NodePool, counts: list[int], usable
     if paged:
         reason += (f"; paged optimizer states ({format_bytes(paged)}) counted at their expected size, without the "
                    "margin")
+    cache = last.vram.breakdown_bytes.get("allocator_fragmentation", 0)
+    if cache:
+        reason += (f"; the allocator's fragmentation of variable-length blocks ({format_bytes(cache)}) not counted: "
+                   "PyTorch frees that cache before an allocation fails")
     if spec.gpus == "auto" and (spec.sharding or "ddp") in _REPLICATED:
         reason += (f"; sharding {spec.sharding or 'ddp'} replicates the model on every GPU, so more GPUs do not "
                    "reduce per-GPU memory (set sharding: fsdp or zero3)")
@@ -661,6 +665,13 @@ def place(
                        f"above the usable {format_bytes(chosen.usable_bytes)}, but {format_bytes(paged)} of paged "
                        "optimizer states page to host memory when the GPU is full: the rest's bound and the expected "
                        "peak with them fit")
+    cache = chosen_pred.vram.breakdown_bytes.get("allocator_fragmentation", 0) if chosen_pred is not None else 0
+    if cache and (chosen.peak_vram_upper_bytes or 0) > chosen.usable_bytes:
+        reasons.append(f"{chosen.pool.name}: the upper bound ({format_bytes(chosen.peak_vram_upper_bytes or 0)}) is "
+                       f"above the usable {format_bytes(chosen.usable_bytes)}, but {format_bytes(cache)} of it is the "
+                       "caching allocator's fragmentation of variable-length blocks, which PyTorch frees and retries "
+                       "before an allocation fails (slower steps): the rest's bound fits. "
+                       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids it")
     for better in ranked[: ranked.index(chosen)]:
         warnings.append(f"{better.pool.name} would be {_compare(objective, better, chosen)} but has only "
                         f"{better.pool.free_gpus} free GPUs of the {better.gpus} needed")
@@ -668,7 +679,8 @@ def place(
     for o in options:
         if o.pool.name in rank_of:
             is_chosen = o is chosen
-            reason = "chosen" + _paged_note(o) if is_chosen else _alt_reason(objective, o, chosen)
+            note = _relief_note(o, preds.get(o.pool.name))
+            reason = "chosen" + note if is_chosen else _alt_reason_text(objective, o, chosen) + note
             o = PoolOption(**{**o.__dict__, "rank": rank_of[o.pool.name], "reason": reason})
             if is_chosen:
                 chosen = o
@@ -686,13 +698,16 @@ def _compare(objective: str, a: PoolOption, b: PoolOption) -> str:
     return f"cheaper per hour (${a.hourly_cost_usd:,.2f} vs ${b.hourly_cost_usd:,.2f})"
 
 
-def _paged_note(o: PoolOption) -> str:
-    """Why a fitting option's upper bound may exceed the usable memory: only paged optimizer states can."""
-    return " (paged optimizer states outside the margin)" if (o.peak_vram_upper_bytes or 0) > o.usable_bytes else ""
-
-
-def _alt_reason(objective: str, o: PoolOption, chosen: PoolOption) -> str:
-    return _alt_reason_text(objective, o, chosen) + _paged_note(o)
+def _relief_note(o: PoolOption, pred: Prediction | None) -> str:
+    """Why a fitting option's upper bound may exceed the usable memory: only paged optimizer states (paged to host
+    memory) and the allocator's fragmentation (freed before an allocation fails) can."""
+    if (o.peak_vram_upper_bytes or 0) <= o.usable_bytes:
+        return ""
+    breakdown = pred.vram.breakdown_bytes if pred is not None else {}
+    what = [label for key, label in (("paged_optimizer_states", "paged optimizer states"),
+                                     ("allocator_fragmentation", "the allocator's fragmentation"))
+            if breakdown.get(key, 0)] or ["paged optimizer states"]
+    return f" ({' and '.join(what)} outside the margin)"
 
 
 def _alt_reason_text(objective: str, o: PoolOption, chosen: PoolOption) -> str:

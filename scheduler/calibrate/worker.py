@@ -160,6 +160,9 @@ def skip_reason(spec: TrainingSpec, config: dict[str, Any], device_type: str,
         return "sharding and CPU offload are not supported by the harness"
     if spec.torch_compile:
         return "torch_compile: not run by the harness (it trains eagerly)"
+    if spec.sequence_lengths == "variable" or spec.expandable_segments:
+        return ("sequence_lengths variable / expandable_segments: the harness repeats one fixed-length batch with "
+                "the default allocator; bench/variable_lengths.py measures these")
     if spec.reference_model and spec.method == "full":
         return "reference_model: the harness trains one model, without a frozen reference copy"
     if spec.teacher_model is not None:

@@ -85,18 +85,27 @@ def fit_verdict(pred: Prediction) -> str:
         return ""
     v = pred.vram
     paged = v.breakdown_bytes.get("paged_optimizer_states", 0)
-    resident = v.peak_vram_bytes - paged  # paged optimizer states move to host memory when the GPU is full
+    cache = v.breakdown_bytes.get("allocator_fragmentation", 0)  # freed and retried before an allocation fails
+    # paged optimizer states move to host memory when the GPU is full
+    resident = v.peak_vram_bytes - paged - cache
     needed = required_bytes(pred.peak_vram_upper_bytes, v)
     memory = gpu.memory_bytes
     if resident > memory:
+        without = " and ".join(w for w, n in (("the paged optimizer states", paged),
+                                                ("the allocator's fragmentation", cache)) if n)
         return (f"does not fit on {gpu.name}: the expected peak {format_bytes(resident)} per GPU"
-                + (" without the paged optimizer states" if paged else "") + f" is above its {format_bytes(memory)}")
+                + (f" without {without}" if without else "") + f" is above its {format_bytes(memory)}")
+    if cache and v.peak_vram_bytes - paged > memory and needed <= memory:
+        return (f"fits on {gpu.name} with less of the allocator's cache of variable-length blocks "
+                f"({format_bytes(cache)} with room): PyTorch frees cached blocks and retries when the GPU is full, "
+                "slower steps; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids the fragmentation")
     if paged and v.peak_vram_bytes > memory:
         return (f"fits on {gpu.name} only with the paged optimizer states ({format_bytes(paged)}) partly in host "
                 f"memory: the driver pages them over PCIe at every step, slower than the runtime shown")
     if needed > memory:
         return (f"may not fit on {gpu.name}: the upper bound {format_bytes(needed)} per GPU is above its "
-                f"{format_bytes(memory)} (the expected peak {format_bytes(v.peak_vram_bytes)} is below)")
+                f"{format_bytes(memory)} (the expected peak {format_bytes(v.peak_vram_bytes - cache)} is below"
+                + (", without the allocator's fragmentation" if cache else "") + ")")
     return ""
 
 

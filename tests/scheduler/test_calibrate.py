@@ -253,6 +253,8 @@ ALL_INSTALLED = {"bitsandbytes": "0.45", "flash_attn": "2.7", "torchao": "0.9"}
     ({"optimizer_in_backward": True, "cross_entropy": "chunked", "fused_optimizer": True}, "cpu", {}, None),
     ({"optimizer_in_backward": True, "precision": "16-mixed"}, "cuda", ALL_INSTALLED, "loss scaling"),
     ({"torch_compile": True}, "cuda", ALL_INSTALLED, "torch_compile"),
+    ({"sequence_lengths": "variable"}, "cuda", ALL_INSTALLED, "bench/variable_lengths.py"),
+    ({"expandable_segments": True}, "cuda", ALL_INSTALLED, "bench/variable_lengths.py"),
     ({"activation_offloading": True, "gradient_checkpointing": "full"}, "cuda", {**ALL_INSTALLED,
      "transformers": "5.17.0"}, "transformers >= 5.24"),
     ({"checkpoint_every_n_layers": 2, "gradient_checkpointing": "full"}, "cuda", ALL_INSTALLED, "transformers >= 5.24"),
