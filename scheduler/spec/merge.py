@@ -92,6 +92,9 @@ ENV_KEYS: dict[str, str] = {
     "LORA_ALPHA": "lora_alpha",
     "LORA_DROPOUT": "lora_dropout",
     "MAX_SEQ_LENGTH": "max_seq_length",
+    # PyTorch's caching allocator settings (expandable_segments); PYTORCH_ALLOC_CONF is torch >= 2.9's name for it
+    "PYTORCH_CUDA_ALLOC_CONF": "pytorch_cuda_alloc_conf",
+    "PYTORCH_ALLOC_CONF": "pytorch_cuda_alloc_conf",
 }
 
 # Defaults shown as assumptions when no source sets the field (TrainingSpec v1 defaults).

@@ -221,6 +221,16 @@ def _offloading(value: Any) -> Any:
     return to_bool(value)
 
 
+def _expandable_segments(value: Any) -> Any:
+    """``expandable_segments`` of a ``PYTORCH_CUDA_ALLOC_CONF`` value (``key:value`` pairs, comma-separated); None
+    when the value does not set it."""
+    for part in str(value).split(","):
+        key, _, setting = part.partition(":")
+        if key.strip().lower() == "expandable_segments":
+            return to_bool(setting.strip())
+    return None
+
+
 KEYS: dict[str, tuple[str, Convert]] = {
     **dict.fromkeys(
         ("model_name_or_path", "base_model", "model_name", "model_id", "pretrained_model_name_or_path"),
@@ -351,6 +361,15 @@ KEYS: dict[str, tuple[str, Convert]] = {
     # liger_fused_linear_cross_entropy) and Cut Cross-Entropy (axolotl cut_cross_entropy); activation offloading
     # (axolotl activation_offloading: true | legacy | disk, torchtune enable_activation_offloading)
     "torch_compile": ("torch_compile", to_bool),
+    # How batches are built (sequence_lengths, resolved in _resolve_lengths): packing (TRL SFTConfig packing,
+    # LLaMA-Factory packing / neat_packing, axolotl sample_packing, ms-swift --packing) fills each sequence up to the
+    # length; without it the SFT collators pad each batch to its longest sample (TRL's
+    # DataCollatorForLanguageModeling, LLaMA-Factory's SFT collator, axolotl's default); axolotl pad_to_sequence_len
+    # pads every batch to sequence_len. PyTorch's allocator setting (PYTORCH_CUDA_ALLOC_CONF, or PYTORCH_ALLOC_CONF
+    # from torch 2.9) says whether expandable segments are on.
+    **dict.fromkeys(("packing", "sample_packing", "neat_packing"), ("_packing", to_bool)),
+    "pad_to_sequence_len": ("_pad_to_length", to_bool),
+    "pytorch_cuda_alloc_conf": ("expandable_segments", _expandable_segments),
     **dict.fromkeys(
         ("use_liger_kernel", "enable_liger_kernel", "liger_fused_linear_cross_entropy", "cut_cross_entropy"),
         ("cross_entropy", lambda v: "fused-linear" if to_bool(v) is True else None),
@@ -1849,6 +1868,7 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     _resolve_deepspeed(raw, out, notes, files or {})
     implied = _resolve_parallelism_config(raw, out, notes)
     _resolve_fsdp({**implied, **raw} if implied else raw, out, notes, files or {})
+    _resolve_lengths(raw, out)
     teacher = raw.get("teacher_model")
     if teacher is not None and "teacher_model_name_or_path" in teacher.source:
         # GKDTrainer: AutoModelForCausalLM.from_pretrained(teacher, **teacher_model_init_kwargs), {} by default
@@ -1885,6 +1905,22 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
         # gradient accumulation the gradients are kept (the spec's whole-gradient count)
         out["optimizer_in_backward"] = Setting(True, f"{name.source} (LOMO updates in backward)", name.where)
     return Reading(out, notes)
+
+
+def _resolve_lengths(raw: Mapping[str, Setting], out: Settings) -> None:
+    """``sequence_lengths`` from packing and padding: fixed when every batch is padded to the length or packed up to
+    it, variable when the job says it does not pack (each batch padded to its longest sample); unset otherwise."""
+    if "sequence_lengths" in out:
+        return
+    pad, packing = raw.get("_pad_to_length"), raw.get("_packing")
+    if pad is not None and pad.value is True:
+        out["sequence_lengths"] = Setting("fixed", f"{pad.source} (every batch padded to the length)", pad.where)
+    elif packing is not None and packing.value is True:
+        out["sequence_lengths"] = Setting("fixed", f"{packing.source} (samples packed up to the length)",
+                                          packing.where)
+    elif packing is not None and packing.value is False:
+        out["sequence_lengths"] = Setting(
+            "variable", f"{packing.source} (no packing: each batch padded to its longest sample)", packing.where)
 
 
 @functools.lru_cache(maxsize=32)

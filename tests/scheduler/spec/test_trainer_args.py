@@ -741,3 +741,23 @@ def test_llamafactory_train_bash_flags_get_its_defaults() -> None:
     s = job.spec
     assert (s.method, s.gradient_checkpointing) == ("lora", "full")
     assert s.lora is not None and (s.lora.dropout, s.lora.use_dora) == (0.0, True)
+
+
+@pytest.mark.parametrize(("argv", "env", "lengths", "expandable", "source"), [
+    (["--packing", "False"], {}, "variable", None, "flag --packing (no packing: each batch padded to its longest"),
+    (["--packing"], {}, "fixed", None, "flag --packing (samples packed up to the length)"),
+    (["--sample_packing", "false", "--pad_to_sequence_len", "true"], {}, "fixed", None,
+     "flag --pad_to_sequence_len (every batch padded to the length)"),
+    ([], {}, None, None, None),  # nothing says: the TrainingSpec default (fixed), no setting
+    (["--packing", "false"], {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128,expandable_segments:True"},
+     "variable", True, None),
+    ([], {"PYTORCH_ALLOC_CONF": "expandable_segments:False"}, None, False, None),
+    ([], {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}, None, None, None),
+])
+def test_packing_and_the_allocator_setting(argv: list[str], env: dict[str, str], lengths: str | None,
+                                           expandable: bool | None, source: str | None) -> None:
+    job = one_job(pod(["python", "sft.py", "--model_name_or_path", "gpt2", *argv], env))
+    assert job.spec.sequence_lengths == lengths
+    assert job.spec.expandable_segments is expandable
+    if source is not None:
+        assert job.provenance["sequence_lengths"].startswith(source)
