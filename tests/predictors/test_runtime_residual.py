@@ -211,8 +211,8 @@ def test_predict_uses_the_shipped_model_and_keeps_the_contract() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         out = predict(spec).to_dict()
-    # the 63 dev runs with a throughput and the measured calibration rows (119 on the H200, 38 on the H100)
-    assert persistence.load_default_runtime_model().metadata["training_rows"] == 63 + 119 + 87  # type: ignore[union-attr]
+    # the 63 dev runs with a throughput and the measured calibration rows (119 on the H200, 96 on the H100)
+    assert persistence.load_default_runtime_model().metadata["training_rows"] == 63 + 119 + 96  # type: ignore[union-attr]
     for key in ("peak_vram_bytes", "peak_vram_upper_bytes", "throughput_tokens_per_second", "runtime_seconds"):
         assert key in out
     assert out["runtime_model_version"].startswith("runtime-residual-")
