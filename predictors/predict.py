@@ -13,7 +13,7 @@ from predictors.features import resident_bytes
 from predictors.hardware import GpuSpec, lookup_gpu
 from predictors.runtime import Interconnect, RuntimePrediction, predict_runtime
 from predictors.spec import TrainingSpec
-from predictors.vram import VramPrediction, device_peak_on_gpu, on_gpu, predict_vram_without_gpu
+from predictors.vram import VramPrediction, device_peak_on_gpu, on_gpu, predict_vram_without_gpu, with_breakdown
 
 if TYPE_CHECKING:
     from predictors.persistence import LoadedModel
@@ -208,11 +208,38 @@ def required_bytes(upper_bytes: float, vram: VramPrediction) -> int:
     # without room for it the job reserves less (ms-swift's batch-8 run, X06-047, reserved 76.1 GiB of an A100 80GB
     # where 126 GiB is predicted with room). It never decides whether the job fits: neither it nor its share of the
     # margin has to.
-    reclaimable = vram.breakdown_bytes.get("allocator_fragmentation", 0)
     device = vram.peak_vram_bytes
+    reclaimable = reclaimable_bytes(vram)
     if paged + reclaimable <= 0 or device <= 0:
         return int(upper_bytes)
-    return int(max(upper_bytes * (1 - (paged + reclaimable) / device), device - reclaimable))
+    return int(max(upper_bytes * (1 - (paged + reclaimable) / device), device - reclaimable, 0))
+
+
+def reclaimable_bytes(vram: VramPrediction) -> float:
+    """The allocator's fragmentation in ``vram``'s device peak: the breakdown's analytic figure, scaled as the
+    residual model (a site offset, a point correction) scaled the device peak around it."""
+    cache = vram.breakdown_bytes.get("allocator_fragmentation", 0)
+    if cache <= 0:
+        return 0.0
+    analytic = vram.peak_vram_bytes - vram.breakdown_bytes.get("residual_correction", 0)
+    return cache * vram.peak_vram_bytes / analytic if analytic > 0 else float(cache)
+
+
+def reliefs_needed(upper_bytes: float, vram: VramPrediction, usable_bytes: float) -> tuple[bool, bool]:
+    """Which of :func:`required_bytes`'s two reliefs a job whose bound is above ``usable_bytes`` needs to fit there:
+    (the paged optimizer states', the allocator fragmentation's). Each is needed when the other alone is not
+    enough; both False when the bound fits as it is."""
+    if upper_bytes <= usable_bytes:
+        return False, False
+    paged = vram.breakdown_bytes.get("paged_optimizer_states", 0)
+    cache = vram.breakdown_bytes.get("allocator_fragmentation", 0)
+    without_cache = with_breakdown(vram, {k: v for k, v in vram.breakdown_bytes.items()
+                                          if k != "allocator_fragmentation"}, vram.peak_vram_bytes)
+    without_paged = with_breakdown(vram, {k: v for k, v in vram.breakdown_bytes.items()
+                                          if k != "paged_optimizer_states"}, vram.peak_vram_bytes)
+    paged_needed = bool(paged) and required_bytes(upper_bytes, without_paged) > usable_bytes
+    cache_needed = bool(cache) and required_bytes(upper_bytes, without_cache) > usable_bytes
+    return paged_needed, cache_needed
 
 
 @dataclass(frozen=True)

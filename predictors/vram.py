@@ -322,7 +322,9 @@ def predict_vram_without_gpu(
         return _predict_stage(spec, arch, gpus, params_override, last_stage=False, teacher=teacher)
     first = _predict_stage(spec, arch, gpus, params_override, last_stage=False)
     last = _predict_stage(spec, arch, gpus, params_override, last_stage=True)
-    if last.peak_vram_bytes > first.peak_vram_bytes:
+    # the allocator's fragmentation (the last stage's, which holds the logits) is cache that is freed before an
+    # allocation fails: the stage that needs more is the one whose peak without it is higher
+    if needed_peak_bytes(last) > needed_peak_bytes(first):
         return replace(last, notes=(*last.notes, f"pipeline: the last stage (the head's logits) peaks higher than "
                                     f"the first ({spec.pipeline_parallel} micro-batches in flight)"))
     return replace(first, notes=(*first.notes, f"pipeline: the first stage ({spec.pipeline_parallel} micro-batches "
@@ -891,6 +893,12 @@ def _predict_stage(
         gpus=n_gpus,
         notes=tuple(notes),
     )
+
+
+def needed_peak_bytes(vram: VramPrediction) -> int:
+    """The device peak without the caching allocator's fragmentation of variable-length blocks, which PyTorch frees
+    and retries before an allocation fails (so it never decides whether a job fits)."""
+    return vram.peak_vram_bytes - vram.breakdown_bytes.get("allocator_fragmentation", 0)
 
 
 def _mean_seq_len(spec: TrainingSpec) -> int:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from predictors.catalog import ResolvedModel, resolve_model
 from predictors.hardware import lookup_gpu
-from predictors.predict import Prediction, SpecPredictor
+from predictors.predict import Prediction, SpecPredictor, reliefs_needed
 from predictors.runtime import Interconnect
 from predictors.spec import PARAM_OFFLOAD_SHARDING, TrainingSpec
 from predictors.units import format_bytes
@@ -659,18 +659,19 @@ def place(
     else:
         reasons.append(f"{chosen.pool.name}: {what} fitting pool with room{unchecked}")
     chosen_pred = preds.get(chosen.pool.name)
-    paged = chosen_pred.vram.breakdown_bytes.get("paged_optimizer_states", 0) if chosen_pred is not None else 0
-    if paged and (chosen.peak_vram_upper_bytes or 0) > chosen.usable_bytes:
-        reasons.append(f"{chosen.pool.name}: the upper bound ({format_bytes(chosen.peak_vram_upper_bytes or 0)}) is "
-                       f"above the usable {format_bytes(chosen.usable_bytes)}, but {format_bytes(paged)} of paged "
-                       "optimizer states page to host memory when the GPU is full: the rest's bound and the expected "
-                       "peak with them fit")
-    cache = chosen_pred.vram.breakdown_bytes.get("allocator_fragmentation", 0) if chosen_pred is not None else 0
-    if cache and (chosen.peak_vram_upper_bytes or 0) > chosen.usable_bytes:
-        reasons.append(f"{chosen.pool.name}: the upper bound ({format_bytes(chosen.peak_vram_upper_bytes or 0)}) is "
-                       f"above the usable {format_bytes(chosen.usable_bytes)}, but {format_bytes(cache)} of it is the "
-                       "caching allocator's fragmentation of variable-length blocks, which PyTorch frees and retries "
-                       "before an allocation fails (slower steps): the rest's bound fits. "
+    paged_needed, cache_needed = (reliefs_needed(chosen.peak_vram_upper_bytes or 0, chosen_pred.vram,
+                                                 chosen.usable_bytes) if chosen_pred is not None else (False, False))
+    upper_text = f"the upper bound ({format_bytes(chosen.peak_vram_upper_bytes or 0)}) is above the usable " \
+                 f"{format_bytes(chosen.usable_bytes)}"
+    if paged_needed:
+        paged = chosen_pred.vram.breakdown_bytes["paged_optimizer_states"]  # type: ignore[union-attr]
+        reasons.append(f"{chosen.pool.name}: {upper_text}, but {format_bytes(paged)} of paged optimizer states page "
+                       "to host memory when the GPU is full: the rest's bound and the expected peak with them fit")
+    if cache_needed:
+        cache = chosen_pred.vram.breakdown_bytes["allocator_fragmentation"]  # type: ignore[union-attr]
+        reasons.append(f"{chosen.pool.name}: {upper_text}, but {format_bytes(cache)} of it is the caching "
+                       "allocator's fragmentation of variable-length blocks, which PyTorch frees and retries before "
+                       "an allocation fails (slower steps): the rest's bound fits. "
                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids it")
     for better in ranked[: ranked.index(chosen)]:
         warnings.append(f"{better.pool.name} would be {_compare(objective, better, chosen)} but has only "
@@ -703,11 +704,12 @@ def _relief_note(o: PoolOption, pred: Prediction | None) -> str:
     memory) and the allocator's fragmentation (freed before an allocation fails) can."""
     if (o.peak_vram_upper_bytes or 0) <= o.usable_bytes:
         return ""
-    breakdown = pred.vram.breakdown_bytes if pred is not None else {}
-    what = [label for key, label in (("paged_optimizer_states", "paged optimizer states"),
-                                     ("allocator_fragmentation", "the allocator's fragmentation"))
-            if breakdown.get(key, 0)] or ["paged optimizer states"]
-    return f" ({' and '.join(what)} outside the margin)"
+    if pred is None:
+        return " (paged optimizer states outside the margin)"
+    needed = reliefs_needed(o.peak_vram_upper_bytes or 0, pred.vram, o.usable_bytes)
+    what = [label for label, need in zip(("paged optimizer states", "the allocator's fragmentation"), needed,
+                                         strict=True) if need]
+    return f" ({' and '.join(what)} outside the margin)" if what else ""
 
 
 def _alt_reason_text(objective: str, o: PoolOption, chosen: PoolOption) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from predictors.errors import SpecError
 from predictors.hardware import alias_alternatives, gpu_catalog, lookup_gpu
-from predictors.predict import Prediction, predict, required_bytes
+from predictors.predict import Prediction, predict, reclaimable_bytes, required_bytes
 from predictors.spec import MAX_GPUS
 from predictors.units import format_bytes
 from scheduler.placement import format_duration
@@ -85,7 +85,7 @@ def fit_verdict(pred: Prediction) -> str:
         return ""
     v = pred.vram
     paged = v.breakdown_bytes.get("paged_optimizer_states", 0)
-    cache = v.breakdown_bytes.get("allocator_fragmentation", 0)  # freed and retried before an allocation fails
+    cache = int(reclaimable_bytes(v))  # the allocator's fragmentation: freed and retried before an allocation fails
     # paged optimizer states move to host memory when the GPU is full
     resident = v.peak_vram_bytes - paged - cache
     needed = required_bytes(pred.peak_vram_upper_bytes, v)
@@ -99,12 +99,15 @@ def fit_verdict(pred: Prediction) -> str:
         return (f"fits on {gpu.name} with less of the allocator's cache of variable-length blocks "
                 f"({format_bytes(cache)} with room): PyTorch frees cached blocks and retries when the GPU is full, "
                 "slower steps; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids the fragmentation")
-    if paged and v.peak_vram_bytes > memory:
+    # paged states that must page: the peak with them resident (less the cache, which is freed first) is above
+    if paged and v.peak_vram_bytes - cache > memory:
         return (f"fits on {gpu.name} only with the paged optimizer states ({format_bytes(paged)}) partly in host "
                 f"memory: the driver pages them over PCIe at every step, slower than the runtime shown")
     if needed > memory:
+        expected = v.peak_vram_bytes - cache
         return (f"may not fit on {gpu.name}: the upper bound {format_bytes(needed)} per GPU is above its "
-                f"{format_bytes(memory)} (the expected peak {format_bytes(v.peak_vram_bytes - cache)} is below"
+                f"{format_bytes(memory)} (the expected peak {format_bytes(expected)} is "
+                + ("below" if expected <= memory else "above it with the paged optimizer states resident")
                 + (", without the allocator's fragmentation" if cache else "") + ")")
     return ""
 

@@ -227,7 +227,7 @@ def _expandable_segments(value: Any) -> Any:
     for part in str(value).split(","):
         key, _, setting = part.partition(":")
         if key.strip().lower() == "expandable_segments":
-            return to_bool(setting.strip())
+            return to_bool(setting.strip()) if setting.strip() else None
     return None
 
 
@@ -367,7 +367,9 @@ KEYS: dict[str, tuple[str, Convert]] = {
     # DataCollatorForLanguageModeling, LLaMA-Factory's SFT collator, axolotl's default); axolotl pad_to_sequence_len
     # pads every batch to sequence_len. PyTorch's allocator setting (PYTORCH_CUDA_ALLOC_CONF, or PYTORCH_ALLOC_CONF
     # from torch 2.9) says whether expandable segments are on.
-    **dict.fromkeys(("packing", "sample_packing", "neat_packing"), ("_packing", to_bool)),
+    "packing": ("_packing", to_bool),
+    "sample_packing": ("_sample_packing", to_bool),
+    "neat_packing": ("_neat_packing", to_bool),  # LLaMA-Factory turns packing on whenever neat_packing is set
     "pad_to_sequence_len": ("_pad_to_length", to_bool),
     "pytorch_cuda_alloc_conf": ("expandable_segments", _expandable_segments),
     **dict.fromkeys(
@@ -1912,15 +1914,21 @@ def _resolve_lengths(raw: Mapping[str, Setting], out: Settings) -> None:
     it, variable when the job says it does not pack (each batch padded to its longest sample); unset otherwise."""
     if "sequence_lengths" in out:
         return
-    pad, packing = raw.get("_pad_to_length"), raw.get("_packing")
+    given = [raw[key] for key in ("_pad_to_length", "_neat_packing", "_packing", "_sample_packing") if key in raw]
+    odd = next((setting for setting in given if not isinstance(setting.value, bool)), None)
+    if odd is not None:  # not a boolean: the spec refuses the value, and the message names the flag
+        out["sequence_lengths"] = odd
+        return
+    pad = raw.get("_pad_to_length")
+    packed = next((setting for setting in given if setting is not pad and setting.value is True), None)
+    unpacked = next((setting for setting in given if setting is not pad and setting.value is False), None)
     if pad is not None and pad.value is True:
         out["sequence_lengths"] = Setting("fixed", f"{pad.source} (every batch padded to the length)", pad.where)
-    elif packing is not None and packing.value is True:
-        out["sequence_lengths"] = Setting("fixed", f"{packing.source} (samples packed up to the length)",
-                                          packing.where)
-    elif packing is not None and packing.value is False:
+    elif packed is not None:  # any packing switch on packs (whatever the order of the flags)
+        out["sequence_lengths"] = Setting("fixed", f"{packed.source} (samples packed up to the length)", packed.where)
+    elif unpacked is not None:
         out["sequence_lengths"] = Setting(
-            "variable", f"{packing.source} (no packing: each batch padded to its longest sample)", packing.where)
+            "variable", f"{unpacked.source} (no packing: each batch padded to its longest sample)", unpacked.where)
 
 
 @functools.lru_cache(maxsize=32)

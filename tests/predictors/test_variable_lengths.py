@@ -144,3 +144,56 @@ def test_placement_says_why_a_bound_above_the_usable_memory_fits() -> None:
     # with expandable segments the bound itself fits: no such reason
     calm = place(spec.model_copy(update={"expandable_segments": True}), [pool], headroom_fraction=0.05)
     assert calm.decision == "placed" and not any("fragmentation" in r for r in calm.reasons)
+
+
+def test_a_pipeline_stage_is_not_chosen_for_its_cache() -> None:
+    """The last stage holds the logits and so the fragmentation; the more loaded stage is the one whose peak without
+    that cache is higher, so a variable-length job needs what the fixed-length one does (review, 2026-11-27: the
+    last stage won on its cache alone and the first stage's need was dropped)."""
+    base = {"model": "qwen2.5-1.5b", "method": "lora", "precision": "bf16-true", "seq_len": 8192, "gpus": 4,
+            "pipeline_parallel": 4}
+    fixed = predict(parse_training_spec(base), gpu_name="A100-40GB", gpus=4)
+    varying = predict(parse_training_spec({**base, "sequence_lengths": "variable"}), gpu_name="A100-40GB", gpus=4)
+    assert any("the first stage" in n for n in varying.vram.notes)
+    assert required_bytes(varying.peak_vram_upper_bytes, varying.vram) == required_bytes(
+        fixed.peak_vram_upper_bytes, fixed.vram)
+    assert "may not fit" in fit_verdict(varying)
+
+
+def test_a_site_offset_scales_the_cache_it_subtracts() -> None:
+    """With a site offset the residual scales the whole device peak, the cache too: the relief is the scaled cache,
+    so a variable-length job never needs less than the fixed-length one (it needed 24.4 GiB against 45.1)."""
+    from predictors.predict import SpecPredictor, _residual_model
+    from predictors.residual_serving import margin_group
+
+    model = _residual_model().model  # type: ignore[union-attr]
+    base = {"model": "qwen2.5-1.5b", "method": "lora", "precision": "bf16-true", "seq_len": 4096,
+            "micro_batch_size": 4, "gradient_checkpointing": "full"}
+    saved = dict(getattr(model, "site_offsets_", {}) or {})
+    try:
+        needs = []
+        for extra in ({}, {"sequence_lengths": "variable"}):
+            spec = parse_training_spec({**base, **extra})
+            model.site_offsets_ = {margin_group(spec): -0.2}
+            needs.append(SpecPredictor(spec, resolve_model(spec)).memory_many([("H100-80GB", 1)])[0].required_bytes)
+    finally:
+        model.site_offsets_ = saved
+    assert needs[1] == pytest.approx(needs[0], rel=1e-6)
+
+
+def test_paged_states_and_fragmentation_are_each_named_only_when_needed() -> None:
+    spec = parse_training_spec({"model": "qwen2.5-1.5b", "method": "full", "optimizer": "paged-adamw-8bit",
+                                "precision": "bf16-true", "seq_len": 4096, "micro_batch_size": 4,
+                                "gradient_checkpointing": "full", "sequence_lengths": "variable",
+                                "train_tokens": 1e7})
+    # on an A100 40GB the expected peak without the cache is above the card: no "fits with paging" verdict
+    small = predict(spec, gpu_name="A100-40GB", gpus=1)
+    assert "paged optimizer states" not in fit_verdict(small) and "fit" in fit_verdict(small)
+    # on an H200 only the fragmentation is needed (nothing pages): the reasons say that and nothing else
+    pool = NodePool.model_validate({"name": "h200", "gpu": "H200", "gpus_per_node": 8, "nodes": 1,
+                                    "price_usd_per_gpu_hour": 3.0})
+    d = place(spec, [pool], headroom_fraction=0.05)
+    assert d.decision == "placed" and d.chosen is not None
+    assert d.chosen.reason == "chosen (the allocator's fragmentation outside the margin)"
+    assert not any("page to host memory" in r for r in d.reasons)
+    assert any("fragmentation of variable-length blocks" in r for r in d.reasons)

@@ -753,6 +753,11 @@ def test_llamafactory_train_bash_flags_get_its_defaults() -> None:
      "variable", True, None),
     ([], {"PYTORCH_ALLOC_CONF": "expandable_segments:False"}, None, False, None),
     ([], {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}, None, None, None),
+    ([], {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:"}, None, None, None),  # no value: not set
+    # any packing switch on packs, whatever the order (LLaMA-Factory turns packing on with neat_packing)
+    (["--neat_packing", "true", "--packing", "false"], {}, "fixed", None, "flag --neat_packing"),
+    (["--packing", "false", "--neat_packing", "true"], {}, "fixed", None, "flag --neat_packing"),
+    (["--sample_packing", "true", "--packing", "false"], {}, "fixed", None, "flag --sample_packing"),
 ])
 def test_packing_and_the_allocator_setting(argv: list[str], env: dict[str, str], lengths: str | None,
                                            expandable: bool | None, source: str | None) -> None:
@@ -761,3 +766,13 @@ def test_packing_and_the_allocator_setting(argv: list[str], env: dict[str, str],
     assert job.spec.expandable_segments is expandable
     if source is not None:
         assert job.provenance["sequence_lengths"].startswith(source)
+
+
+@pytest.mark.parametrize("flag", ["--packing=maybe", "--pad_to_sequence_len=maybe"])
+def test_a_packing_flag_that_is_not_a_boolean_is_refused_by_name(flag: str) -> None:
+    from predictors.errors import SpecError
+    from tests.scheduler.spec.helpers import scan
+
+    outs = scan(pod(["python", "sft.py", "--model_name_or_path", "gpt2", flag], {}))
+    assert len(outs) == 1 and isinstance(outs[0], SpecError)
+    assert f"flag {flag.split('=')[0]}" in str(outs[0]) and "'maybe'" in str(outs[0])
