@@ -2607,6 +2607,9 @@ _TUNE_KEYS: dict[str, tuple[str, Convert]] = {
     "enable_activation_offloading": ("activation_offloading", to_bool),
     **dict.fromkeys(("loss", "loss._component_"), ("cross_entropy", _tune_loss)),
     "max_steps_per_epoch": ("steps", _positive),
+    # torchtune's SFT datasets: packed (PackedDataset, every sequence filled to max_seq_len) or each batch padded to
+    # its longest sample (padded_collate_sft)
+    "dataset.packed": ("sequence_lengths", lambda v: {True: "fixed", False: "variable"}.get(to_bool(v), v)),
 }
 
 
@@ -2677,6 +2680,13 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
         out["sharding"] = Setting("fsdp", f"torchtune recipe {recipe} (FSDP)", where)
     if recipe:  # torchtune's own LoRA modules and torchao's NF4 (TrainingSpec framework: torchtune)
         out["framework"] = Setting("torchtune", f"torchtune recipe {recipe}", where)
+        # importing torchtune turns on expandable segments unless the allocator setting turns them off
+        # (torchtune/__init__.py: torch.cuda.memory._set_allocator_settings("expandable_segments:True"))
+        alloc = " ".join((env or {}).get(name, "") for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"))
+        if "expandable_segments:False" not in alloc:
+            out["expandable_segments"] = Setting(
+                True, "torchtune (importing it sets expandable_segments:True unless PYTORCH_CUDA_ALLOC_CONF has "
+                "expandable_segments:False)", where)
     content = (files or {}).get(PurePosixPath(config).name) if config else None
     carried = _load_mapping(content) if content is not None else None
     model = _tune_model_from_config(config) if carried is None else None

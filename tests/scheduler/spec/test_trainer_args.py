@@ -776,3 +776,18 @@ def test_a_packing_flag_that_is_not_a_boolean_is_refused_by_name(flag: str) -> N
     outs = scan(pod(["python", "sft.py", "--model_name_or_path", "gpt2", flag], {}))
     assert len(outs) == 1 and isinstance(outs[0], SpecError)
     assert f"flag {flag.split('=')[0]}" in str(outs[0]) and "'maybe'" in str(outs[0])
+
+
+@pytest.mark.parametrize(("overrides", "env", "lengths", "expandable"), [
+    ([], {}, None, True),  # importing torchtune turns expandable segments on
+    (["dataset.packed=False"], {}, "variable", True),
+    (["dataset.packed=True"], {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}, "fixed", False),
+])
+def test_torchtune_turns_expandable_segments_on_unless_told_not_to(
+        overrides: list[str], env: dict[str, str], lengths: str | None, expandable: bool) -> None:
+    argv = ["tune", "run", "lora_finetune_single_device", "--config", "llama3_1/8B_qlora_single_device", *overrides]
+    job = one_job(pod(argv, env))
+    assert job.spec.sequence_lengths == lengths
+    assert job.spec.expandable_segments is expandable
+    if expandable:
+        assert job.provenance["expandable_segments"].startswith("torchtune (importing it sets")
