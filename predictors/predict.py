@@ -239,6 +239,10 @@ def reliefs_needed(upper_bytes: float, vram: VramPrediction, usable_bytes: float
                                           if k != "paged_optimizer_states"}, vram.peak_vram_bytes)
     paged_needed = bool(paged) and required_bytes(upper_bytes, without_paged) > usable_bytes
     cache_needed = bool(cache) and required_bytes(upper_bytes, without_cache) > usable_bytes
+    if not (paged_needed or cache_needed) and (paged or cache):
+        # either alone would do: name the fragmentation when it alone fits the bound (no paging expected then)
+        alone = bool(cache) and required_bytes(upper_bytes, without_paged) <= usable_bytes
+        return not alone, alone
     return paged_needed, cache_needed
 
 

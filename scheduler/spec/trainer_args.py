@@ -2061,13 +2061,19 @@ def split_script(
         return script
     text = _heredocs(shell_text.replace("\\\r\n", " ").replace("\\\n", " "), script.files)
     command: list[str] = []
-    for token in [*_split_shell(_expand(_exports(text, script.env, budget), script.env, budget)), ";"]:
+    seeded = dict(script.env)  # the container's environment
+    text = _exports(text, script.env, budget)
+    recorded = {name for name, value in script.env.items() if seeded.get(name) != value}  # whole-line exports
+    for token in [*_split_shell(_expand(text, script.env, budget)), ";"]:
         if token in _OPERATORS:
             if command:
                 script.commands.append(command)
             command = []
         elif not command and (assign := _ASSIGN.match(token)):
-            script.env.setdefault(assign.group(1), assign.group(2))
+            # an assignment the script runs (`export NAME=value; ...` on one line too) replaces the container's
+            # value; a whole-line export was recorded (and expanded within the budget) already
+            if assign.group(1) not in recorded:
+                script.env[assign.group(1)] = assign.group(2)
         elif command or token != "export":
             command.append(token)
     return script
@@ -2609,7 +2615,8 @@ _TUNE_KEYS: dict[str, tuple[str, Convert]] = {
     "max_steps_per_epoch": ("steps", _positive),
     # torchtune's SFT datasets: packed (PackedDataset, every sequence filled to max_seq_len) or each batch padded to
     # its longest sample (padded_collate_sft)
-    "dataset.packed": ("sequence_lengths", lambda v: {True: "fixed", False: "variable"}.get(to_bool(v), v)),
+    "dataset.packed": ("sequence_lengths", lambda v: {True: "fixed", False: "variable"}[b]
+                       if isinstance(b := to_bool(v), bool) else str(v)),
 }
 
 
@@ -2682,8 +2689,8 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
         out["framework"] = Setting("torchtune", f"torchtune recipe {recipe}", where)
         # importing torchtune turns on expandable segments unless the allocator setting turns them off
         # (torchtune/__init__.py: torch.cuda.memory._set_allocator_settings("expandable_segments:True"))
-        alloc = " ".join((env or {}).get(name, "") for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"))
-        if "expandable_segments:False" not in alloc:
+        # (torchtune reads PYTORCH_CUDA_ALLOC_CONF only: with PYTORCH_ALLOC_CONF alone it still turns them on)
+        if "expandable_segments:False" not in (env or {}).get("PYTORCH_CUDA_ALLOC_CONF", ""):
             out["expandable_segments"] = Setting(
                 True, "torchtune (importing it sets expandable_segments:True unless PYTORCH_CUDA_ALLOC_CONF has "
                 "expandable_segments:False)", where)

@@ -197,3 +197,18 @@ def test_paged_states_and_fragmentation_are_each_named_only_when_needed() -> Non
     assert d.chosen.reason == "chosen (the allocator's fragmentation outside the margin)"
     assert not any("page to host memory" in r for r in d.reasons)
     assert any("fragmentation of variable-length blocks" in r for r in d.reasons)
+
+
+def test_a_bound_that_either_relief_alone_fits_still_says_why() -> None:
+    """Paged states and fragmentation each enough on their own: the reason names the fragmentation (no paging is
+    expected then), not nothing (review, 2026-11-27)."""
+    spec = parse_training_spec({"model": "qwen2.5-1.5b", "method": "full", "optimizer": "paged-adamw-8bit",
+                                "precision": "bf16-true", "seq_len": 4096, "gradient_checkpointing": "full",
+                                "sequence_lengths": "variable", "train_tokens": 1e7})
+    pool = NodePool.model_validate({"name": "l40s", "gpu": "L40S", "gpus_per_node": 8, "nodes": 1,
+                                    "price_usd_per_gpu_hour": 1.0})
+    d = place(spec, [pool], headroom_fraction=0.05)
+    assert d.decision == "placed" and d.chosen is not None
+    assert (d.chosen.peak_vram_upper_bytes or 0) > d.chosen.usable_bytes
+    assert d.chosen.reason == "chosen (the allocator's fragmentation outside the margin)"
+    assert any("fragmentation of variable-length blocks" in r for r in d.reasons)

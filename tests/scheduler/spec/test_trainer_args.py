@@ -791,3 +791,26 @@ def test_torchtune_turns_expandable_segments_on_unless_told_not_to(
     assert job.spec.expandable_segments is expandable
     if expandable:
         assert job.provenance["expandable_segments"].startswith("torchtune (importing it sets")
+
+
+@pytest.mark.parametrize(("command", "env", "expandable"), [
+    # torchtune reads PYTORCH_CUDA_ALLOC_CONF only: with PYTORCH_ALLOC_CONF alone it still turns them on
+    (["tune", "run", "lora_finetune_single_device", "--config", "llama3_1/8B_lora_single_device"],
+     {"PYTORCH_ALLOC_CONF": "expandable_segments:False"}, True),
+    # a same-line export in the script replaces the container's value
+    (["bash", "-c", "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False; tune run lora_finetune_single_device "
+      "--config llama3_1/8B_lora_single_device"], {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, False),
+])
+def test_torchtune_and_the_scripts_allocator_setting(command: list[str], env: dict[str, str],
+                                                     expandable: bool) -> None:
+    assert one_job(pod(command, env)).spec.expandable_segments is expandable
+
+
+def test_a_torchtune_packed_value_that_is_no_boolean_is_refused_not_a_crash() -> None:
+    """``dataset: {packed: []}`` in a carried config (a list: it crashed the lookup) and an override."""
+    from predictors.errors import SpecError
+
+    for outcomes in (_tune_job(TUNE_QLORA_CONFIG + "dataset:\n  packed: []\n"),
+                     _tune_job(TUNE_QLORA_CONFIG, "dataset.packed=maybe")):
+        errors = [o for o in outcomes if isinstance(o, SpecError) and "is not a workload" not in str(o)]
+        assert len(errors) == 1 and "dataset.packed" in str(errors[0]), outcomes
