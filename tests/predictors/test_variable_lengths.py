@@ -212,3 +212,47 @@ def test_a_bound_that_either_relief_alone_fits_still_says_why() -> None:
     assert (d.chosen.peak_vram_upper_bytes or 0) > d.chosen.usable_bytes
     assert d.chosen.reason == "chosen (the allocator's fragmentation outside the margin)"
     assert any("fragmentation of variable-length blocks" in r for r in d.reasons)
+
+
+def _bench_module():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    path = BENCH_ROWS.parents[1] / "variable_lengths.py"
+    spec = importlib.util.spec_from_file_location("variable_lengths_bench", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_bench_draws_the_stated_length_distribution() -> None:
+    """bench/variable_lengths.py's samples: the ms-swift dataset's gamma (mean 3,234, sd 2,548) with samples above
+    max_length dropped and none below its stated minimum; the same seed, the same samples (each mode of a config is
+    fed the same micro-batches). The mean below 2,048 of that distribution is 1,134 tokens (the X06 rows'
+    mean_seq_len)."""
+    bench = _bench_module()
+    lengths = bench.sample_lengths(2048, 4000)
+    assert lengths == bench.sample_lengths(2048, 4000)
+    assert min(lengths) >= bench.SAMPLE_MIN_TOKENS and max(lengths) <= 2048
+    assert sum(lengths) / len(lengths) == pytest.approx(1134, rel=0.03)
+    assert bench.sample_lengths(2048, 480)[:128] == lengths[:128]  # the first micro-batches do not depend on the count
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("qwen2.5-7b:2048:128:fixed,variable", None),
+    ("qwen2.5-7b:2048:128", "expected MODEL:MAX_LENGTH:MICRO_BATCHES:MODE"),
+    ("qwen2.5-7b:2k:128:fixed", "expected MODEL:MAX_LENGTH:MICRO_BATCHES:MODE"),
+    ("qwen2.5-7b:2048:128:packed", "unknown mode 'packed'"),
+])
+def test_the_bench_config_option_says_what_is_wrong(text: str, message: str | None,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    bench = _bench_module()
+    parser = argparse.ArgumentParser(prog="variable_lengths.py")
+    if message is None:
+        assert bench._parse_config(parser, text) == ("qwen2.5-7b", 2048, 128, ("fixed", "variable"))
+        return
+    with pytest.raises(SystemExit):
+        bench._parse_config(parser, text)
+    assert message in capsys.readouterr().err
