@@ -225,9 +225,12 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
     if mode is not None:
         text = str(mode[0]).lower()
         choice = str(option[0]).strip() if option else "2"  # torchtitan's default selective_ac_option: "2"
-        if text == "selective" and launch_count(choice) is not None:
+        # a block count ("op" checkpoints by operator); launch_count also reads a launcher's range "1:4", which is
+        # no option value here
+        every = launch_count(choice) if ":" not in choice else None
+        if text == "selective" and every is not None:
             put("gradient_checkpointing", "full", f"{mode[1]} (every {choice} blocks in full)")
-            put("checkpoint_every_n_layers", int(choice), option[1] if option else
+            put("checkpoint_every_n_layers", every, option[1] if option else
                 "torchtitan selective_ac_option default 2")
         elif text in ("none", "full", "selective"):
             put("gradient_checkpointing", text, mode[1])

@@ -159,3 +159,12 @@ def test_global_batch_becomes_gradient_accumulation() -> None:
                        "--training.global_batch_size", "64"], gpus=8))
     assert odd.spec.grad_accum_steps == 1
     assert any("not a whole multiple" in a for a in odd.assumptions), odd.assumptions
+
+
+@pytest.mark.parametrize("option", ["1:4", "0", "²", "op"])
+def test_a_selective_option_that_is_no_block_count_is_not_read_as_one(option: str) -> None:
+    """"1:4" (a launcher's range, which the shared count reader accepts) crashed int(); none of these is a count."""
+    outcomes = scan(pod([*TITAN, "--model.name=qwen3", "--model.flavor=1.7B", "--activation_checkpoint.mode=selective",
+                         f"--activation_checkpoint.selective_ac_option={option}"], gpus=4))
+    jobs = [o for o in outcomes if isinstance(o, ParsedJob)]
+    assert len(jobs) == 1 and jobs[0].spec.checkpoint_every_n_layers is None
