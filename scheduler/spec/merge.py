@@ -30,6 +30,7 @@ from scheduler.spec.document import NoTrainingJob, ParsedJob, PodTemplateRef
 from scheduler.spec.pods import Container, ObjectRef, Path, Role, dotted, pointer
 from scheduler.spec.trainer_args import (
     HYBRID_MARKERS,
+    TORCHTUNE_ALLOCATOR_SOURCE,
     Launch,
     Reading,
     Setting,
@@ -415,7 +416,7 @@ def _command_and_env(w: Workload, roles: Sequence[Role]) -> tuple[Reading, Setti
     from_env = read_env_settings(env, env_where)
     reading.notes += [note for note in from_env.notes if note not in reading.notes]  # e.g. an ignored offload
     tune = reading.settings.get("expandable_segments")
-    if tune is not None and tune.source.startswith("torchtune"):
+    if tune is not None and tune.source == TORCHTUNE_ALLOCATOR_SOURCE:
         # importing torchtune sets the allocator after the environment is read (read_torchtune checked the one
         # variable that stops it), so the environment's value does not win here
         from_env.settings.pop("expandable_segments", None)

@@ -221,6 +221,12 @@ def _offloading(value: Any) -> Any:
     return to_bool(value)
 
 
+# The source of the expandable_segments that importing torchtune sets: it happens after the environment is read, so
+# the merge lets it stand over the environment's allocator variables (merge._command_and_env)
+TORCHTUNE_ALLOCATOR_SOURCE = ("torchtune (importing it sets expandable_segments:True unless PYTORCH_CUDA_ALLOC_CONF "
+                              "has expandable_segments:False)")
+
+
 def _expandable_segments(value: Any) -> Any:
     """``expandable_segments`` of a ``PYTORCH_CUDA_ALLOC_CONF`` value (``key:value`` pairs, comma-separated); None
     when the value does not set it."""
@@ -2691,9 +2697,7 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
         # (torchtune/__init__.py: torch.cuda.memory._set_allocator_settings("expandable_segments:True"))
         # (torchtune reads PYTORCH_CUDA_ALLOC_CONF only: with PYTORCH_ALLOC_CONF alone it still turns them on)
         if "expandable_segments:False" not in (env or {}).get("PYTORCH_CUDA_ALLOC_CONF", ""):
-            out["expandable_segments"] = Setting(
-                True, "torchtune (importing it sets expandable_segments:True unless PYTORCH_CUDA_ALLOC_CONF has "
-                "expandable_segments:False)", where)
+            out["expandable_segments"] = Setting(True, TORCHTUNE_ALLOCATOR_SOURCE, where)
     content = (files or {}).get(PurePosixPath(config).name) if config else None
     carried = _load_mapping(content) if content is not None else None
     model = _tune_model_from_config(config) if carried is None else None
