@@ -66,6 +66,8 @@ HYBRID_SHARDING = ("zero3", "fsdp", "fsdp-grad-op")
 # the sharding a second, coarser parameter shard for backward (secondary_shard_size) applies to: engines that gather
 # the parameters again in backward (FSDP SHARD_GRAD_OP keeps them whole from forward to backward)
 SECONDARY_SHARDING = ("zero3", "fsdp")
+# the ZeRO stages whose optimizer keeps a contiguous gradient buffer of reduce_bucket_size elements
+ZERO_BUCKET_SHARDING = ("zero2", "zero3")
 
 # torch.optim's fused implementations (fused=True) of the TrainingSpec optimizers
 FUSABLE_OPTIMIZERS = ("adamw", "sgd", "sgd-momentum")
@@ -86,16 +88,17 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 
 
-def _count(binary_k: bool = False):  # type: ignore[no-untyped-def]
-    def convert(value: Any) -> Any:
-        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-            return value
-        try:
-            return parse_count(value, "value", binary_k=binary_k)
-        except QuantityError as exc:
-            raise ValueError(str(exc).replace("value ", "", 1)) from exc
+def _parse_count_value(value: Any, binary_k: bool = False) -> Any:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    try:
+        return parse_count(value, "value", binary_k=binary_k)
+    except QuantityError as exc:
+        raise ValueError(str(exc).replace("value ", "", 1)) from exc
 
-    return BeforeValidator(convert)
+
+def _count(binary_k: bool = False):  # type: ignore[no-untyped-def]
+    return BeforeValidator(lambda value: _parse_count_value(value, binary_k))
 
 
 def _float_count(value: Any) -> Any:
@@ -122,6 +125,8 @@ SeqLen = Annotated[int, _count(binary_k=True), Field(gt=0, le=MAX_SEQ_LEN)]
 MAX_TRAIN_TOKENS = 1e15
 MAX_STEPS = 10**9
 MAX_GPUS = 10**6
+# 10^11 elements: a 200 GB gradient bucket, more memory than any GPU has; a larger reduce_bucket_size is a typo
+MAX_ZERO_BUCKET_ELEMENTS = 10**11
 MAX_MICRO_BATCH = 2**20
 MAX_PARAMS_OVERRIDE = 1e15
 Tokens = Annotated[float, BeforeValidator(_float_count), Field(ge=1, le=MAX_TRAIN_TOKENS)]  # at least one token
@@ -372,6 +377,17 @@ class TrainingSpec(BaseModel):
                           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place, so blocks of "
                           "varying sizes do not fragment it)"
     )
+    zero_reduce_bucket_elements: Annotated[int, Field(gt=0, le=MAX_ZERO_BUCKET_ELEMENTS)] | Literal["auto"] | None = (
+        Field(None, description="vramfit extension: DeepSpeed ZeRO-2/3 reduce_bucket_size, in elements: the "
+                                "contiguous gradient buffer the ZeRO optimizer allocates at this size whatever the "
+                                "trainable parameter count; auto: hidden_size^2, as the HF Trainer and accelerate "
+                                "fill \"auto\". Unset: DeepSpeed's default 5e8")
+    )
+    zero_overlap_comm: bool | None = Field(
+        None, description="vramfit extension: DeepSpeed overlap_comm; ZeRO-2 then keeps two gradient buffers of "
+                          "zero_reduce_bucket_elements (ZeRO-3 keeps one either way). Unset: false, DeepSpeed's "
+                          "default at stage 2"
+    )
 
     @field_validator("gradient_checkpointing", mode="before")
     @classmethod
@@ -400,6 +416,17 @@ class TrainingSpec(BaseModel):
     @classmethod
     def _galore_targets(cls, value: Any) -> Any:
         return target_names(value)
+
+    @field_validator("zero_reduce_bucket_elements", mode="before")
+    @classmethod
+    def _bucket_elements(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        parsed = _parse_count_value(value)  # 5e8 (a JSON float in DeepSpeed configs), "2e8", "500M"
+        if isinstance(parsed, int) and parsed > MAX_ZERO_BUCKET_ELEMENTS:
+            raise ValueError(f"must be at most {MAX_ZERO_BUCKET_ELEMENTS:.0e} elements (a 200 GB buffer); got "
+                             f"{value!r}")
+        return parsed
 
     @field_validator("cross_entropy", mode="before")
     @classmethod
@@ -564,6 +591,13 @@ class TrainingSpec(BaseModel):
                     f"shard_group_size {self.shard_group_size} must divide the {dp} data-parallel ranks (gpus "
                     f"{self.gpus} / tensor x pipeline x context parallel {self.model_parallel()}): each group holds "
                     f"one whole copy of the states. To fix: use a divisor of {dp}, or drop shard_group_size")
+        for name in ("zero_reduce_bucket_elements", "zero_overlap_comm"):
+            if getattr(self, name) is not None and self.sharding not in ZERO_BUCKET_SHARDING:
+                raise ValueError(
+                    f"{name} sizes the contiguous gradient buffer of DeepSpeed ZeRO stage 2 or 3; sharding is "
+                    f"{self.sharding or 'unset'}"
+                    + (" (DeepSpeed turns contiguous_gradients off at stage 1)" if self.sharding == "zero1" else "")
+                    + f". To fix: set sharding: zero2 or zero3, or drop {name}")
         if self.secondary_shard_size is not None:
             if self.sharding not in SECONDARY_SHARDING:
                 raise ValueError(
@@ -649,6 +683,8 @@ _HINTS: dict[str, str] = {
     "micro_batch_size": "use a positive integer such as 1, 4 or '8'",
     "seq_len": "use a positive token count such as 2048 or '4k'",
     "gpus": "use a positive integer or 'auto'",
+    "zero_reduce_bucket_elements": "use DeepSpeed's reduce_bucket_size in elements (5e8, '2e8') or 'auto' "
+                                   "(hidden_size^2)",
     "model": "use a catalog name (run `vramfit models`), a Hugging Face id, or {config: {...}}",
 }
 

@@ -148,6 +148,10 @@ _SELECTIVE_KEPT_FRACTION = 0.4
 # the reducer keeps flat bucket copies of every gradient.
 # DeepSpeed ZeRO defaults: reduce_bucket_size = allgather_bucket_size = 5e8 elements (DeepSpeed config
 # docs); the buffers hold 16-bit values. ZeRO-3 prefetch bucket 5e7 elements.
+# The ZeRO-2/3 optimizer allocates its contiguous gradient buffer at reduce_bucket_size elements whatever the
+# trainable parameter count (deepspeed/runtime/zero/stage_1_and_2.py setup_buckets: torch.empty(reduce_bucket_size),
+# a second one with overlap_comm; stage3.py _setup_for_real_optimizer: one), in the dtype of the parameters it
+# trains; at stage 1 DeepSpeed turns contiguous_gradients off (runtime/engine.py _configure_zero_optimizer).
 _ZERO_BUCKET_ELEMENTS = 5e8
 _ZERO3_PREFETCH_ELEMENTS = 5e7
 _ZERO3_MAX_LIVE_ELEMENTS = 1e9  # stage3_max_live_parameters default (DeepSpeed config docs)
@@ -561,8 +565,13 @@ def _predict_stage(
     layer_params = (linear_body + other) / max(arch.num_layers + arch.num_encoder_layers, 1) * scale / lay.tp
     if lay.sharding == "ddp" and dp > 1:
         comm += trainable_gpu * grad_bytes  # DDP flat gradient buckets
-    elif deepspeed and dp >= 1 and lay.sharding != "zero1":
-        comm += min(_ZERO_BUCKET_ELEMENTS, trainable_gpu) * 2.0
+    elif deepspeed and lay.sharding != "zero1" and trainable_gpu > 0:
+        bucket = _zero_gradient_buffer_bytes(spec, arch, e)
+        comm += bucket
+        if bucket > trainable_gpu * 2.0:
+            notes.append(f"DeepSpeed {lay.sharding}: the contiguous gradient buffer is {bucket / 2**30:.2f} GiB "
+                         "(reduce_bucket_size elements, whatever the trainable parameter count; "
+                         "zero_reduce_bucket_elements sets it)")
     gathered = 0.0
     if (lay.sharding in ("zero3", "fsdp") and dp > 1) or offload_params:
         # gathered parameters of the block being computed and the prefetched next one
@@ -1007,6 +1016,16 @@ def _galore_svd_workspace(spec: TrainingSpec, arch: Architecture, per_gpu: float
     matrices of fp32 in all."""
     largest = max((m * n for _, m, n in _galore_projected(spec, arch)), default=0)
     return largest * 12.0 * per_gpu
+
+
+def _zero_gradient_buffer_bytes(spec: TrainingSpec, arch: Architecture, e: int) -> float:
+    """DeepSpeed ZeRO-2/3's contiguous gradient buffer: ``zero_reduce_bucket_elements`` (unset: DeepSpeed's 5e8;
+    ``auto``: hidden_size^2, what the HF Trainer and accelerate fill "auto" with), two of them at ZeRO-2 with
+    ``zero_overlap_comm``, in the dtype of the trained parameters (16-bit unless the run is 32-true)."""
+    size = spec.zero_reduce_bucket_elements
+    elements = float(arch.hidden_size) ** 2 if size == "auto" else float(size or _ZERO_BUCKET_ELEMENTS)
+    buffers = 2 if spec.sharding == "zero2" and spec.zero_overlap_comm else 1
+    return elements * buffers * (4.0 if e == 4 else 2.0)
 
 
 def _dora_bytes_per_output(lora: LoraSpec, e: int, adapter_bytes: int) -> float:

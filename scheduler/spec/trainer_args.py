@@ -1708,6 +1708,7 @@ def _resolve_deepspeed(
         if off:
             _put(out, "offload", off, zero)
         _deepspeed_hierarchy(section, zero, out, notes)
+        _deepspeed_gradient_buffer(section, zero, out, notes)
     stage_flag = raw.get("_zero_stage")
     if stage_flag is not None and _zero_sharding(stage_flag.value):
         _put(out, "sharding", _zero_sharding(stage_flag.value), stage_flag)
@@ -1718,6 +1719,56 @@ def _resolve_deepspeed(
     if (opt or par) and (off := _offload_devices(opt.value if opt else None, par.value if par else None,
                                                  out.get("sharding"), notes)):
         _put(out, "offload", off, par if off == "params+optimizer" else opt)
+
+
+def _deepspeed_gradient_buffer(section: Mapping[str, Any], zero: Setting, out: Settings, notes: list[str]) -> None:
+    """ZeRO-2/3's contiguous gradient buffer: ``reduce_bucket_size`` elements (a number, or "auto", which the HF
+    Trainer and accelerate fill with hidden_size^2) -> ``zero_reduce_bucket_elements``; ZeRO-2's ``overlap_comm``
+    doubles it -> ``zero_overlap_comm``. DeepSpeed ignores both at stage 1 (and keeps no buffer there)."""
+    stage = _zero_sharding(section.get("stage"))
+    if stage not in ("zero2", "zero3"):
+        return
+    size = section.get("reduce_bucket_size")
+    if size is not None:
+        if str(size).strip().lower() == "auto":
+            _put(out, "zero_reduce_bucket_elements", "auto", zero)
+        else:
+            elements = _bucket_elements(size)
+            if elements is None:
+                shown = repr(size) if len(repr(size)) <= 60 else repr(size)[:57] + "..."
+                raise SpecError.one(
+                    "", f"{zero.source}: zero_optimization.reduce_bucket_size must be a positive number of "
+                        f"elements or \"auto\"; got {shown}",
+                    "write it as DeepSpeed does (5e8, 200000000) or \"auto\"")
+            _put(out, "zero_reduce_bucket_elements", elements, zero)
+    overlap = section.get("overlap_comm")
+    if overlap is not None and stage == "zero2":
+        flag = to_bool(overlap)
+        if not isinstance(flag, bool):
+            raise SpecError.one(
+                "", f"{zero.source}: zero_optimization.overlap_comm must be true or false; got {overlap!r}",
+                "write it as true or false")
+        _put(out, "zero_overlap_comm", flag, zero)
+    offloaded = _offload_device(section, "offload_optimizer", zero) not in (None, "none")
+    if to_bool(section.get("contiguous_gradients", True)) is False and not offloaded:  # offload forces it on
+        notes.append(f"{zero.source} contiguous_gradients false: DeepSpeed flattens each bucket as it reduces it "
+                     "instead of keeping a buffer; vramfit counts the buffer (an over-estimate of at most a bucket)")
+
+
+def _bucket_elements(value: Any) -> int | None:
+    """A positive element count as DeepSpeed configs write it (500000000, 5e8, "5e8"); None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        number = float(value)
+    else:
+        try:
+            number = float(str(value).strip())
+        except ValueError:
+            return None
+    if not number.is_integer() or not 0 < number <= 1e11:
+        return None
+    return int(number)
 
 
 def _offload_device(section: Mapping[str, Any], key: str, zero: Setting) -> Any:

@@ -245,11 +245,13 @@ def test_evaluate_cv_source_output(runs_subset: RunsSubset, capsys: pytest.Captu
 # Adafactor stepping one parameter at a time (S17-306 +13.5 % -> -7.8 %): 11.4 % / 42.3 %, 94.8 % at 53.4 %;
 # session 17 (the token features one-sided in the bound's distance; the reserved peak the larger phase's):
 # 11.5 % / 41.9 %, 94.8 % at 52.9 %; session 18 (the trainable, rank and resident-share features one-sided too):
-# 94.8 % at 53.1 %
-LOSO_MEDIAN_APE = 0.115
-LOSO_P90_APE = 0.419
-LOSO_COVERAGE = 0.948
-LOSO_MEDIAN_SLACK = 0.531
+# 94.8 % at 53.1 %; session 24 (DeepSpeed ZeRO-2/3's gradient bucket at its full 5e8 elements, not the trainable
+# count: S14's Q-LoRA rows 35 % -> 20 % under): 11.4 % / 41.6 %, 95.3 % at 56.1 % (the margins are unchanged; the rows
+# that moved up carry more slack, one more row is covered)
+LOSO_MEDIAN_APE = 0.114
+LOSO_P90_APE = 0.416
+LOSO_COVERAGE = 0.953
+LOSO_MEDIAN_SLACK = 0.561
 
 
 def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[TrainingRow]) -> None:
