@@ -106,7 +106,8 @@ def test_external_runs_accuracy_does_not_regress() -> None:
 # median 10.5 %, p90 47.0 %, OOM 3/3; without X06 (47 rows) 3.9 % / 23.0 %; X06 alone 24.1 % under (see README).
 # With the rows' sequence_lengths (X06, and X09 at 8,192 tokens where 5 % of samples reach max_length: variable) and
 # the allocator fragmentation that vramfit's H100 bench measured (bench/data/variable_lengths-H100.jsonl):
-# 5.3 % / 23.8 %; without X06 3.9 % / 23.3 %; X06 alone 7.8 % / 24.3 %.
+# 5.3 % / 23.8 %; without X06 3.9 % / 23.3 %; X06 alone 7.8 % / 24.3 %. With that cache cut to what the A100's
+# 80 GiB holds (the allocator frees cached segments and retries before it fails): 5.0 % / 23.1 %; X06 5.7 % / 19.5 %.
 EXTERNAL_RUNS_2 = EXTERNAL_RUNS.with_name("external_runs_2.jsonl")
 
 
@@ -115,13 +116,13 @@ def test_second_external_set_does_not_regress() -> None:
     ev = evaluate(runs)
     s = ev.summary()
     assert s["n"] == 100
-    assert s["median_ape"] <= 0.054 and s["p90_ape"] <= 0.239, s
+    assert s["median_ape"] <= 0.051 and s["p90_ape"] <= 0.232, s
     assert ev.oom_right == 3
     steady = evaluate([run for run in runs if not run.id.startswith("X06-")]).summary()
     assert steady["n"] == 47
     assert steady["median_ape"] <= 0.039 and steady["p90_ape"] <= 0.234, steady
     varying = evaluate([run for run in runs if run.id.startswith("X06-")]).summary()
-    assert varying["median_ape"] <= 0.078 and varying["p90_ape"] <= 0.243, varying
+    assert varying["median_ape"] <= 0.058 and varying["p90_ape"] <= 0.196, varying
 
 
 # Published throughput measurements outside the dev set (bench/data/external_runtime.jsonl, compiled 2026-11-27):

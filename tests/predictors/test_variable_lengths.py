@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from predictors import vram as vram_module
 from predictors.catalog import resolve_model
 from predictors.errors import SpecError
 from predictors.hardware import lookup_gpu
@@ -112,7 +113,7 @@ def test_the_measured_h100_rows_are_predicted() -> None:
             assert row["peak_reserved_bytes"] == pytest.approx(base["peak_reserved_bytes"], rel=0.02)
 
 
-def test_fragmentation_never_decides_the_fit() -> None:
+def test_fragmentation_never_decides_the_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     """PyTorch frees cached blocks and retries before an allocation fails, so a GPU with room for everything but
     the fragmentation still runs the job (ms-swift's batch-8 run reserved 76.1 GiB of an A100 80GB)."""
     spec = _spec(model="qwen2.5-7b", micro_batch_size=8, sequence_lengths="variable", mean_seq_len=1134)
@@ -120,7 +121,19 @@ def test_fragmentation_never_decides_the_fit() -> None:
     cache = pred.vram.breakdown_bytes["allocator_fragmentation"]
     device, upper = pred.vram.peak_vram_bytes, pred.peak_vram_upper_bytes
     needed = required_bytes(upper, pred.vram)
-    assert needed == max(int(upper * (1 - cache / device)), device - cache) and needed < device < upper
+    assert needed == max(int(upper * (1 - cache / device)), device - cache) and needed < upper
+    # on the A100 the cache fills the device and no more: 29 of the 77 GiB it holds with room, beside the rest's 50
+    roomy = predict(spec, gpu_name="H200", gpus=1).vram
+    assert device == lookup_gpu("A100-80GB").memory_bytes
+    assert pred.vram.peak_reserved_bytes == device - pred.vram.breakdown_bytes["cuda_context"]
+    assert 25 * GIB < cache < roomy.breakdown_bytes["allocator_fragmentation"] - 40 * GIB
+    assert any("only up to the device's memory: 77.09 -> 29.15 GiB" in n for n in pred.vram.notes)
+    # what the job needs is the same as with the whole cache counted: the bound's share without it
+    monkeypatch.setattr(vram_module, "_cache_beyond_device", lambda cache, peak, gpu: 0)
+    whole = predict(spec, gpu_name="A100-80GB", gpus=1)
+    assert whole.vram.breakdown_bytes["allocator_fragmentation"] > 70 * GIB
+    assert needed == pytest.approx(required_bytes(whole.peak_vram_upper_bytes, whole.vram), rel=1e-6)
+    monkeypatch.undo()
     # the same job without the term needs what the rest needs, give or take the margin's rounding
     fixed = predict(_spec(model="qwen2.5-7b", micro_batch_size=8), gpu_name="A100-80GB", gpus=1)
     assert needed >= fixed.vram.peak_vram_bytes - GIB
@@ -256,3 +269,26 @@ def test_the_bench_config_option_says_what_is_wrong(text: str, message: str | No
     with pytest.raises(SystemExit):
         bench._parse_config(parser, text)
     assert message in capsys.readouterr().err
+
+
+def test_the_cache_fills_each_device_and_no_more() -> None:
+    """Per GPU: the breakdown still sums to the device peak, placement's shortcut (device_peak_on_gpu) agrees, the
+    device peak stays within the card's memory unless the rest alone is above it, and more tokens never predict
+    less on the same card."""
+    from predictors.vram import device_peak_on_gpu, on_gpu, predict_vram_without_gpu
+
+    for name in ("L4", "A100-40GB", "A100-80GB", "H100-80GB", "H200"):
+        gpu = lookup_gpu(name)
+        before = 0
+        for batch in (1, 2, 4, 8, 16):
+            spec = _spec(model="qwen2.5-7b", micro_batch_size=batch, sequence_lengths="variable", mean_seq_len=1134)
+            base = predict_vram_without_gpu(spec, resolve_model(spec).architecture, 1)
+            vram = on_gpu(base, gpu)
+            cache = vram.breakdown_bytes["allocator_fragmentation"]
+            assert sum(vram.breakdown_bytes.values()) == vram.peak_vram_bytes == device_peak_on_gpu(base, gpu)
+            assert vram.peak_reserved_bytes >= vram.peak_allocated_bytes and cache >= 0
+            rest = vram.peak_vram_bytes - cache
+            assert vram.peak_vram_bytes == (rest if rest >= gpu.memory_bytes else min(
+                rest + base.breakdown_bytes["allocator_fragmentation"], gpu.memory_bytes)), (name, batch)
+            assert vram.peak_vram_bytes >= before, (name, batch)
+            before = vram.peak_vram_bytes
