@@ -377,11 +377,12 @@ class TrainingSpec(BaseModel):
                           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place, so blocks of "
                           "varying sizes do not fragment it)"
     )
-    zero_reduce_bucket_elements: Annotated[int, Field(gt=0, le=MAX_ZERO_BUCKET_ELEMENTS)] | Literal["auto"] | None = (
+    zero_reduce_bucket_elements: Annotated[int, Field(ge=0, le=MAX_ZERO_BUCKET_ELEMENTS)] | Literal["auto"] | None = (
         Field(None, description="vramfit extension: DeepSpeed ZeRO-2/3 reduce_bucket_size, in elements: the "
                                 "contiguous gradient buffer the ZeRO optimizer allocates at this size whatever the "
-                                "trainable parameter count; auto: hidden_size^2, as the HF Trainer and accelerate "
-                                "fill \"auto\". Unset: DeepSpeed's default 5e8")
+                                "trainable parameter count (ZeRO-1 only with an offloaded optimizer); auto: "
+                                "hidden_size^2, as the HF Trainer and accelerate fill \"auto\". Unset: DeepSpeed's "
+                                "default 5e8")
     )
     zero_overlap_comm: bool | None = Field(
         None, description="vramfit extension: DeepSpeed overlap_comm; ZeRO-2 then keeps two gradient buffers of "
@@ -592,11 +593,12 @@ class TrainingSpec(BaseModel):
                     f"{self.gpus} / tensor x pipeline x context parallel {self.model_parallel()}): each group holds "
                     f"one whole copy of the states. To fix: use a divisor of {dp}, or drop shard_group_size")
         for name in ("zero_reduce_bucket_elements", "zero_overlap_comm"):
-            if getattr(self, name) is not None and self.sharding not in ZERO_BUCKET_SHARDING:
+            if getattr(self, name) is not None and not self.keeps_zero_gradient_buffer():
                 raise ValueError(
-                    f"{name} sizes the contiguous gradient buffer of DeepSpeed ZeRO stage 2 or 3; sharding is "
-                    f"{self.sharding or 'unset'}"
-                    + (" (DeepSpeed turns contiguous_gradients off at stage 1)" if self.sharding == "zero1" else "")
+                    f"{name} sizes the contiguous gradient buffer of DeepSpeed ZeRO stage 2 or 3 (or stage 1 with "
+                    f"an offloaded optimizer); sharding is {self.sharding or 'unset'}"
+                    + (" without offload (DeepSpeed turns contiguous_gradients off at stage 1 then)"
+                       if self.sharding == "zero1" else "")
                     + f". To fix: set sharding: zero2 or zero3, or drop {name}")
         if self.secondary_shard_size is not None:
             if self.sharding not in SECONDARY_SHARDING:
@@ -657,6 +659,12 @@ class TrainingSpec(BaseModel):
         at most the data-parallel size; every data-parallel rank when unset."""
         dp = self.data_parallel(gpus)
         return min(self.shard_group_size, dp) if self.shard_group_size else dp
+
+    def keeps_zero_gradient_buffer(self) -> bool:
+        """Whether the ZeRO optimizer keeps a contiguous gradient buffer: at stages 2 and 3, and at stage 1 when the
+        optimizer is offloaded (DeepSpeed's stage_1_and_2.py: contiguous_gradients or cpu_offload)."""
+        return self.sharding in ZERO_BUCKET_SHARDING or (
+            self.sharding == "zero1" and self.offload in ("optimizer", "params+optimizer"))
 
     def with_gpus(self, gpus: int) -> TrainingSpec:
         return self.model_copy(update={"gpus": gpus})

@@ -592,10 +592,10 @@ def _predict_stage(
     layer_params = (linear_body + other) / max(arch.num_layers + arch.num_encoder_layers, 1) * scale / lay.tp
     if lay.sharding == "ddp" and dp > 1:
         comm += trainable_gpu * grad_bytes  # DDP flat gradient buckets
-    elif deepspeed and lay.sharding != "zero1" and trainable_gpu > 0:
-        bucket = _zero_gradient_buffer_bytes(spec, arch, e)
+    elif deepspeed and trainable_gpu > 0 and spec.keeps_zero_gradient_buffer():
+        elements, bucket = _zero_gradient_buffer(spec, arch, e)
         comm += bucket
-        if bucket > trainable_gpu * 2.0:
+        if elements > trainable_gpu:
             notes.append(f"DeepSpeed {lay.sharding}: the contiguous gradient buffer is {bucket / 2**30:.2f} GiB "
                          "(reduce_bucket_size elements, whatever the trainable parameter count; "
                          "zero_reduce_bucket_elements sets it)")
@@ -1045,14 +1045,18 @@ def _galore_svd_workspace(spec: TrainingSpec, arch: Architecture, per_gpu: float
     return largest * 12.0 * per_gpu
 
 
-def _zero_gradient_buffer_bytes(spec: TrainingSpec, arch: Architecture, e: int) -> float:
-    """DeepSpeed ZeRO-2/3's contiguous gradient buffer: ``zero_reduce_bucket_elements`` (unset: DeepSpeed's 5e8;
-    ``auto``: hidden_size^2, what the HF Trainer and accelerate fill "auto" with), two of them at ZeRO-2 with
-    ``zero_overlap_comm``, in the dtype of the trained parameters (16-bit unless the run is 32-true)."""
+def _zero_gradient_buffer(spec: TrainingSpec, arch: Architecture, e: int) -> tuple[float, float]:
+    """DeepSpeed's contiguous gradient buffer, (elements, bytes): ``zero_reduce_bucket_elements`` (unset: DeepSpeed's
+    5e8; ``auto``: hidden_size^2, what the HF Trainer and accelerate fill "auto" with), two of them at ZeRO-2 with
+    ``zero_overlap_comm`` (stage 1 turns overlap off), in the dtype of the trained parameters (16-bit unless the run
+    is 32-true)."""
     size = spec.zero_reduce_bucket_elements
-    elements = float(arch.hidden_size) ** 2 if size == "auto" else float(size or _ZERO_BUCKET_ELEMENTS)
+    if size == "auto":
+        elements = float(arch.hidden_size) ** 2
+    else:
+        elements = float(_ZERO_BUCKET_ELEMENTS if size is None else size)
     buffers = 2 if spec.sharding == "zero2" and spec.zero_overlap_comm else 1
-    return elements * buffers * (4.0 if e == 4 else 2.0)
+    return elements * buffers, elements * buffers * (4.0 if e == 4 else 2.0)
 
 
 def _dora_bytes_per_output(lora: LoraSpec, e: int, adapter_bytes: int) -> float:

@@ -31,6 +31,7 @@ from scheduler.spec.pods import Container, ObjectRef, Path, Role, dotted, pointe
 from scheduler.spec.trainer_args import (
     HYBRID_MARKERS,
     TORCHTUNE_ALLOCATOR_SOURCE,
+    ZERO_BUFFER_MARKERS,
     Launch,
     Reading,
     Setting,
@@ -211,6 +212,10 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
     notes += _shard_group_size(merged, training)
     if "shard_group_size" in merged:
         provenance["shard_group_size"] = merged["shard_group_size"].source
+    notes += _zero_gradient_buffer(merged)
+    for name in ("zero_reduce_bucket_elements", "zero_overlap_comm"):
+        if name in merged:
+            provenance[name] = merged[name].source
     if "model" not in merged:
         raise w.obj.error(
             dotted(w.annotation_path),
@@ -289,6 +294,32 @@ def _shard_group_size(merged: Settings, training: Sequence[Role]) -> list[str]:
     merged["shard_group_size"] = Setting(size, why, marker.where)
     return [f"hybrid sharding ({why}): states sharded over {size} data-parallel ranks and replicated across "
             f"{ranks // size} groups"]
+
+
+def _zero_gradient_buffer(merged: Settings) -> list[str]:
+    """A DeepSpeed config's ``reduce_bucket_size`` and ``overlap_comm`` (``_zero_bucket``, ``_zero_overlap``) as the
+    spec's ``zero_reduce_bucket_elements`` / ``zero_overlap_comm``, once the job's ZeRO stage is final: the bucket
+    where the optimizer keeps the buffer (ZeRO-2/3, and ZeRO-1 with an offloaded optimizer), ``overlap_comm`` at
+    ZeRO-2 only (ZeRO-3 keeps one buffer either way; stage 1 turns it off). Values the job states otherwise (the
+    annotation) stay as they are."""
+    markers = {key: merged.pop(key) for key in ZERO_BUFFER_MARKERS if key in merged}
+    if not markers:
+        return []
+    sharding = merged["sharding"].value if "sharding" in merged else None
+    offload = merged["offload"].value if "offload" in merged else None
+    keeps = sharding in ("zero2", "zero3") or (sharding == "zero1" and offload in ("optimizer", "params+optimizer"))
+    bucket, overlap = markers.get("_zero_bucket"), markers.get("_zero_overlap")
+    notes: list[str] = []
+    if bucket is not None and "zero_reduce_bucket_elements" not in merged:
+        if keeps:
+            merged["zero_reduce_bucket_elements"] = Setting(
+                bucket.value, f"{bucket.source} reduce_bucket_size", bucket.where)
+        else:
+            notes.append(f"{bucket.source} reduce_bucket_size not read: the job runs "
+                         f"{sharding or 'without sharding'}, whose optimizer keeps no contiguous gradient buffer")
+    if overlap is not None and "zero_overlap_comm" not in merged and sharding == "zero2":
+        merged["zero_overlap_comm"] = Setting(overlap.value, f"{overlap.source} overlap_comm", overlap.where)
+    return notes
 
 
 def _gpu_total(w: Workload, training: Sequence[Role]) -> tuple[int | Literal["auto"], str]:

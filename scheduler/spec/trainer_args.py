@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,7 +27,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from predictors.errors import SpecError
-from predictors.spec import FUSABLE_OPTIMIZERS
+from predictors.spec import FUSABLE_OPTIMIZERS, MAX_ZERO_BUCKET_ELEMENTS
 from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load, substitute_within
 
 
@@ -1721,52 +1722,64 @@ def _resolve_deepspeed(
         _put(out, "offload", off, par if off == "params+optimizer" else opt)
 
 
+# Raw settings the merge turns into zero_reduce_bucket_elements / zero_overlap_comm once the job's ZeRO stage is
+# final (a --zero_stage flag, accelerate's env or the annotation may change the config's own stage)
+ZERO_BUFFER_MARKERS = ("_zero_bucket", "_zero_overlap")
+_STRICT_TRUE = {"true", "1", "yes", "on"}
+_STRICT_FALSE = {"false", "0", "no", "off"}
+
+
 def _deepspeed_gradient_buffer(section: Mapping[str, Any], zero: Setting, out: Settings, notes: list[str]) -> None:
-    """ZeRO-2/3's contiguous gradient buffer: ``reduce_bucket_size`` elements (a number, or "auto", which the HF
-    Trainer and accelerate fill with hidden_size^2) -> ``zero_reduce_bucket_elements``; ZeRO-2's ``overlap_comm``
-    doubles it -> ``zero_overlap_comm``. DeepSpeed ignores both at stage 1 (and keeps no buffer there)."""
-    stage = _zero_sharding(section.get("stage"))
-    if stage not in ("zero2", "zero3"):
-        return
+    """The ZeRO optimizer's contiguous gradient buffer: ``reduce_bucket_size`` elements (a number, or "auto", which
+    the HF Trainer and accelerate fill with hidden_size^2) and ``overlap_comm`` (two buffers at ZeRO-2), read into
+    markers that the merge keeps where the job's final stage has the buffer (:data:`ZERO_BUFFER_MARKERS`)."""
     size = section.get("reduce_bucket_size")
     if size is not None:
         if str(size).strip().lower() == "auto":
-            _put(out, "zero_reduce_bucket_elements", "auto", zero)
+            out["_zero_bucket"] = Setting("auto", zero.source, zero.where)
         else:
             elements = _bucket_elements(size)
             if elements is None:
                 shown = repr(size) if len(repr(size)) <= 60 else repr(size)[:57] + "..."
                 raise SpecError.one(
-                    "", f"{zero.source}: zero_optimization.reduce_bucket_size must be a positive number of "
-                        f"elements or \"auto\"; got {shown}",
+                    "", f"{zero.source}: zero_optimization.reduce_bucket_size must be a whole number of elements "
+                        f"from 0 to 1e11, or \"auto\"; got {shown}",
                     "write it as DeepSpeed does (5e8, 200000000) or \"auto\"")
-            _put(out, "zero_reduce_bucket_elements", elements, zero)
+            out["_zero_bucket"] = Setting(elements, zero.source, zero.where)
     overlap = section.get("overlap_comm")
-    if overlap is not None and stage == "zero2":
-        flag = to_bool(overlap)
-        if not isinstance(flag, bool):
+    if overlap is not None:
+        text = str(overlap).strip().lower()
+        if isinstance(overlap, bool) or (text in _STRICT_TRUE | _STRICT_FALSE and not isinstance(overlap, float)):
+            out["_zero_overlap"] = Setting(overlap if isinstance(overlap, bool) else text in _STRICT_TRUE,
+                                           zero.source, zero.where)
+        else:
             raise SpecError.one(
                 "", f"{zero.source}: zero_optimization.overlap_comm must be true or false; got {overlap!r}",
                 "write it as true or false")
-        _put(out, "zero_overlap_comm", flag, zero)
+    stage = _zero_sharding(section.get("stage"))
     offloaded = _offload_device(section, "offload_optimizer", zero) not in (None, "none")
-    if to_bool(section.get("contiguous_gradients", True)) is False and not offloaded:  # offload forces it on
-        notes.append(f"{zero.source} contiguous_gradients false: DeepSpeed flattens each bucket as it reduces it "
-                     "instead of keeping a buffer; vramfit counts the buffer (an over-estimate of at most a bucket)")
+    # stages 1-2 keep contiguous gradients on with an offloaded optimizer (stage_1_and_2.py: contiguous_gradients or
+    # cpu_offload); stage 3 does not
+    if to_bool(section.get("contiguous_gradients", True)) is False and (stage == "zero3" or not offloaded):
+        notes.append(f"{zero.source} contiguous_gradients false: DeepSpeed keeps no gradient buffer and flattens each "
+                     "bucket as it reduces it; vramfit counts the buffer (an over-estimate of at most a bucket)")
 
 
 def _bucket_elements(value: Any) -> int | None:
-    """A positive element count as DeepSpeed configs write it (500000000, 5e8, "5e8"); None for anything else."""
+    """An element count from 0 to 1e11 as DeepSpeed configs write it (500000000, 5e8, "5e8"); None for anything
+    else (DeepSpeed's reduce_bucket_size is a non-negative int; with 0 every gradient takes its own path)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
-        number = float(value)
+    if isinstance(value, int):
+        return value if 0 <= value <= MAX_ZERO_BUCKET_ELEMENTS else None
+    if isinstance(value, float):
+        number = value
     else:
         try:
             number = float(str(value).strip())
         except ValueError:
             return None
-    if not number.is_integer() or not 0 < number <= 1e11:
+    if not math.isfinite(number) or not number.is_integer() or not 0 <= number <= MAX_ZERO_BUCKET_ELEMENTS:
         return None
     return int(number)
 
@@ -1919,7 +1932,8 @@ def _resolve_fsdp(raw: Mapping[str, Setting], out: Settings, notes: list[str],
 def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) -> Reading:
     """Raw keys of one source -> TrainingSpec fields (method, precision, sharding are derived)."""
     out: Settings = {k: v for k, v in raw.items()
-                     if not k.startswith(("_", "lora.")) or k in HYBRID_MARKERS or k == "_global_batch_size"}
+                     if not k.startswith(("_", "lora.")) or k in HYBRID_MARKERS + ZERO_BUFFER_MARKERS
+                     or k == "_global_batch_size"}
     notes: list[str] = []
     _resolve_precision(raw, out)
     _resolve_method(raw, out, notes)

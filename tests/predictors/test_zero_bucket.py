@@ -29,8 +29,34 @@ def test_the_buffer_does_not_shrink_to_the_trainable_parameters() -> None:
     assert comm(method="full", precision="32-true", gpus=4, sharding="zero2") == pytest.approx(5e8 * 4)
 
 
-def test_stage_one_keeps_no_buffer() -> None:
+def test_stage_one_keeps_a_buffer_only_with_an_offloaded_optimizer() -> None:
     assert comm(method="full", precision="bf16-mixed", gpus=4, sharding="zero1") == 0
+    # stage_1_and_2.py: contiguous_gradients or cpu_offload; stage 1 turns overlap_comm off
+    assert comm(method="full", precision="bf16-mixed", gpus=4, sharding="zero1", offload="optimizer") == pytest.approx(
+        5e8 * 2)
+    assert comm(method="full", precision="bf16-mixed", gpus=4, sharding="zero1", offload="optimizer",
+                zero_reduce_bucket_elements=2e8, zero_overlap_comm=True) == pytest.approx(2e8 * 2)
+
+
+def test_a_zero_bucket_is_no_buffer() -> None:
+    assert comm(method="lora", precision="bf16-true", gpus=2, sharding="zero2", zero_reduce_bucket_elements=0) == 0
+
+
+def test_the_note_compares_elements_not_bytes() -> None:
+    """The note says when the buffer holds more elements than train: fp32 GPT-2 large (774M trainable) has more
+    than the 5e8-element buffer, although the buffer's 2 GB are more than 774M x 2 bytes; Qwen2.5-0.5B (494M) has
+    fewer."""
+    from predictors.catalog import resolve_model
+    from predictors.vram import predict_vram
+
+    def notes(model: str) -> list[str]:
+        spec = parse_training_spec({"model": model, "precision": "32-true", "gpus": 2, "sharding": "zero2"})
+        return [n for n in predict_vram(spec, resolve_model(spec).architecture).notes if "gradient buffer" in n]
+
+    assert notes("gpt2-large") == []
+    assert notes("qwen2.5-0.5b") == ["DeepSpeed zero2: the contiguous gradient buffer is 1.86 GiB (reduce_bucket_size "
+                                     "elements, whatever the trainable parameter count; zero_reduce_bucket_elements "
+                                     "sets it)"]
 
 
 def test_bucket_size_overlap_and_auto() -> None:
@@ -57,16 +83,16 @@ def test_the_buffer_moves_every_level_and_is_explained() -> None:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"sharding": "zero1", "zero_reduce_bucket_elements": 2e8}, "DeepSpeed turns contiguous_gradients off"),
+        ({"sharding": "zero1", "zero_reduce_bucket_elements": 2e8}, "without offload (DeepSpeed turns"),
         ({"sharding": "fsdp", "zero_overlap_comm": True}, "sharding is fsdp"),
         ({"zero_reduce_bucket_elements": 2e8}, "sharding is unset"),
-        ({"sharding": "zero2", "zero_reduce_bucket_elements": 0}, "must be a positive integer; got 0"),
+        ({"sharding": "zero2", "zero_reduce_bucket_elements": -1}, "greater than or equal to 0; got -1"),
         ({"sharding": "zero2", "zero_reduce_bucket_elements": "1e300"}, "must be at most 1e+11 elements"),
         ({"sharding": "zero2", "zero_reduce_bucket_elements": "lots"}, "must be a number"),
         ({"sharding": "zero2", "zero_reduce_bucket_elements": 2.5}, "must be a whole number"),
         ({"sharding": "zero2", "zero_overlap_comm": "sometimes"}, "zero_overlap_comm"),
     ],
-    ids=["zero1", "fsdp", "unset", "zero", "huge", "word", "fraction", "overlap-word"],
+    ids=["zero1", "fsdp", "unset", "negative", "huge", "word", "fraction", "overlap-word"],
 )
 def test_bad_values_are_named(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(SpecError) as err:
