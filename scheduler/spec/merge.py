@@ -31,7 +31,7 @@ from scheduler.spec.pods import Container, ObjectRef, Path, Role, dotted, pointe
 from scheduler.spec.trainer_args import (
     HYBRID_MARKERS,
     TORCHTUNE_ALLOCATOR_SOURCE,
-    ZERO_BUFFER_MARKERS,
+    ZERO_STAGE_MARKERS,
     Launch,
     Reading,
     Setting,
@@ -212,8 +212,8 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
     notes += _shard_group_size(merged, training)
     if "shard_group_size" in merged:
         provenance["shard_group_size"] = merged["shard_group_size"].source
-    notes += _zero_gradient_buffer(merged)
-    for name in ("zero_reduce_bucket_elements", "zero_overlap_comm"):
+    notes += _zero_stage_settings(merged)
+    for name in ("zero_reduce_bucket_elements", "zero_overlap_comm", "secondary_shard_size"):
         if name in merged:
             provenance[name] = merged[name].source
     if "model" not in merged:
@@ -296,13 +296,13 @@ def _shard_group_size(merged: Settings, training: Sequence[Role]) -> list[str]:
             f"{ranks // size} groups"]
 
 
-def _zero_gradient_buffer(merged: Settings) -> list[str]:
-    """A DeepSpeed config's ``reduce_bucket_size`` and ``overlap_comm`` (``_zero_bucket``, ``_zero_overlap``) as the
-    spec's ``zero_reduce_bucket_elements`` / ``zero_overlap_comm``, once the job's ZeRO stage is final: the bucket
-    where the optimizer keeps the buffer (ZeRO-2/3, and ZeRO-1 with an offloaded optimizer), ``overlap_comm`` at
-    ZeRO-2 only (ZeRO-3 keeps one buffer either way; stage 1 turns it off). Values the job states otherwise (the
-    annotation) stay as they are."""
-    markers = {key: merged.pop(key) for key in ZERO_BUFFER_MARKERS if key in merged}
+def _zero_stage_settings(merged: Settings) -> list[str]:
+    """A DeepSpeed config's ``reduce_bucket_size``, ``overlap_comm`` and ``zero_hpz_partition_size`` (``_zero_bucket``,
+    ``_zero_overlap``, ``_secondary_shard``) as the spec's ``zero_reduce_bucket_elements``, ``zero_overlap_comm`` and
+    ``secondary_shard_size``, once the job's ZeRO stage is final: the bucket where the optimizer keeps the buffer
+    (ZeRO-2/3, and ZeRO-1 with an offloaded optimizer), ``overlap_comm`` at ZeRO-2 only (ZeRO-3 keeps one buffer
+    either way; stage 1 turns it off), hpZ at ZeRO-3. Values the job states otherwise (the annotation) stay."""
+    markers = {key: merged.pop(key) for key in ZERO_STAGE_MARKERS if key in merged}
     if not markers:
         return []
     sharding = merged["sharding"].value if "sharding" in merged else None
@@ -319,6 +319,13 @@ def _zero_gradient_buffer(merged: Settings) -> list[str]:
                          f"{sharding or 'without sharding'}, whose optimizer keeps no contiguous gradient buffer")
     if overlap is not None and "zero_overlap_comm" not in merged and sharding == "zero2":
         merged["zero_overlap_comm"] = Setting(overlap.value, f"{overlap.source} overlap_comm", overlap.where)
+    secondary = markers.get("_secondary_shard")
+    if secondary is not None and "secondary_shard_size" not in merged:
+        if sharding == "zero3":
+            merged["secondary_shard_size"] = secondary
+        else:
+            notes.append(f"{secondary.source} not read: the job runs {sharding or 'without sharding'}, which has no "
+                         "parameter shards to copy")
     return notes
 
 

@@ -1622,16 +1622,19 @@ def _deepspeed_hierarchy(section: Mapping[str, Any], zero: Setting, out: Setting
     """ZeRO-3's hierarchical layouts: MiCS (``mics_shard_size`` > 0) shards the model states within groups of that
     many ranks and replicates them across the groups (deepspeed/runtime/zero/mics.py): ``shard_group_size``, through
     the merge's checks. ZeRO++ hpZ (``zero_hpz_partition_size`` > 1) keeps the states sharded over every rank but adds a
-    secondary copy of the 16-bit parameters sharded within that many ranks: ``secondary_shard_size``."""
-    if _zero_sharding(section.get("stage")) != "zero3":
+    secondary copy of the 16-bit parameters sharded within that many ranks: ``secondary_shard_size``. Both are read
+    as markers that the merge keeps once the job's stage is final (a config's "auto" stage, a ``--zero_stage`` flag,
+    the annotation), so a config read at another stage is noted, not an error about a field the job never wrote."""
+    stage = _zero_sharding(section.get("stage"))
+    if stage is not None and stage != "zero3":
         return
     mics = launch_count(section.get("mics_shard_size"))
     if mics is not None and mics > 0:
         out["_shard_group"] = Setting(mics, f"{zero.source} mics_shard_size {mics} (MiCS)", zero.where)
     hpz = launch_count(section.get("zero_hpz_partition_size"))
     if hpz is not None and hpz > 1:
-        out["secondary_shard_size"] = Setting(hpz, f"{zero.source} zero_hpz_partition_size {hpz} (ZeRO++ hpZ)",
-                                              zero.where)
+        out["_secondary_shard"] = Setting(hpz, f"{zero.source} zero_hpz_partition_size {hpz} (ZeRO++ hpZ)",
+                                          zero.where)
     # ZeRO++ qwZ (deepspeed/runtime/zero/config.py DeepSpeedZeroConfig; passed to the ZeRO-3 optimizer and its
     # parameter coordinator only: runtime/engine.py, zero/parameter_offload.py). zero_quantized_nontrainable_weights
     # keeps the parameters that do not train (a LoRA base, freeze tuning's frozen blocks) quantized to int8 in memory;
@@ -1722,9 +1725,10 @@ def _resolve_deepspeed(
         _put(out, "offload", off, par if off == "params+optimizer" else opt)
 
 
-# Raw settings the merge turns into zero_reduce_bucket_elements / zero_overlap_comm once the job's ZeRO stage is
-# final (a --zero_stage flag, accelerate's env or the annotation may change the config's own stage)
-ZERO_BUFFER_MARKERS = ("_zero_bucket", "_zero_overlap")
+# Raw settings of a DeepSpeed config that the merge turns into zero_reduce_bucket_elements, zero_overlap_comm and
+# secondary_shard_size (hpZ) once the job's ZeRO stage is final (a --zero_stage flag, accelerate's env or the
+# annotation may change the config's own stage)
+ZERO_STAGE_MARKERS = ("_zero_bucket", "_zero_overlap", "_secondary_shard")
 _STRICT_TRUE = {"true", "1", "yes", "on"}
 _STRICT_FALSE = {"false", "0", "no", "off"}
 
@@ -1732,7 +1736,7 @@ _STRICT_FALSE = {"false", "0", "no", "off"}
 def _deepspeed_gradient_buffer(section: Mapping[str, Any], zero: Setting, out: Settings, notes: list[str]) -> None:
     """The ZeRO optimizer's contiguous gradient buffer: ``reduce_bucket_size`` elements (a number, or "auto", which
     the HF Trainer and accelerate fill with hidden_size^2) and ``overlap_comm`` (two buffers at ZeRO-2), read into
-    markers that the merge keeps where the job's final stage has the buffer (:data:`ZERO_BUFFER_MARKERS`)."""
+    markers that the merge keeps where the job's final stage has the buffer (:data:`ZERO_STAGE_MARKERS`)."""
     size = section.get("reduce_bucket_size")
     if size is not None:
         if str(size).strip().lower() == "auto":
@@ -1932,7 +1936,7 @@ def _resolve_fsdp(raw: Mapping[str, Setting], out: Settings, notes: list[str],
 def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) -> Reading:
     """Raw keys of one source -> TrainingSpec fields (method, precision, sharding are derived)."""
     out: Settings = {k: v for k, v in raw.items()
-                     if not k.startswith(("_", "lora.")) or k in HYBRID_MARKERS + ZERO_BUFFER_MARKERS
+                     if not k.startswith(("_", "lora.")) or k in HYBRID_MARKERS + ZERO_STAGE_MARKERS
                      or k == "_global_batch_size"}
     notes: list[str] = []
     _resolve_precision(raw, out)

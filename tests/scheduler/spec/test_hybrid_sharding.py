@@ -134,6 +134,23 @@ def test_deepspeed_mics_and_hpz() -> None:
     assert job.spec.secondary_shard_size is None
 
 
+def test_hpz_waits_for_the_final_stage() -> None:
+    """A ZeRO-3 config's hpZ under an annotation that says ZeRO-2 is noted, not an error about secondary_shard_size
+    (which the job never wrote); a config whose "auto" stage accelerate fills with 3 keeps it."""
+    ds = {"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}, "bf16": {"enabled": True},
+          "train_micro_batch_size_per_gpu": 1}
+    docs = pytorchjob(["deepspeed", "train.py", "--model_name_or_path", M, "--deepspeed", json.dumps(ds)],
+                      workers=1, gpus=8)
+    docs[-1]["metadata"]["annotations"] = {"vramfit.io/spec": "sharding: zero2"}
+    job = one_job(*docs)
+    assert (job.spec.sharding, job.spec.secondary_shard_size) == ("zero2", None)
+    assert any("zero_hpz_partition_size 8 (ZeRO++ hpZ) not read: the job runs zero2" in n for n in job.assumptions)
+    auto = {**ds, "zero_optimization": {"stage": "auto", "zero_hpz_partition_size": 8}}
+    job = one_job(*pytorchjob(["accelerate", "launch", "--use_deepspeed", "--zero_stage", "3", "train.py",
+                               "--model_name_or_path", M, "--deepspeed", json.dumps(auto)], workers=1, gpus=8))
+    assert (job.spec.sharding, job.spec.secondary_shard_size) == ("zero3", 8)
+
+
 @pytest.mark.parametrize(
     ("argv", "workers", "gpus", "why"),
     [
