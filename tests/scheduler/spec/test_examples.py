@@ -23,6 +23,7 @@ EXPECTED: dict[str, tuple[str, dict[str, Any], list[str], str | None]] = {
             "precision": "bf16-mixed",
             "gpu": "H100-80GB",
             "grad_accum_steps": 8,
+            "zero_reduce_bucket_elements": "auto",
         },
         ["/spec/template/spec"],
         "H100-80GB",
