@@ -69,6 +69,13 @@ SECONDARY_SHARDING = ("zero3", "fsdp")
 # the ZeRO stages whose optimizer keeps a contiguous gradient buffer of reduce_bucket_size elements
 ZERO_BUCKET_SHARDING = ("zero2", "zero3")
 
+
+def keeps_zero_gradient_buffer(sharding: str | None, offload: str | None) -> bool:
+    """Whether DeepSpeed's ZeRO optimizer keeps a contiguous gradient buffer: at stages 2 and 3, and at stage 1 when
+    the optimizer is offloaded (stage_1_and_2.py: contiguous_gradients or cpu_offload; the engine turns contiguous
+    gradients off at stage 1 otherwise)."""
+    return sharding in ZERO_BUCKET_SHARDING or (sharding == "zero1" and offload in ("optimizer", "params+optimizer"))
+
 # torch.optim's fused implementations (fused=True) of the TrainingSpec optimizers
 FUSABLE_OPTIMIZERS = ("adamw", "sgd", "sgd-momentum")
 
@@ -661,10 +668,8 @@ class TrainingSpec(BaseModel):
         return min(self.shard_group_size, dp) if self.shard_group_size else dp
 
     def keeps_zero_gradient_buffer(self) -> bool:
-        """Whether the ZeRO optimizer keeps a contiguous gradient buffer: at stages 2 and 3, and at stage 1 when the
-        optimizer is offloaded (DeepSpeed's stage_1_and_2.py: contiguous_gradients or cpu_offload)."""
-        return self.sharding in ZERO_BUCKET_SHARDING or (
-            self.sharding == "zero1" and self.offload in ("optimizer", "params+optimizer"))
+        """Whether the ZeRO optimizer keeps a contiguous gradient buffer (:func:`keeps_zero_gradient_buffer`)."""
+        return keeps_zero_gradient_buffer(self.sharding, self.offload)
 
     def with_gpus(self, gpus: int) -> TrainingSpec:
         return self.model_copy(update={"gpus": gpus})

@@ -151,7 +151,8 @@ _SELECTIVE_KEPT_FRACTION = 0.4
 # The ZeRO-2/3 optimizer allocates its contiguous gradient buffer at reduce_bucket_size elements whatever the
 # trainable parameter count (deepspeed/runtime/zero/stage_1_and_2.py setup_buckets: torch.empty(reduce_bucket_size),
 # a second one with overlap_comm; stage3.py _setup_for_real_optimizer: one), in the dtype of the parameters it
-# trains; at stage 1 DeepSpeed turns contiguous_gradients off (runtime/engine.py _configure_zero_optimizer).
+# trains; at stage 1 DeepSpeed turns contiguous_gradients off (runtime/engine.py _configure_zero_optimizer) unless
+# the optimizer is offloaded (stage_1_and_2.py: contiguous_gradients or cpu_offload).
 _ZERO_BUCKET_ELEMENTS = 5e8
 _ZERO3_PREFETCH_ELEMENTS = 5e7
 _ZERO3_MAX_LIVE_ELEMENTS = 1e9  # stage3_max_live_parameters default (DeepSpeed config docs)

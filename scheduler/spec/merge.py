@@ -25,7 +25,7 @@ from typing import Any, Literal
 from predictors.architecture import Architecture, architecture_from_config
 from predictors.catalog import lookup_model
 from predictors.errors import FieldProblem, SpecError
-from predictors.spec import HYBRID_SHARDING, TrainingSpec, parse_training_spec
+from predictors.spec import HYBRID_SHARDING, TrainingSpec, keeps_zero_gradient_buffer, parse_training_spec
 from scheduler.spec.document import NoTrainingJob, ParsedJob, PodTemplateRef
 from scheduler.spec.pods import Container, ObjectRef, Path, Role, dotted, pointer
 from scheduler.spec.trainer_args import (
@@ -307,7 +307,7 @@ def _zero_stage_settings(merged: Settings) -> list[str]:
         return []
     sharding = merged["sharding"].value if "sharding" in merged else None
     offload = merged["offload"].value if "offload" in merged else None
-    keeps = sharding in ("zero2", "zero3") or (sharding == "zero1" and offload in ("optimizer", "params+optimizer"))
+    keeps = keeps_zero_gradient_buffer(sharding, offload)
     bucket, overlap = markers.get("_zero_bucket"), markers.get("_zero_overlap")
     notes: list[str] = []
     if bucket is not None and "zero_reduce_bucket_elements" not in merged:
