@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from predictors.catalog import ResolvedModel, resolve_model
 from predictors.hardware import lookup_gpu
-from predictors.predict import Prediction, SpecPredictor, reliefs_needed
+from predictors.predict import Prediction, SpecPredictor, reclaimable_bytes, reliefs_needed
 from predictors.runtime import Interconnect
 from predictors.spec import PARAM_OFFLOAD_SHARDING, TrainingSpec
 from predictors.units import format_bytes
@@ -61,6 +61,8 @@ class PoolOption:
     has_room: bool = True
     meets_deadline: bool | None = None
     rank: int | None = None
+    # of peak_vram_bytes, the allocator's cache of variable-length blocks (freed before an allocation fails)
+    allocator_cache_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +77,7 @@ class PoolOption:
             "reason": self.reason,
             "rank": self.rank,
             "peak_vram_upper_bytes": self.peak_vram_upper_bytes,
+            "allocator_cache_bytes": self.allocator_cache_bytes,
             "usable_bytes": self.usable_bytes,
             "hourly_cost_usd": self.hourly_cost_usd,
             "free_gpus": self.pool.free_gpus,
@@ -97,11 +100,14 @@ class Suggestion:
     gpus: int
     predicted_runtime_seconds: float | None
     predicted_cost_usd: float | None
+    # of peak_vram_bytes, the allocator's cache of variable-length blocks (freed before an allocation fails)
+    allocator_cache_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "change": self.change,
             "peak_vram_bytes": self.peak_vram_bytes,
+            "allocator_cache_bytes": self.allocator_cache_bytes,
             "pool": self.pool,
             "predicted_cost_usd": self.predicted_cost_usd,
             "peak_vram_upper_bytes": self.peak_vram_upper_bytes,
@@ -525,7 +531,8 @@ def _fit_option(pool: NodePool, n: int, pred: Prediction, usable: int, deadline_
         runtime_upper_seconds=pred.runtime_upper_seconds,
         throughput_tokens_per_second=pred.throughput_tokens_per_second, cost_usd=cost,
         hourly_cost_usd=hourly_cost_usd(n, pool.price_usd_per_gpu_hour),
-        has_room=pool.free_gpus is None or pool.free_gpus >= n, meets_deadline=meets)
+        has_room=pool.free_gpus is None or pool.free_gpus >= n, meets_deadline=meets,
+        allocator_cache_bytes=int(reclaimable_bytes(pred.vram)))
 
 
 def _takes(option: PoolOption) -> str:
@@ -776,7 +783,8 @@ def _suggest(spec: TrainingSpec, pools: list[NodePool], objective: str, deadline
             return
         gpus = f"{c.gpus} GPU{'s' if c.gpus != 1 else ''}"
         found.append(Suggestion(label.format(gpus=gpus), update, c.peak_vram_bytes, c.peak_vram_upper_bytes,
-                                c.pool.name, c.pool.gpu, c.gpus, c.runtime_seconds, c.cost_usd))
+                                c.pool.name, c.pool.gpu, c.gpus, c.runtime_seconds, c.cost_usd,
+                                c.allocator_cache_bytes))
 
     for label, update in variants:
         attempt(label, update)

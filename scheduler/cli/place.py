@@ -134,7 +134,9 @@ def render_table(d: Decision) -> str:
         for s in d.suggestions:
             cost = (f", {format_duration(s.predicted_runtime_seconds)}, {_money(s.predicted_cost_usd)}"
                     if s.predicted_runtime_seconds else "")  # without train_tokens or steps (warned below)
-            lines.append(f"  - {s.change}: peak {format_bytes(s.peak_vram_bytes)} per GPU -> {s.pool} "
+            cache = (f" ({format_bytes(s.peak_vram_bytes - s.allocator_cache_bytes)} without the allocator's cache)"
+                     if s.allocator_cache_bytes else "")
+            lines.append(f"  - {s.change}: peak {format_bytes(s.peak_vram_bytes)} per GPU{cache} -> {s.pool} "
                          f"({s.gpus} x {s.gpu}){cost}")
     elif d.decision == "unschedulable":
         lines.append(_no_fix_hint(d))

@@ -179,3 +179,22 @@ def test_without_train_tokens_the_table_says_runtime_and_cost_are_unknown(
     assert main(["place", str(big)]) == 1
     out = capsys.readouterr().out
     assert "what would fit" in out and "-, -" not in out
+
+
+def test_suggestions_say_what_the_allocator_cache_adds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Variable-length batches: on a named GPU the allocator's cache fills the device, so a suggestion's peak can be
+    the card's whole memory; the line says how much of it is cache, and the JSON carries the figure."""
+    spec = tmp_path / "unpacked.yaml"
+    spec.write_text("model: qwen2.5-7b\nmethod: lora\nmicro_batch_size: 8\nseq_len: 2048\ngpu: A100-80GB\n"
+                    "sequence_lengths: variable\nmean_seq_len: 1134\n")
+    assert main(["place", str(spec)]) == 1
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  - ")]
+    assert lines and all("without the allocator's cache) -> " in line for line in lines), lines
+    assert main(["place", str(spec), "--format", "json"]) == 1
+    suggestions = json.loads(capsys.readouterr().out)["suggestions"]
+    assert all(0 < s["allocator_cache_bytes"] < s["peak_vram_bytes"] for s in suggestions)
+    # a fixed-length job has no cache: nothing added to its lines
+    fixed = tmp_path / "fixed.yaml"
+    fixed.write_text("model: llama-3.1-70b\nmethod: full\ngpus: 8\nsharding: zero3\n")
+    main(["place", str(fixed)])
+    assert "allocator's cache" not in capsys.readouterr().out
