@@ -95,9 +95,11 @@ def fit_verdict(pred: Prediction) -> str:
                                                 ("the allocator's fragmentation", cache)) if n)
         return (f"does not fit on {gpu.name}: the expected peak {format_bytes(resident)} per GPU"
                 + (f" without {without}" if without else "") + f" is above its {format_bytes(memory)}")
-    if cache and v.peak_vram_bytes - paged > memory and needed <= memory:
-        return (f"fits on {gpu.name} with less of the allocator's cache of variable-length blocks "
-                f"({format_bytes(cache)} with room): PyTorch frees cached blocks and retries when the GPU is full, "
+    # the prediction on a named GPU cuts the cache to the room there (vram.on_gpu): a peak at the card's memory is
+    # a cache that would grow further with room
+    if cache and v.peak_vram_bytes - paged >= memory and needed <= memory:
+        return (f"fits on {gpu.name}, with the allocator's cache of variable-length blocks filling the rest of its "
+                f"memory ({format_bytes(cache)}): PyTorch frees cached blocks and retries when the GPU is full, "
                 "slower steps; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids the fragmentation")
     # paged states that must page: the peak with them resident (less the cache, which is freed first) is above
     if paged and v.peak_vram_bytes - cache > memory:

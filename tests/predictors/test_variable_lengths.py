@@ -292,3 +292,14 @@ def test_the_cache_fills_each_device_and_no_more() -> None:
                 rest + base.breakdown_bytes["allocator_fragmentation"], gpu.memory_bytes)), (name, batch)
             assert vram.peak_vram_bytes >= before, (name, batch)
             before = vram.peak_vram_bytes
+
+
+def test_the_verdict_says_when_the_cache_fills_the_card() -> None:
+    """Qwen2.5-1.5B LoRA, 8 unpacked sequences: its bound without the cache fits an A100 80GB, and the cache fills
+    the rest of the card (cut to it); the verdict says so rather than nothing, and says nothing of it with room."""
+    spec = _spec(model="qwen2.5-1.5b", micro_batch_size=8, sequence_lengths="variable", mean_seq_len=1134)
+    on_a100 = predict(spec, gpu_name="A100-80GB", gpus=1)
+    assert on_a100.vram.peak_vram_bytes == lookup_gpu("A100-80GB").memory_bytes
+    verdict = fit_verdict(on_a100)
+    assert verdict.startswith("fits on A100-80GB, with the allocator's cache of variable-length blocks filling")
+    assert fit_verdict(predict(spec, gpu_name="H200", gpus=1)) == ""
