@@ -324,11 +324,8 @@ def on_gpu(vram: VramPrediction, gpu: GpuSpec | None) -> VramPrediction:
     note = (f"on {gpu.name} the allocator caches blocks of many lengths only up to the device's memory: "
             f"{cache / 2**30:.2f} -> {(cache - beyond) / 2**30:.2f} GiB (PyTorch frees cached segments and retries "
             "before an allocation fails)")
-    return VramPrediction(
-        peak_allocated_bytes=vram.peak_allocated_bytes, peak_reserved_bytes=vram.peak_reserved_bytes - beyond,
-        peak_vram_bytes=peak - beyond, breakdown_bytes=breakdown, peak_phase=vram.peak_phase,
-        params_total=vram.params_total, params_trainable=vram.params_trainable, gpus=vram.gpus,
-        notes=(*vram.notes, note))
+    return replace(vram, peak_reserved_bytes=vram.peak_reserved_bytes - beyond, peak_vram_bytes=peak - beyond,
+                   breakdown_bytes=breakdown, notes=(*vram.notes, note))
 
 
 def predict_vram_without_gpu(
