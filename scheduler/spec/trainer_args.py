@@ -1729,8 +1729,10 @@ def _resolve_deepspeed(
 # secondary_shard_size (hpZ) once the job's ZeRO stage is final (a --zero_stage flag, accelerate's env or the
 # annotation may change the config's own stage)
 ZERO_STAGE_MARKERS = ("_zero_bucket", "_zero_overlap", "_secondary_shard")
-_STRICT_TRUE = {"true", "1", "yes", "on"}
-_STRICT_FALSE = {"false", "0", "no", "off"}
+# what DeepSpeed's pydantic config takes for a bool (pydantic's lax bool strings): to_bool's words without its "auto",
+# "none" and empty string, which DeepSpeed refuses
+_STRICT_TRUE = (_TRUE - {"auto"}) | {"t"}
+_STRICT_FALSE = (_FALSE - {"none", ""}) | {"f"}
 
 
 def _deepspeed_gradient_buffer(section: Mapping[str, Any], zero: Setting, out: Settings, notes: list[str]) -> None:
