@@ -533,6 +533,12 @@ def _predict_stage(
         grads /= dp
     if offload_params and method == "full":
         grads = 0.0
+    if deepspeed and offload_states:
+        # ZeRO-Offload: as each gradient bucket is reduced, DeepSpeed copies this rank's part into the fp32 gradient
+        # on the host and frees the GPU copy (stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu sets
+        # param.grad = None; stage 3 allocates grad_partitions_flat_buffer on the offload device), so no gradient
+        # partition stays on the GPU beyond the reduce bucket counted below
+        grads = 0.0
 
     opt = spec.optimizer
     if opt in _QUANT_STATE_BYTES:
@@ -597,6 +603,14 @@ def _predict_stage(
             notes.append(f"DeepSpeed {lay.sharding}: the contiguous gradient buffer is {bucket / 2**30:.2f} GiB "
                          "(reduce_bucket_size elements, whatever the trainable parameter count; "
                          "zero_reduce_bucket_elements sets it)")
+        if offload_states and lay.sharding in ("zero1", "zero2"):
+            # stages 1-2 with an offloaded optimizer also keep a GPU staging buffer the size of the largest trainable
+            # parameter, in its dtype (stage_1_and_2.py: temp_grad_buffer_for_gpu_offload, allocated at start-up)
+            staging = _largest_trainable_matrix(arch, lora, saved) * scale / lay.tp * (4.0 if e == 4 else 2.0)
+            comm += staging
+            notes.append(f"DeepSpeed {lay.sharding} with the optimizer offloaded: gradients go to the host bucket by "
+                         f"bucket and none stay on the GPU; a {staging / 2**30:.2f} GiB staging buffer (the largest "
+                         "trainable parameter) does")
     gathered = 0.0
     if (lay.sharding in ("zero3", "fsdp") and dp > 1) or offload_params:
         # gathered parameters of the block being computed and the prefetched next one

@@ -11,7 +11,7 @@ import pytest
 
 from predictors.errors import SpecError
 from predictors.spec import parse_training_spec
-from tests.predictors.test_vram import H, run
+from tests.predictors.test_vram import H, V, run
 
 COMM = "communication_buffers"
 
@@ -29,13 +29,55 @@ def test_the_buffer_does_not_shrink_to_the_trainable_parameters() -> None:
     assert comm(method="full", precision="32-true", gpus=4, sharding="zero2") == pytest.approx(5e8 * 4)
 
 
+# the tiny model's largest trainable parameter: the embedding (or the untied head), vocab x hidden
+LARGEST = V * H
+
+
 def test_stage_one_keeps_a_buffer_only_with_an_offloaded_optimizer() -> None:
     assert comm(method="full", precision="bf16-mixed", gpus=4, sharding="zero1") == 0
-    # stage_1_and_2.py: contiguous_gradients or cpu_offload; stage 1 turns overlap_comm off
+    # stage_1_and_2.py: contiguous_gradients or cpu_offload; stage 1 turns overlap_comm off. With the optimizer
+    # offloaded stages 1-2 also keep a 16-bit staging buffer the size of the largest trainable parameter.
     assert comm(method="full", precision="bf16-mixed", gpus=4, sharding="zero1", offload="optimizer") == pytest.approx(
-        5e8 * 2)
+        5e8 * 2 + LARGEST * 2)
     assert comm(method="full", precision="bf16-mixed", gpus=4, sharding="zero1", offload="optimizer",
-                zero_reduce_bucket_elements=2e8, zero_overlap_comm=True) == pytest.approx(2e8 * 2)
+                zero_reduce_bucket_elements=2e8, zero_overlap_comm=True) == pytest.approx(2e8 * 2 + LARGEST * 2)
+
+
+@pytest.mark.parametrize("sharding", ["zero1", "zero2", "zero3"])
+@pytest.mark.parametrize("gpus", [1, 4])
+def test_an_offloaded_optimizer_leaves_no_gradient_partition_on_the_gpu(sharding: str, gpus: int) -> None:
+    """ZeRO-Offload copies each reduced gradient into the host's fp32 partition and frees the GPU copy
+    (stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu; stage 3's grad_partitions_flat_buffer lives on
+    the offload device). Llama-3.2-1B, 1 x 256 tokens: without offload the optimizer step is the peak, with this
+    rank's gradients (all of them at ZeRO-1 or on one GPU); offloaded, the peak is backward's and only the head's
+    gradient is there."""
+    from predictors.catalog import resolve_model
+    from predictors.vram import predict_vram
+
+    def predict(**extra: Any) -> Any:
+        spec = parse_training_spec({"model": "llama-3.2-1b", "precision": "bf16-mixed", "seq_len": 256, "gpus": gpus,
+                                    "sharding": sharding, **extra})
+        return predict_vram(spec, resolve_model(spec).architecture)
+
+    kept, offloaded = predict(), predict(offload="optimizer")
+    params = kept.params_trainable
+    partition = params * 2 / (gpus if sharding != "zero1" else 1)
+    assert kept.peak_phase == "optimizer_step"
+    assert kept.breakdown_bytes["gradients"] == pytest.approx(partition, rel=1e-6)
+    assert offloaded.peak_phase == "backward"
+    head = 128256 * 2048 * 2  # the output head's gradient, produced first in backward
+    assert offloaded.breakdown_bytes.get("gradients", 0) <= head
+    staging = 128256 * 2048 * 2 if sharding != "zero3" else 0  # the embedding, the largest parameter
+    assert offloaded.breakdown_bytes[COMM] == pytest.approx(5e8 * 2 + staging, rel=1e-6)
+    assert any("none stay on the GPU" in n for n in offloaded.notes) == (sharding != "zero3")
+
+
+def test_the_staging_buffer_is_the_largest_trained_parameter_in_its_dtype() -> None:
+    lora = run(method="lora", precision="bf16-true", gpus=1, sharding="zero2", offload="optimizer",
+               lora={"rank": 8, "target_modules": ["q_proj", "v_proj"]})
+    assert lora.breakdown_bytes[COMM] == pytest.approx(5e8 * 2 + 8 * H * 2)  # an adapter's A (rank x 64), 16-bit
+    fp32 = run(method="full", precision="32-true", gpus=2, sharding="zero2", offload="optimizer")
+    assert fp32.breakdown_bytes[COMM] == pytest.approx(5e8 * 4 + LARGEST * 4)
 
 
 def test_a_zero_bucket_is_no_buffer() -> None:
