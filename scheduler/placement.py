@@ -567,7 +567,7 @@ def _no_fit_option(spec: TrainingSpec, pool: NodePool, counts: list[int], usable
     if paged:
         reason += (f"; paged optimizer states ({format_bytes(paged)}) counted at their expected size, without the "
                    "margin")
-    cache = last.vram.breakdown_bytes.get("allocator_fragmentation", 0)
+    cache = int(reclaimable_bytes(last.vram))  # as required_bytes discounts it (scaled with a point correction)
     if cache:
         reason += (f"; the allocator's fragmentation of variable-length blocks ({format_bytes(cache)}) not counted: "
                    "PyTorch frees that cache before an allocation fails")
@@ -675,7 +675,7 @@ def place(
         reasons.append(f"{chosen.pool.name}: {upper_text}, but {format_bytes(paged)} of paged optimizer states page "
                        "to host memory when the GPU is full: the rest's bound and the expected peak with them fit")
     if cache_needed:
-        cache = chosen_pred.vram.breakdown_bytes["allocator_fragmentation"]  # type: ignore[union-attr]
+        cache = int(reclaimable_bytes(chosen_pred.vram))  # type: ignore[union-attr]
         reasons.append(f"{chosen.pool.name}: {upper_text}, but {format_bytes(cache)} of it is the caching "
                        "allocator's fragmentation of variable-length blocks, which PyTorch frees and retries before "
                        "an allocation fails (slower steps): the rest's bound fits. "

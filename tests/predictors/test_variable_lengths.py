@@ -303,3 +303,38 @@ def test_the_verdict_says_when_the_cache_fills_the_card() -> None:
     verdict = fit_verdict(on_a100)
     assert verdict.startswith("fits on A100-80GB, with the allocator's cache of variable-length blocks filling")
     assert fit_verdict(predict(spec, gpu_name="H200", gpus=1)) == ""
+
+
+def test_placement_reasons_state_the_fragmentation_that_required_bytes_discounts() -> None:
+    """With a site offset the fragmentation discounted from the bound is the scaled one (reclaimable_bytes); the
+    reasons, placed and no-fit alike, name that figure rather than the breakdown's analytic one."""
+    from predictors.predict import SpecPredictor, _residual_model, reclaimable_bytes
+    from predictors.residual_serving import margin_group
+    from predictors.units import format_bytes
+    from scheduler.placement import clear_prediction_cache
+
+    spec = parse_training_spec({"model": "qwen2.5-1.5b", "method": "full", "optimizer": "paged-adamw-8bit",
+                                "precision": "bf16-true", "seq_len": 4096, "micro_batch_size": 4,
+                                "gradient_checkpointing": "full", "sequence_lengths": "variable",
+                                "train_tokens": 1e7})
+    model = _residual_model().model  # type: ignore[union-attr]
+    saved = dict(getattr(model, "site_offsets_", {}) or {})
+    try:
+        model.site_offsets_ = {margin_group(spec): 0.2}  # a site whose jobs use more
+        clear_prediction_cache()  # placement memoises predictions per spec: none from before the offset
+        for gpu, headroom, placed in (("H200", 0.05, True), ("A100-40GB", 0.05, False)):
+            vram = SpecPredictor(spec, resolve_model(spec)).memory_many([(gpu, 1)])[0].vram
+            raw = vram.breakdown_bytes["allocator_fragmentation"]
+            scaled = int(reclaimable_bytes(vram))
+            assert format_bytes(scaled) != format_bytes(raw)  # the offset moved it enough to tell
+            pool = NodePool.model_validate({"name": "p", "gpu": gpu, "gpus_per_node": 1, "nodes": 1,
+                                            "price_usd_per_gpu_hour": 1.0})
+            d = place(spec, [pool], headroom_fraction=headroom)
+            assert (d.decision == "placed") == placed
+            texts = d.reasons if placed else [o.reason for o in d.alternatives]
+            said = [t for t in texts if "fragmentation of variable-length blocks" in t]
+            assert said and all(f"({format_bytes(scaled)})" in t or f"{format_bytes(scaled)} of it" in t
+                                for t in said), said
+    finally:
+        model.site_offsets_ = saved
+        clear_prediction_cache()  # nor any made with it after
