@@ -67,7 +67,7 @@ _N_NUMERIC = len(RUNTIME_NUMERIC)
 
 # Without a runtime residual model (missing or incompatible, or ``residual=False``) the runtime upper bound is
 # the analytic runtime times 1 + this: a fallback, not a calibrated bound (its coverage on the dev reference
-# runs is in the README, "Runtime residual").
+# runs is in docs/residual-model.md, "The runtime residual and the runtime bound").
 DEFAULT_RUNTIME_UPPER_MARGIN = 1.0
 
 

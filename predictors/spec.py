@@ -1,4 +1,4 @@
-"""TrainingSpec v1: the one contract every input is parsed into (see README, "TrainingSpec v1").
+"""TrainingSpec v1: the one contract every input is parsed into (see docs/training-spec.md).
 
 The model lives in ``predictors`` because the predictors consume it and ``predictors`` may not import
 from ``scheduler``; the job-kind parsers in ``scheduler/spec/`` produce it. Strict: unknown fields are
@@ -38,7 +38,7 @@ Attention = Literal["sdpa", "flash", "eager"]
 Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op"]
 Offload = Literal["none", "optimizer", "params+optimizer"]
 # Extension of v1: the framework whose memory and time behaviour the model assumes where frameworks differ
-# (README, "What the model assumes about the training framework"). Unset: the blend the published runs of many
+# (docs/analytic-model.md: what the model assumes about the framework). Unset: the blend the published runs of many
 # frameworks fit. "transformers": the Hugging Face stack (Trainer, Accelerate, TRL, axolotl, LLaMA-Factory) with
 # PEFT and bitsandbytes >= 0.44, as vramfit calibrate measures it. "torchtune": torchtune's own LoRA modules (adapters
 # in the model's dtype, one saved input shared by the adapters that read it) and torchao's NF4 (keeps no input).

@@ -1,6 +1,6 @@
 """``vramfit simulate --pools POOLS.yaml --jobs JOBS --policy P [--policy P2 ...] [--out DIR]``.
 
-A what-if simulation of a multi-tenant cluster (README.md, *What-if simulation*): the same jobs under several placement
+A what-if simulation of a multi-tenant cluster (docs/simulate.md): the same jobs under several placement
 policies; per policy cost, GPU-hours, OOM failures and wasted GPU-hours, queue wait, completion time and
 utilisation per pool; a JSON summary, a table and PNG plots.
 """

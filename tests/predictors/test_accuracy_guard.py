@@ -1,6 +1,6 @@
 """Accuracy regression guard: the analytic model on the dev reference runs must not get worse.
 
-The figures are the ones reported in the README (``vramfit evaluate`` on runs-dev.jsonl, quality high and
+The figures are the ones reported in docs/accuracy.md (``vramfit evaluate`` on runs-dev.jsonl, quality high and
 medium, per-GPU scope). Improving them is welcome: lower the limits in the same commit.
 """
 
@@ -103,7 +103,7 @@ def test_external_runs_accuracy_does_not_regress() -> None:
 # LLM benchmark page in two versions (X09: its first runs, 1,000 samples cut to max_length from the left; X06: the
 # later runs of the same configurations over the whole dataset, samples longer than max_length dropped, so batch
 # lengths vary), torchao's float8 README (the bf16 baseline) and PEFT's MetaMathQA method comparison. 100 rows:
-# median 10.5 %, p90 47.0 %, OOM 3/3; without X06 (47 rows) 3.9 % / 23.0 %; X06 alone 24.1 % under (see README).
+# median 10.5 %, p90 47.0 %, OOM 3/3; without X06 (47 rows) 3.9 % / 23.0 %; X06 alone 24.1 % under (docs/accuracy.md).
 # With the rows' sequence_lengths (X06, and X09 at 8,192 tokens where 5 % of samples reach max_length: variable) and
 # the allocator fragmentation that vramfit's H100 bench measured (bench/data/variable_lengths-H100.jsonl):
 # 5.3 % / 23.8 %; without X06 3.9 % / 23.3 %; X06 alone 7.8 % / 24.3 %. With that cache cut to what the A100's

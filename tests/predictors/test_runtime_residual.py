@@ -266,7 +266,7 @@ def test_leave_one_source_out_on_a_small_set(dev_rows: list[RuntimeTrainingRow])
                                                               if s.row.source == "S17"]
 
 
-# Leave-one-source-out on the 63 dev runs, as measured when this model was written (README, "Runtime residual").
+# Leave-one-source-out on the 63 dev runs, as measured when this model was written (docs/residual-model.md).
 # 2026-11-26: the host floor, LoRA elementwise and eager-attention terms took the p90 from 62.2 to 50.0 % and the
 # bound's median slack from 84 to 58 %, at a coverage of 92.1 % (was 93.7 %: one run of 63). 2026-11-27: ring
 # collectives across nodes run at the node's NICs together (S11's 128-GPU rows predicted 2.7 % faster, as fast as on 8
