@@ -1649,6 +1649,36 @@ def _deepspeed_hierarchy(section: Mapping[str, Any], zero: Setting, out: Setting
                      "width (at most a small over-estimate of the all-gather buffers)")
 
 
+# LLaMA-Factory's DeepSpeed configs as it ships them (examples/deepspeed/ds_z*_config.json at hiyouga/LLaMA-Factory
+# 1d6e8b2; the keys vramfit reads): its example recipes name them by path, and a LLaMA-Factory job whose manifest does
+# not carry the file is read with these contents rather than from the file name alone (noted). What differs from a
+# name-only reading: ZeRO-3's reduce_bucket_size "auto" (hidden_size^2, filled by the HF Trainer: 0.03 GiB of 16-bit
+# values at hidden 4096, where DeepSpeed's default is 0.93 GiB), overlap_comm false, and the fp16/bf16 "auto" sections
+# that the trainer's own flags fill.
+_LF_PRECISION: dict[str, Any] = {"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
+                                 "train_micro_batch_size_per_gpu": "auto"}
+_LF_ZERO_2: dict[str, Any] = {"overlap_comm": False, "reduce_bucket_size": 5e8, "contiguous_gradients": True}
+_LF_ZERO_3: dict[str, Any] = {"overlap_comm": False, "reduce_bucket_size": "auto", "contiguous_gradients": True}
+_LF_CPU: dict[str, Any] = {"device": "cpu", "pin_memory": True}
+LLAMAFACTORY_DEEPSPEED_FILES: dict[str, dict[str, Any]] = {
+    "ds_z0_config.json": {**_LF_PRECISION, "zero_optimization": {"stage": 0, **_LF_ZERO_2}},
+    "ds_z2_config.json": {**_LF_PRECISION, "zero_optimization": {"stage": 2, **_LF_ZERO_2}},
+    "ds_z2_offload_config.json": {**_LF_PRECISION, "zero_optimization": {"stage": 2, "offload_optimizer": _LF_CPU,
+                                                                         **_LF_ZERO_2}},
+    "ds_z3_config.json": {**_LF_PRECISION, "zero_optimization": {"stage": 3, **_LF_ZERO_3}},
+    "ds_z3_offload_config.json": {**_LF_PRECISION, "zero_optimization": {"stage": 3, "offload_optimizer": _LF_CPU,
+                                                                         "offload_param": _LF_CPU, **_LF_ZERO_3}},
+}
+
+
+def _llamafactory_shipped_config(text: str, config: Setting) -> dict[str, Any] | None:
+    """The contents of LLaMA-Factory's own DeepSpeed config that a LLaMA-Factory job names without carrying it."""
+    if "LLaMA-Factory" not in config.source:
+        return None
+    shipped = LLAMAFACTORY_DEEPSPEED_FILES.get(PurePosixPath(text).name)
+    return json.loads(json.dumps(shipped)) if shipped is not None else None  # a copy the reading cannot alter
+
+
 def _resolve_deepspeed(
     raw: Mapping[str, Setting], out: Settings, notes: list[str], files: Mapping[str, str]
 ) -> None:
@@ -1662,10 +1692,13 @@ def _resolve_deepspeed(
             data = _load_mapping(text)
         if data is None and PurePosixPath(text).name in files:
             data = _load_mapping(files[PurePosixPath(text).name])
+        label = f"DeepSpeed config {text if len(text) < 60 else '(inline)'}"
+        if data is None and (data := _llamafactory_shipped_config(text, config)) is not None:
+            label = f"LLaMA-Factory's {PurePosixPath(text).name} (as it ships)"
+            notes.append(f"DeepSpeed config {text} is not in the manifest: read as LLaMA-Factory ships it "
+                         "(examples/deepspeed); a changed copy of that name is not seen")
         if isinstance(data, dict):
-            sub = read_mapping(
-                data, f"DeepSpeed config {text if len(text) < 60 else '(inline)'}", config.where
-            )
+            sub = read_mapping(data, label, config.where)
             zero = sub.get("_zero_optimization", zero)
             for key in ("micro_batch_size", "grad_accum_steps"):
                 if key in sub and key not in raw and str(sub[key].value) != "auto":

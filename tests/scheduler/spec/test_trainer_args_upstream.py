@@ -590,3 +590,56 @@ def test_llama_factory_non_training_subcommand_ignores_a_config_inline_in_env() 
         assert len(errors) == 1 and f"llamafactory-cli {sub} does not train" in str(errors[0]), outcomes
     job = one_job(pod(["llamafactory-cli", "train", "/tmp/lf.yaml"], env={"LF_CONFIG": config}))
     assert job.spec.method == "lora"  # a training sub-command still reads the inline config
+
+
+# --- LLaMA-Factory's shipped DeepSpeed configs ---------------------------------------------------------------------
+
+
+def lf_ds(name: str, files: dict[str, str] | None = None, **extra: Any) -> Any:
+    return lf_job({**BASE, "finetuning_type": "full", "deepspeed": f"examples/deepspeed/{name}", **extra}, gpus=8,
+                  files=files)
+
+
+def test_llama_factory_names_its_own_deepspeed_config_read_as_it_ships() -> None:
+    """A LLaMA-Factory job that names examples/deepspeed/ds_z3_config.json without carrying it gets that file's
+    contents (reduce_bucket_size "auto": hidden_size^2, 0.03 GiB at hidden 4096, not DeepSpeed's 0.93 GiB default),
+    not the file name's stage alone."""
+    from predictors.catalog import resolve_model
+    from predictors.vram import predict_vram
+
+    job = lf_ds("ds_z3_config.json")
+    assert (job.spec.sharding, job.spec.offload, job.spec.zero_reduce_bucket_elements) == ("zero3", "none", "auto")
+    assert job.spec.precision == "bf16-mixed"  # bf16 "auto", filled by the config's bf16: true
+    assert "as LLaMA-Factory ships it" in notes_of(job)
+    comm = predict_vram(job.spec, resolve_model(job.spec).architecture).breakdown_bytes["communication_buffers"]
+    assert comm == 4096 * 4096 * 2
+    offload = lf_ds("ds_z2_offload_config.json")
+    assert (offload.spec.sharding, offload.spec.offload) == ("zero2", "optimizer")
+    assert (offload.spec.zero_reduce_bucket_elements, offload.spec.zero_overlap_comm) == (500_000_000, False)
+    both = lf_ds("ds_z3_offload_config.json")
+    assert (both.spec.sharding, both.spec.offload) == ("zero3", "params+optimizer")
+    assert lf_ds("ds_z0_config.json").spec.sharding == "ddp"
+
+
+def test_a_carried_file_and_other_trainers_are_read_as_before() -> None:
+    # the manifest's own file of that name wins over the shipped one
+    own = {"zero_optimization": {"stage": 3, "reduce_bucket_size": 2e8}, "bf16": {"enabled": True}}
+    carried = lf_ds("ds_z3_config.json", files={"ds_z3_config.json": json.dumps(own)})
+    assert carried.spec.zero_reduce_bucket_elements == 200_000_000
+    assert "as LLaMA-Factory ships it" not in notes_of(carried)
+    # another trainer naming a file of that name: the stage from the name only, DeepSpeed's default bucket
+    other = one_job(pod(["deepspeed", "train.py", "--model_name_or_path", M, "--bf16", "--deepspeed",
+                         "examples/deepspeed/ds_z3_config.json"], gpus=8))
+    assert (other.spec.sharding, other.spec.zero_reduce_bucket_elements) == ("zero3", None)
+    assert "ZeRO stage 3 read from its file name" in notes_of(other)
+    # an unknown file name in a LLaMA-Factory job: the name's stage, as before
+    unknown = lf_ds("my_z3.json")
+    assert (unknown.spec.sharding, unknown.spec.zero_reduce_bucket_elements) == ("zero3", None)
+
+
+def test_llama_factory_v1_naming_its_shipped_config_infers_bf16() -> None:
+    """v1's dist_config naming examples/deepspeed/ds_z3_config.json without the file: v1 fills the file's "auto"
+    precision with bf16 (infer_deepspeed_mixed_precision), as when the manifest carries it."""
+    job = lf_job(V1_DS, env=V1_ENV, gpus=8, command="sft")
+    assert (job.spec.sharding, job.spec.precision, job.spec.zero_reduce_bucket_elements) == (
+        "zero3", "bf16-mixed", "auto")
