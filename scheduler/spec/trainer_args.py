@@ -1649,38 +1649,64 @@ def _deepspeed_hierarchy(section: Mapping[str, Any], zero: Setting, out: Setting
                      "width (at most a small over-estimate of the all-gather buffers)")
 
 
-# LLaMA-Factory's DeepSpeed configs as it ships them (examples/deepspeed/ds_z*_config.json at hiyouga/LLaMA-Factory
-# 1d6e8b2; the keys vramfit reads): its example recipes name them by path, and a LLaMA-Factory job whose manifest does
-# not carry the file is read with these contents rather than from the file name alone (noted). What differs from a
-# name-only reading: ZeRO-3's reduce_bucket_size "auto" (hidden_size^2, filled by the HF Trainer: 0.03 GiB of 16-bit
-# values at hidden 4096, where DeepSpeed's default is 0.93 GiB), overlap_comm false, and the fp16/bf16 "auto" sections
-# that the trainer's own flags fill.
-_LF_PRECISION: dict[str, Any] = {"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
-                                 "train_micro_batch_size_per_gpu": "auto"}
+# DeepSpeed configs that trainers ship, as they ship them (the keys vramfit reads): their example recipes name them by
+# path, and a job of that trainer whose manifest does not carry the file is read with these contents rather than from
+# the file name alone (noted). LLaMA-Factory: examples/deepspeed/ds_z*_config.json at hiyouga/LLaMA-Factory 1d6e8b2
+# (ZeRO-3's reduce_bucket_size "auto", hidden_size^2 as the HF Trainer fills it: 0.03 GiB of 16-bit values at hidden
+# 4096 where DeepSpeed's default is 0.93 GiB; overlap_comm false; fp16/bf16 "auto", filled by the trainer's flags).
+# axolotl: deepspeed_configs/*.json at axolotl-ai-cloud/axolotl 58b1d3a (zero1, zero2) and 1377ccc / 1aaebb0 (zero3*),
+# where zero2.json offloads the optimizer to the CPU, which its name does not say, and zero1.json names DeepSpeed's
+# AdamW (a fused kernel). axolotl's names are common ones, so they count only in its deepspeed_configs folder.
+_AUTO_PRECISION: dict[str, Any] = {"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
+                                   "train_micro_batch_size_per_gpu": "auto"}
+_BF16: dict[str, Any] = {"bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": "auto"}
+_CPU: dict[str, Any] = {"device": "cpu", "pin_memory": True}
 _LF_ZERO_2: dict[str, Any] = {"overlap_comm": False, "reduce_bucket_size": 5e8, "contiguous_gradients": True}
 _LF_ZERO_3: dict[str, Any] = {"overlap_comm": False, "reduce_bucket_size": "auto", "contiguous_gradients": True}
-_LF_CPU: dict[str, Any] = {"device": "cpu", "pin_memory": True}
-LLAMAFACTORY_DEEPSPEED_FILES: dict[str, dict[str, Any]] = {
-    "ds_z0_config.json": {**_LF_PRECISION, "zero_optimization": {"stage": 0, **_LF_ZERO_2}},
-    "ds_z2_config.json": {**_LF_PRECISION, "zero_optimization": {"stage": 2, **_LF_ZERO_2}},
-    "ds_z2_offload_config.json": {**_LF_PRECISION, "zero_optimization": {"stage": 2, "offload_optimizer": _LF_CPU,
-                                                                         **_LF_ZERO_2}},
-    "ds_z3_config.json": {**_LF_PRECISION, "zero_optimization": {"stage": 3, **_LF_ZERO_3}},
-    "ds_z3_offload_config.json": {**_LF_PRECISION, "zero_optimization": {"stage": 3, "offload_optimizer": _LF_CPU,
-                                                                         "offload_param": _LF_CPU, **_LF_ZERO_3}},
+_AX_ZERO_3: dict[str, Any] = {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+                              "reduce_bucket_size": "auto"}
+SHIPPED_DEEPSPEED_FILES: dict[str, dict[str, dict[str, Any]]] = {
+    "LLaMA-Factory": {
+        "ds_z0_config.json": {**_AUTO_PRECISION, "zero_optimization": {"stage": 0, **_LF_ZERO_2}},
+        "ds_z2_config.json": {**_AUTO_PRECISION, "zero_optimization": {"stage": 2, **_LF_ZERO_2}},
+        "ds_z2_offload_config.json": {**_AUTO_PRECISION, "zero_optimization": {
+            "stage": 2, "offload_optimizer": _CPU, **_LF_ZERO_2}},
+        "ds_z3_config.json": {**_AUTO_PRECISION, "zero_optimization": {"stage": 3, **_LF_ZERO_3}},
+        "ds_z3_offload_config.json": {**_AUTO_PRECISION, "zero_optimization": {
+            "stage": 3, "offload_optimizer": _CPU, "offload_param": _CPU, **_LF_ZERO_3}},
+    },
+    "axolotl": {
+        "zero1.json": {**_AUTO_PRECISION, "zero_optimization": {"stage": 1, "overlap_comm": True},
+                       "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}},
+        "zero2.json": {**_AUTO_PRECISION, "zero_optimization": {
+            "stage": 2, "offload_optimizer": {"device": "cpu"}, "contiguous_gradients": True, "overlap_comm": True}},
+        "zero3.json": {**_AUTO_PRECISION, "zero_optimization": _AX_ZERO_3},
+        "zero3_bf16.json": {**_BF16, "zero_optimization": _AX_ZERO_3},
+        "zero3_bf16_cpuoffload_all.json": {**_BF16, "zero_optimization": {
+            **_AX_ZERO_3, "offload_optimizer": _CPU, "offload_param": _CPU}},
+        "zero3_bf16_cpuoffload_params.json": {**_BF16, "zero_optimization": {**_AX_ZERO_3, "offload_param": _CPU}},
+    },
 }
+# the folder a trainer keeps them in, where its names are too common to be recognised anywhere
+_SHIPPED_FOLDER: dict[str, str] = {"axolotl": "deepspeed_configs"}
 
 
-def _llamafactory_shipped_config(text: str, config: Setting) -> dict[str, Any] | None:
-    """The contents of LLaMA-Factory's own DeepSpeed config that a LLaMA-Factory job names without carrying it."""
-    if "LLaMA-Factory" not in config.source:
-        return None
-    shipped = LLAMAFACTORY_DEEPSPEED_FILES.get(PurePosixPath(text).name)
-    return json.loads(json.dumps(shipped)) if shipped is not None else None  # a copy the reading cannot alter
+def _shipped_deepspeed_config(text: str, config: Setting, trainer: str) -> tuple[str, dict[str, Any]] | None:
+    """(trainer, contents) of a trainer's own DeepSpeed config that a job of that trainer (the command's ``trainer``,
+    or the trainer config the setting came from) names without carrying it."""
+    path = PurePosixPath(text)
+    for owner, shipped in SHIPPED_DEEPSPEED_FILES.items():
+        if (owner != trainer and owner not in config.source) or path.name not in shipped:
+            continue
+        folder = _SHIPPED_FOLDER.get(owner)
+        if folder is not None and path.parent.name != folder:
+            continue
+        return owner, json.loads(json.dumps(shipped[path.name]))  # a copy the reading cannot alter
+    return None
 
 
 def _resolve_deepspeed(
-    raw: Mapping[str, Setting], out: Settings, notes: list[str], files: Mapping[str, str]
+    raw: Mapping[str, Setting], out: Settings, notes: list[str], files: Mapping[str, str], trainer: str = ""
 ) -> None:
     config = raw.get("_deepspeed")
     zero = raw.get("_zero_optimization")
@@ -1693,10 +1719,11 @@ def _resolve_deepspeed(
         if data is None and PurePosixPath(text).name in files:
             data = _load_mapping(files[PurePosixPath(text).name])
         label = f"DeepSpeed config {text if len(text) < 60 else '(inline)'}"
-        if data is None and (data := _llamafactory_shipped_config(text, config)) is not None:
-            label = f"LLaMA-Factory's {PurePosixPath(text).name} (as it ships)"
-            notes.append(f"DeepSpeed config {text} is not in the manifest: read as LLaMA-Factory ships it "
-                         "(examples/deepspeed); a changed copy of that name is not seen")
+        if data is None and (shipped := _shipped_deepspeed_config(text, config, trainer)) is not None:
+            owner, data = shipped
+            label = f"{owner}'s {PurePosixPath(text).name} (as it ships)"
+            notes.append(f"DeepSpeed config {text} is not in the manifest: read as {owner} ships it; a changed "
+                         "copy of that name is not seen")
         if isinstance(data, dict):
             sub = read_mapping(data, label, config.where)
             zero = sub.get("_zero_optimization", zero)
@@ -1968,8 +1995,9 @@ def _resolve_fsdp(raw: Mapping[str, Setting], out: Settings, notes: list[str],
         _put(out, "offload", "params+optimizer", offload_source)
 
 
-def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) -> Reading:
-    """Raw keys of one source -> TrainingSpec fields (method, precision, sharding are derived)."""
+def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None, trainer: str = "") -> Reading:
+    """Raw keys of one source -> TrainingSpec fields (method, precision, sharding are derived); ``trainer``: the
+    command's trainer, whose shipped DeepSpeed configs a name can refer to."""
     out: Settings = {k: v for k, v in raw.items()
                      if not k.startswith(("_", "lora.")) or k in HYBRID_MARKERS + ZERO_STAGE_MARKERS
                      or k == "_global_batch_size"}
@@ -1977,7 +2005,7 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None) 
     _resolve_precision(raw, out)
     _resolve_method(raw, out, notes)
     _resolve_preference(raw, out, notes)
-    _resolve_deepspeed(raw, out, notes, files or {})
+    _resolve_deepspeed(raw, out, notes, files or {}, trainer)
     implied = _resolve_parallelism_config(raw, out, notes)
     _resolve_fsdp({**implied, **raw} if implied else raw, out, notes, files or {})
     _resolve_lengths(raw, out)
@@ -2406,7 +2434,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         # default finetuning_type is lora (llamafactory hparams/finetuning_args.py)
         raw["_finetuning_type"] = Setting("lora", "LLaMA-Factory (finetuning_type default lora)", where)
         notes.append("llamafactory-cli sets no finetuning_type: LLaMA-Factory's default lora")
-    reading = resolve(raw, files)
+    reading = resolve(raw, files, trainer)
     framework = framework_setting(trainer, raw, where)
     if framework is not None and reading.settings:
         reading.settings.setdefault("framework", framework)

@@ -643,3 +643,42 @@ def test_llama_factory_v1_naming_its_shipped_config_infers_bf16() -> None:
     job = lf_job(V1_DS, env=V1_ENV, gpus=8, command="sft")
     assert (job.spec.sharding, job.spec.precision, job.spec.zero_reduce_bucket_elements) == (
         "zero3", "bf16-mixed", "auto")
+
+
+def axolotl_ds(path: str, as_flag: bool = False) -> Any:
+    config = f"base_model: {M}\nbf16: true\n" + ("" if as_flag else f"deepspeed: {path}\n")
+    script = f"cat > /c.yml <<EOF\n{config}EOF\naxolotl train /c.yml" + (f" --deepspeed {path}" if as_flag else "")
+    return one_job(pod(["bash", "-c", script], gpus=8))
+
+
+def test_axolotl_names_its_own_deepspeed_configs_read_as_they_ship() -> None:
+    """axolotl's deepspeed_configs/zero2.json offloads the optimizer to the CPU, which its name does not say: read as
+    it ships, a ZeRO-2 job without its optimizer states on the GPUs (before: states, master weights and the step's
+    fp32 gradients all counted there). Its zero3 files fill the bucket with "auto". From the YAML key or the flag."""
+    from predictors.catalog import resolve_model
+    from predictors.vram import predict_vram
+
+    for as_flag in (False, True):
+        zero2 = axolotl_ds("deepspeed_configs/zero2.json", as_flag)
+        assert (zero2.spec.sharding, zero2.spec.offload, zero2.spec.zero_overlap_comm) == ("zero2", "optimizer", True)
+        assert "read as axolotl ships it" in notes_of(zero2)
+    states = predict_vram(zero2.spec, resolve_model(zero2.spec).architecture).breakdown_bytes
+    assert "optimizer_states" not in states and "master_weights" not in states
+    zero3 = axolotl_ds("/workspace/axolotl/deepspeed_configs/zero3_bf16.json", as_flag=True)
+    assert (zero3.spec.sharding, zero3.spec.precision, zero3.spec.zero_reduce_bucket_elements) == (
+        "zero3", "bf16-mixed", "auto")
+    assert axolotl_ds("deepspeed_configs/zero3_bf16_cpuoffload_all.json").spec.offload == "params+optimizer"
+    params_only = axolotl_ds("deepspeed_configs/zero3_bf16_cpuoffload_params.json")
+    assert params_only.spec.offload == "none"  # offload_param alone keeps the optimizer on the GPUs (noted)
+    assert axolotl_ds("deepspeed_configs/zero1.json").spec.sharding == "zero1"
+
+
+def test_common_names_outside_the_trainers_folder_keep_the_name_reading() -> None:
+    """zero2.json is a common name: outside axolotl's deepspeed_configs folder, or in another trainer's job, it gives
+    the stage only, as before."""
+    mine = axolotl_ds("my/zero2.json")
+    assert (mine.spec.sharding, mine.spec.offload) == ("zero2", "none")
+    assert "ZeRO stage 2 read from its file name" in notes_of(mine)
+    hf = one_job(pod(["deepspeed", "train.py", "--model_name_or_path", M, "--bf16", "--deepspeed",
+                      "deepspeed_configs/zero2.json"], gpus=8))
+    assert (hf.spec.sharding, hf.spec.offload) == ("zero2", "none")
