@@ -247,10 +247,12 @@ def test_evaluate_cv_source_output(runs_subset: RunsSubset, capsys: pytest.Captu
 # 11.5 % / 41.9 %, 94.8 % at 52.9 %; session 18 (the trainable, rank and resident-share features one-sided too):
 # 94.8 % at 53.1 %; session 24 (DeepSpeed ZeRO-2/3's gradient bucket at its full 5e8 elements, not the trainable
 # count: S14's Q-LoRA rows 35 % -> 20 % under): 11.4 % / 41.6 %, 95.3 % at 56.1 % (the margins are unchanged; the rows
-# that moved up carry more slack, one more row is covered)
+# that moved up carry more slack, one more row is covered); session 25 (ZeRO-Offload keeps no gradients on the GPU:
+# S15-294's fp32 LoRA adapters' gradients, 0.02 GiB, leave its prediction and its bound 0.2 % under the measured
+# 16.86 GiB): 94.8 % at 56.1 %
 LOSO_MEDIAN_APE = 0.114
 LOSO_P90_APE = 0.416
-LOSO_COVERAGE = 0.953
+LOSO_COVERAGE = 0.948
 LOSO_MEDIAN_SLACK = 0.561
 
 
