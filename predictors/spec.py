@@ -134,6 +134,8 @@ MAX_STEPS = 10**9
 MAX_GPUS = 10**6
 # 10^11 elements: a 200 GB gradient bucket, more memory than any GPU has; a larger reduce_bucket_size is a typo
 MAX_ZERO_BUCKET_ELEMENTS = 10**11
+# ZeRO-3's live-parameter and reuse-distance limits count parameter elements: 10^15, as MAX_PARAMS_OVERRIDE
+MAX_ZERO3_ELEMENTS = 10**15
 MAX_MICRO_BATCH = 2**20
 MAX_PARAMS_OVERRIDE = 1e15
 Tokens = Annotated[float, BeforeValidator(_float_count), Field(ge=1, le=MAX_TRAIN_TOKENS)]  # at least one token
@@ -396,6 +398,16 @@ class TrainingSpec(BaseModel):
                           "zero_reduce_bucket_elements (ZeRO-3 keeps one either way). Unset: false, DeepSpeed's "
                           "default at stage 2"
     )
+    zero3_max_live_parameters: Annotated[int, Field(ge=0, le=MAX_ZERO3_ELEMENTS)] | None = Field(
+        None, description="vramfit extension: DeepSpeed ZeRO-3 stage3_max_live_parameters, in elements: the most "
+                          "gathered parameters it holds at once (0 also stops its prefetching). Unset: DeepSpeed's "
+                          "default 1e9"
+    )
+    zero3_max_reuse_distance: Annotated[int, Field(ge=0, le=MAX_ZERO3_ELEMENTS)] | None = Field(
+        None, description="vramfit extension: DeepSpeed ZeRO-3 stage3_max_reuse_distance, in elements: a gathered "
+                          "parameter that is used again within this many parameter elements is kept rather than "
+                          "released (0: every parameter is released after its module). Unset: DeepSpeed's default 1e9"
+    )
 
     @field_validator("gradient_checkpointing", mode="before")
     @classmethod
@@ -434,6 +446,14 @@ class TrainingSpec(BaseModel):
         if isinstance(parsed, int) and parsed > MAX_ZERO_BUCKET_ELEMENTS:
             raise ValueError(f"must be at most {MAX_ZERO_BUCKET_ELEMENTS:.0e} elements (a 200 GB buffer); got "
                              f"{value!r}")
+        return parsed
+
+    @field_validator("zero3_max_live_parameters", "zero3_max_reuse_distance", mode="before")
+    @classmethod
+    def _zero3_elements(cls, value: Any) -> Any:
+        parsed = _parse_count_value(value)  # 1e9 (a JSON float in DeepSpeed configs), "1e9", "500M"
+        if isinstance(parsed, int) and parsed > MAX_ZERO3_ELEMENTS:
+            raise ValueError(f"must be at most {MAX_ZERO3_ELEMENTS:.0e} parameter elements; got {value!r}")
         return parsed
 
     @field_validator("cross_entropy", mode="before")
@@ -607,6 +627,11 @@ class TrainingSpec(BaseModel):
                     + (" without offload (DeepSpeed turns contiguous_gradients off at stage 1 then)"
                        if self.sharding == "zero1" else "")
                     + f". To fix: set sharding: zero2 or zero3, or drop {name}")
+        for name in ("zero3_max_live_parameters", "zero3_max_reuse_distance"):
+            if getattr(self, name) is not None and self.sharding != "zero3":
+                raise ValueError(
+                    f"{name} limits the parameters DeepSpeed ZeRO-3 keeps gathered; sharding is "
+                    f"{self.sharding or 'unset'}. To fix: set sharding: zero3, or drop {name}")
         if self.secondary_shard_size is not None:
             if self.sharding not in SECONDARY_SHARDING:
                 raise ValueError(
@@ -698,6 +723,8 @@ _HINTS: dict[str, str] = {
     "gpus": "use a positive integer or 'auto'",
     "zero_reduce_bucket_elements": "use DeepSpeed's reduce_bucket_size in elements (5e8, '2e8') or 'auto' "
                                    "(hidden_size^2)",
+    "zero3_max_live_parameters": "use DeepSpeed's stage3_max_live_parameters in elements (1e9, '0')",
+    "zero3_max_reuse_distance": "use DeepSpeed's stage3_max_reuse_distance in elements (1e9, '0')",
     "model": "use a catalog name (run `vramfit models`), a Hugging Face id, or {config: {...}}",
 }
 

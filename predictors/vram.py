@@ -155,7 +155,7 @@ _SELECTIVE_KEPT_FRACTION = 0.4
 # the optimizer is offloaded (stage_1_and_2.py: contiguous_gradients or cpu_offload).
 _ZERO_BUCKET_ELEMENTS = 5e8
 _ZERO3_PREFETCH_ELEMENTS = 5e7
-_ZERO3_MAX_LIVE_ELEMENTS = 1e9  # stage3_max_live_parameters default (DeepSpeed config docs)
+_ZERO3_MAX_LIVE_ELEMENTS = 1e9  # stage3_max_live_parameters and stage3_max_reuse_distance defaults (DeepSpeed docs)
 
 
 @dataclass(frozen=True)
@@ -616,10 +616,22 @@ def _predict_stage(
         # gathered parameters of the block being computed and the prefetched next one
         gathered = 2 * layer_params * (weight_bytes if method != "qlora" else 1.0)
         if deepspeed:
-            # ZeRO-3 keeps gathered parameters live up to stage3_max_live_parameters before releasing
-            live = min(params_gpu, _ZERO3_MAX_LIVE_ELEMENTS)
+            # ZeRO-3 keeps a gathered parameter that is used again within stage3_max_reuse_distance elements (at the
+            # turn from forward to backward, the last blocks' parameters), up to stage3_max_live_parameters at once,
+            # and prefetches up to its prefetch bucket unless the live limit is 0 (deepspeed/runtime/zero/
+            # partitioned_param_coordinator.py: __params_to_release, fetch_sub_module's max_params_to_prefetch)
+            live_limit, reuse = spec.zero3_max_live_parameters, spec.zero3_max_reuse_distance
+            live = min(params_gpu, _ZERO3_MAX_LIVE_ELEMENTS if live_limit is None else live_limit,
+                       _ZERO3_MAX_LIVE_ELEMENTS if reuse is None else reuse)
             gathered = max(gathered, live * (weight_bytes if method == "full" else float(e))) + (
-                _ZERO3_PREFETCH_ELEMENTS * 2.0)
+                _ZERO3_PREFETCH_ELEMENTS * 2.0 if live_limit != 0 else 0.0)
+            if live_limit is not None or reuse is not None:
+                limits = (f"stage3_max_live_parameters {'1e9' if live_limit is None else f'{live_limit:,}'}, "
+                          f"stage3_max_reuse_distance {'1e9' if reuse is None else f'{reuse:,}'}")
+                notes.append(f"DeepSpeed ZeRO-3 ({limits}): " + (
+                    "every parameter is released after its module, only the blocks being computed stay gathered"
+                    if live == 0 else f"up to {live:,.0f} gathered parameter elements are kept for reuse")
+                    + ("; no prefetching" if live_limit == 0 else ""))
     if lay.sharding == "fsdp-grad-op" and shard_params:
         # SHARD_GRAD_OP keeps every unit's parameters unsharded from its forward until its backward, frozen
         # LoRA bases included (FSDP treats all parameters of a unit alike): the whole stage at the compute dtype

@@ -213,7 +213,8 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
     if "shard_group_size" in merged:
         provenance["shard_group_size"] = merged["shard_group_size"].source
     notes += _zero_stage_settings(merged)
-    for name in ("zero_reduce_bucket_elements", "zero_overlap_comm", "secondary_shard_size"):
+    for name in ("zero_reduce_bucket_elements", "zero_overlap_comm", "secondary_shard_size",
+                 "zero3_max_live_parameters", "zero3_max_reuse_distance"):
         if name in merged:
             provenance[name] = merged[name].source
     if "model" not in merged:
@@ -297,11 +298,13 @@ def _shard_group_size(merged: Settings, training: Sequence[Role]) -> list[str]:
 
 
 def _zero_stage_settings(merged: Settings) -> list[str]:
-    """A DeepSpeed config's ``reduce_bucket_size``, ``overlap_comm`` and ``zero_hpz_partition_size`` (``_zero_bucket``,
-    ``_zero_overlap``, ``_secondary_shard``) as the spec's ``zero_reduce_bucket_elements``, ``zero_overlap_comm`` and
-    ``secondary_shard_size``, once the job's ZeRO stage is final: the bucket where the optimizer keeps the buffer
-    (ZeRO-2/3, and ZeRO-1 with an offloaded optimizer), ``overlap_comm`` at ZeRO-2 only (ZeRO-3 keeps one buffer
-    either way; stage 1 turns it off), hpZ at ZeRO-3. Values the job states otherwise (the annotation) stay."""
+    """A DeepSpeed config's ``reduce_bucket_size``, ``overlap_comm``, ``zero_hpz_partition_size`` and ZeRO-3 live /
+    reuse limits (``_zero_bucket``, ``_zero_overlap``, ``_secondary_shard``, ``_zero3_live``, ``_zero3_reuse``) as the
+    spec's ``zero_reduce_bucket_elements``, ``zero_overlap_comm``, ``secondary_shard_size``,
+    ``zero3_max_live_parameters`` and ``zero3_max_reuse_distance``, once the job's ZeRO stage is final: the bucket
+    where the optimizer keeps the buffer (ZeRO-2/3, and ZeRO-1 with an offloaded optimizer), ``overlap_comm`` at
+    ZeRO-2 only (ZeRO-3 keeps one buffer either way; stage 1 turns it off), hpZ and the limits at ZeRO-3. Values the
+    job states otherwise (the annotation) stay."""
     markers = {key: merged.pop(key) for key in ZERO_STAGE_MARKERS if key in merged}
     if not markers:
         return []
@@ -326,6 +329,15 @@ def _zero_stage_settings(merged: Settings) -> list[str]:
         else:
             notes.append(f"{secondary.source} not read: the job runs {sharding or 'without sharding'}, which has no "
                          "parameter shards to copy")
+    for marker, name in (("_zero3_live", "zero3_max_live_parameters"), ("_zero3_reuse", "zero3_max_reuse_distance")):
+        limit = markers.get(marker)
+        if limit is None or name in merged:
+            continue
+        if sharding == "zero3":
+            merged[name] = limit
+        else:
+            notes.append(f"{limit.source} not read: the job runs {sharding or 'without sharding'}, which gathers no "
+                         "parameters")
     return notes
 
 

@@ -27,7 +27,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from predictors.errors import SpecError
-from predictors.spec import FUSABLE_OPTIMIZERS, MAX_ZERO_BUCKET_ELEMENTS
+from predictors.spec import FUSABLE_OPTIMIZERS, MAX_ZERO3_ELEMENTS, MAX_ZERO_BUCKET_ELEMENTS
 from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load, substitute_within
 
 
@@ -1635,6 +1635,17 @@ def _deepspeed_hierarchy(section: Mapping[str, Any], zero: Setting, out: Setting
     if hpz is not None and hpz > 1:
         out["_secondary_shard"] = Setting(hpz, f"{zero.source} zero_hpz_partition_size {hpz} (ZeRO++ hpZ)",
                                           zero.where)
+    # how many gathered parameters ZeRO-3 keeps (DeepSpeedZeroConfig accepts the names with and without "stage3_")
+    for key, marker in (("max_live_parameters", "_zero3_live"), ("max_reuse_distance", "_zero3_reuse")):
+        name = f"stage3_{key}" if f"stage3_{key}" in section else key
+        if name not in section:
+            continue
+        elements = _element_count(section[name], MAX_ZERO3_ELEMENTS)
+        if elements is None:
+            shown = repr(section[name]) if len(repr(section[name])) <= 60 else repr(section[name])[:57] + "..."
+            raise SpecError.one("", f"{zero.source}: zero_optimization.{name} must be a whole number of parameter "
+                                    f"elements from 0 to 1e15; got {shown}", "write it as DeepSpeed does (1e9, 0)")
+        out[marker] = Setting(elements, f"{zero.source} {name}", zero.where)
     # ZeRO++ qwZ (deepspeed/runtime/zero/config.py DeepSpeedZeroConfig; passed to the ZeRO-3 optimizer and its
     # parameter coordinator only: runtime/engine.py, zero/parameter_offload.py). zero_quantized_nontrainable_weights
     # keeps the parameters that do not train (a LoRA base, freeze tuning's frozen blocks) quantized to int8 in memory;
@@ -1655,8 +1666,9 @@ def _deepspeed_hierarchy(section: Mapping[str, Any], zero: Setting, out: Setting
 # (ZeRO-3's reduce_bucket_size "auto", hidden_size^2 as the HF Trainer fills it: 0.03 GiB of 16-bit values at hidden
 # 4096 where DeepSpeed's default is 0.93 GiB; overlap_comm false; fp16/bf16 "auto", filled by the trainer's flags).
 # axolotl: deepspeed_configs/*.json at axolotl-ai-cloud/axolotl 58b1d3a (zero1, zero2) and 1377ccc / 1aaebb0 (zero3*),
-# where zero2.json offloads the optimizer to the CPU, which its name does not say, and zero1.json names DeepSpeed's
-# AdamW (a fused kernel). axolotl's names are common ones, so they count only in its deepspeed_configs folder.
+# where zero2.json offloads the optimizer to the CPU, which its name does not say, zero1.json names DeepSpeed's
+# AdamW (a fused kernel) and the zero3 files keep no gathered parameters for reuse (max_live_parameters and
+# max_reuse_distance 0). axolotl's names are common ones, so they count only in its deepspeed_configs folder.
 _AUTO_PRECISION: dict[str, Any] = {"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
                                    "train_micro_batch_size_per_gpu": "auto"}
 _BF16: dict[str, Any] = {"bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": "auto"}
@@ -1664,7 +1676,11 @@ _CPU: dict[str, Any] = {"device": "cpu", "pin_memory": True}
 _LF_ZERO_2: dict[str, Any] = {"overlap_comm": False, "reduce_bucket_size": 5e8, "contiguous_gradients": True}
 _LF_ZERO_3: dict[str, Any] = {"overlap_comm": False, "reduce_bucket_size": "auto", "contiguous_gradients": True}
 _AX_ZERO_3: dict[str, Any] = {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
-                              "reduce_bucket_size": "auto"}
+                              "reduce_bucket_size": "auto", "stage3_max_live_parameters": 0,
+                              "stage3_max_reuse_distance": 0}
+# the bf16 ones write those two keys without "stage3_" (DeepSpeedZeroConfig takes both names)
+_AX_ZERO_3_BF16: dict[str, Any] = {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+                                   "reduce_bucket_size": "auto", "max_live_parameters": 0, "max_reuse_distance": 0}
 SHIPPED_DEEPSPEED_FILES: dict[str, dict[str, dict[str, Any]]] = {
     "LLaMA-Factory": {
         "ds_z0_config.json": {**_AUTO_PRECISION, "zero_optimization": {"stage": 0, **_LF_ZERO_2}},
@@ -1681,10 +1697,11 @@ SHIPPED_DEEPSPEED_FILES: dict[str, dict[str, dict[str, Any]]] = {
         "zero2.json": {**_AUTO_PRECISION, "zero_optimization": {
             "stage": 2, "offload_optimizer": {"device": "cpu"}, "contiguous_gradients": True, "overlap_comm": True}},
         "zero3.json": {**_AUTO_PRECISION, "zero_optimization": _AX_ZERO_3},
-        "zero3_bf16.json": {**_BF16, "zero_optimization": _AX_ZERO_3},
+        "zero3_bf16.json": {**_BF16, "zero_optimization": _AX_ZERO_3_BF16},
         "zero3_bf16_cpuoffload_all.json": {**_BF16, "zero_optimization": {
-            **_AX_ZERO_3, "offload_optimizer": _CPU, "offload_param": _CPU}},
-        "zero3_bf16_cpuoffload_params.json": {**_BF16, "zero_optimization": {**_AX_ZERO_3, "offload_param": _CPU}},
+            **_AX_ZERO_3_BF16, "offload_optimizer": _CPU, "offload_param": _CPU}},
+        "zero3_bf16_cpuoffload_params.json": {**_BF16, "zero_optimization": {**_AX_ZERO_3_BF16,
+                                                                             "offload_param": _CPU}},
     },
 }
 # the folder a trainer keeps them in, where its names are too common to be recognised anywhere
@@ -1788,7 +1805,7 @@ def _resolve_deepspeed(
 # Raw settings of a DeepSpeed config that the merge turns into zero_reduce_bucket_elements, zero_overlap_comm and
 # secondary_shard_size (hpZ) once the job's ZeRO stage is final (a --zero_stage flag, accelerate's env or the
 # annotation may change the config's own stage)
-ZERO_STAGE_MARKERS = ("_zero_bucket", "_zero_overlap", "_secondary_shard")
+ZERO_STAGE_MARKERS = ("_zero_bucket", "_zero_overlap", "_secondary_shard", "_zero3_live", "_zero3_reuse")
 # what DeepSpeed's pydantic config takes for a bool (pydantic's lax bool strings): to_bool's words without its "auto",
 # "none" and empty string, which DeepSpeed refuses
 _STRICT_TRUE = (_TRUE - {"auto"}) | {"t"}
@@ -1834,10 +1851,16 @@ def _deepspeed_gradient_buffer(section: Mapping[str, Any], zero: Setting, out: S
 def _bucket_elements(value: Any) -> int | None:
     """An element count from 0 to 1e11 as DeepSpeed configs write it (500000000, 5e8, "5e8"); None for anything
     else (DeepSpeed's reduce_bucket_size is a non-negative int; with 0 every gradient takes its own path)."""
+    return _element_count(value, MAX_ZERO_BUCKET_ELEMENTS)
+
+
+def _element_count(value: Any, limit: int) -> int | None:
+    """A whole number of elements from 0 to ``limit`` as DeepSpeed configs write one (1000000000, 1e9, "1e9"); None
+    for anything else."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if 0 <= value <= MAX_ZERO_BUCKET_ELEMENTS else None
+        return value if 0 <= value <= limit else None
     if isinstance(value, float):
         number = value
     else:
@@ -1845,7 +1868,7 @@ def _bucket_elements(value: Any) -> int | None:
             number = float(str(value).strip())
         except ValueError:
             return None
-    if not math.isfinite(number) or not number.is_integer() or not 0 <= number <= MAX_ZERO_BUCKET_ELEMENTS:
+    if not math.isfinite(number) or not number.is_integer() or not 0 <= number <= limit:
         return None
     return int(number)
 

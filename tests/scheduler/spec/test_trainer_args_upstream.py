@@ -682,3 +682,32 @@ def test_common_names_outside_the_trainers_folder_keep_the_name_reading() -> Non
     hf = one_job(pod(["deepspeed", "train.py", "--model_name_or_path", M, "--bf16", "--deepspeed",
                       "deepspeed_configs/zero2.json"], gpus=8))
     assert (hf.spec.sharding, hf.spec.offload) == ("zero2", "none")
+
+
+def test_zero3_live_and_reuse_limits_are_read_with_either_name() -> None:
+    """stage3_max_live_parameters / stage3_max_reuse_distance (or the names without "stage3_", which DeepSpeed also
+    takes) become the spec's zero3 limits at ZeRO-3, with their source; at another final stage they are noted."""
+    both = ds_job({"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 0, "max_reuse_distance": "1e8"}},
+                  "--bf16")
+    assert (both.spec.zero3_max_live_parameters, both.spec.zero3_max_reuse_distance) == (0, 100_000_000)
+    assert "stage3_max_live_parameters" in both.provenance["zero3_max_live_parameters"]
+    assert "max_reuse_distance" in both.provenance["zero3_max_reuse_distance"]
+    # the stage filled by --zero_stage 2: nothing is gathered, the limits are noted and left out
+    staged = one_job(pod(["deepspeed", "train.py", "--model_name_or_path", M, "--bf16", "--zero_stage", "2",
+                          "--deepspeed", json.dumps({"zero_optimization": {"stage": "auto",
+                                                                           "stage3_max_live_parameters": 0}})],
+                         gpus=8))
+    assert (staged.spec.sharding, staged.spec.zero3_max_live_parameters) == ("zero2", None)
+    assert "stage3_max_live_parameters not read" in notes_of(staged)
+    # axolotl's zero3 configs keep nothing for reuse
+    axolotl = axolotl_ds("deepspeed_configs/zero3_bf16.json")
+    assert (axolotl.spec.zero3_max_live_parameters, axolotl.spec.zero3_max_reuse_distance) == (0, 0)
+
+
+def test_a_zero3_limit_deepspeed_could_not_use_is_an_error_naming_the_key() -> None:
+    for bad in ("auto", -1, 1.5, "1e16", True):
+        config = json.dumps({"zero_optimization": {"stage": 3, "stage3_max_live_parameters": bad}})
+        [outcome] = scan(pod(["deepspeed", "train.py", "--model_name_or_path", M, "--bf16", "--deepspeed", config],
+                             gpus=8))
+        assert isinstance(outcome, SpecError), bad
+        assert "zero_optimization.stage3_max_live_parameters must be a whole number" in str(outcome)
