@@ -399,9 +399,9 @@ class TrainingSpec(BaseModel):
                           "default at stage 2"
     )
     zero3_max_live_parameters: Annotated[int, Field(ge=0, le=MAX_ZERO3_ELEMENTS)] | None = Field(
-        None, description="vramfit extension: DeepSpeed ZeRO-3 stage3_max_live_parameters, in elements: the most "
-                          "gathered parameters it holds at once (0 also stops its prefetching). Unset: DeepSpeed's "
-                          "default 1e9"
+        None, description="vramfit extension: DeepSpeed ZeRO-3 stage3_max_live_parameters, in elements: how many "
+                          "gathered parameters it may hold before it stops prefetching more (0: no prefetching; what "
+                          "it keeps for reuse is zero3_max_reuse_distance's). Unset: DeepSpeed's default 1e9"
     )
     zero3_max_reuse_distance: Annotated[int, Field(ge=0, le=MAX_ZERO3_ELEMENTS)] | None = Field(
         None, description="vramfit extension: DeepSpeed ZeRO-3 stage3_max_reuse_distance, in elements: a gathered "

@@ -444,7 +444,8 @@ def _predict_stage(
     # trainable_layers (freeze tuning): the trained blocks' parameters train, everything else is frozen
     frozen_gpu = 0.0
     trained, _ = trained_blocks(spec, arch)
-    if spec.trainable_layers is not None and lora is None:
+    frozen_ends = spec.trainable_layers is not None and lora is None  # the embedding and the head do not train
+    if frozen_ends:
         if arch.num_encoder_layers:
             raise SpecError.one("trainable_layers", "is modelled for decoder-only and encoder-only models; this "
                                 f"{arch.model_type} model has an encoder and a decoder", "drop trainable_layers")
@@ -533,11 +534,14 @@ def _predict_stage(
         grads /= dp
     if offload_params and method == "full":
         grads = 0.0
-    if deepspeed and offload_states:
-        # ZeRO-Offload: as each gradient bucket is reduced, DeepSpeed copies this rank's part into the fp32 gradient
-        # on the host and frees the GPU copy (stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu sets
-        # param.grad = None; stage 3 allocates grad_partitions_flat_buffer on the offload device), so no gradient
-        # partition stays on the GPU beyond the reduce bucket counted below
+    # ZeRO-Offload at stages 2-3: as each gradient bucket is reduced during backward, DeepSpeed copies this rank's part
+    # into the fp32 gradient on the host and frees the GPU copy (stage_1_and_2.py async_inplace_copy_grad_to_fp32_
+    # buffer_from_gpu clears param.grad; stage 3 allocates grad_partitions_flat_buffer on the offload device), so no
+    # gradient partition stays on the GPU beyond the reduce bucket counted below. Stage 1 reduces nothing in backward
+    # (process_gradients: neither partition_gradients nor overlap_comm, which the engine turns off at stage 1): every
+    # 16-bit gradient is on the GPU when backward ends, and goes to the host in reduce_gradients after it.
+    host_grads = deepspeed and offload_states and lay.sharding in ("zero2", "zero3")
+    if host_grads:
         grads = 0.0
 
     opt = spec.optimizer
@@ -586,9 +590,10 @@ def _predict_stage(
             copy_states /= dp
         if offload_states:
             copy_states = 0.0
-        copies = copy_weights + saved_gpu * copy_bytes + copy_states
+        copy_grads = 0.0 if host_grads else saved_gpu * copy_bytes
+        copies = copy_weights + copy_grads + copy_states
         notes.append(f"modules_to_save {', '.join(saved)}: {int(saved_gpu):,} parameters trained in full per GPU "
-                     f"(copy {copy_weights / 2**30:.2f} GiB + gradients {saved_gpu * copy_bytes / 2**30:.2f} GiB "
+                     f"(copy {copy_weights / 2**30:.2f} GiB + gradients {copy_grads / 2**30:.2f} GiB "
                      f"+ optimizer states {copy_states / 2**30:.2f} GiB)")
 
     # ---- buffers for communication and sharding -----------------------------------------------
@@ -605,26 +610,30 @@ def _predict_stage(
                          "zero_reduce_bucket_elements sets it)")
         if offload_states and lay.sharding in ("zero1", "zero2"):
             # stages 1-2 with an offloaded optimizer also keep a GPU staging buffer the size of the largest trainable
-            # parameter, in its dtype (stage_1_and_2.py: temp_grad_buffer_for_gpu_offload, allocated at start-up)
-            staging = _largest_trainable_matrix(arch, lora, saved) * scale / lay.tp * (4.0 if e == 4 else 2.0)
+            # parameter, in its dtype (stage_1_and_2.py: temp_grad_buffer_for_gpu_offload, allocated at start-up), and
+            # upcast each gradient slice to fp32 on the GPU before its copy to the host
+            # (async_inplace_copy_grad_to_fp32_buffer_from_gpu: src_tensor.to(fp32)), the largest's at most
+            largest = _largest_trainable_matrix(arch, lora, saved, frozen_ends) * scale / lay.tp
+            staging = largest * (4.0 if e == 4 else 2.0) + (largest * 4.0 if e != 4 else 0.0)
             comm += staging
-            notes.append(f"DeepSpeed {lay.sharding} with the optimizer offloaded: gradients go to the host bucket by "
-                         f"bucket and none stay on the GPU; a {staging / 2**30:.2f} GiB staging buffer (the largest "
-                         "trainable parameter) does")
+            notes.append(f"DeepSpeed {lay.sharding} with the optimizer offloaded: gradients go to the host "
+                         + ("bucket by bucket, and none stay on the GPU" if host_grads else
+                            "after backward (stage 1 reduces none during it)")
+                         + f"; {staging / 2**30:.2f} GiB for the largest trainable parameter's staging buffer and "
+                           "its gradient's fp32 copy")
     gathered = 0.0
     if (lay.sharding in ("zero3", "fsdp") and dp > 1) or offload_params:
         # gathered parameters of the block being computed and the prefetched next one
         gathered = 2 * layer_params * (weight_bytes if method != "qlora" else 1.0)
         if deepspeed:
             # ZeRO-3 keeps a gathered parameter that is used again within stage3_max_reuse_distance elements (at the
-            # turn from forward to backward, the last blocks' parameters), up to stage3_max_live_parameters at once,
-            # and prefetches up to its prefetch bucket unless the live limit is 0 (deepspeed/runtime/zero/
-            # partitioned_param_coordinator.py: __params_to_release, fetch_sub_module's max_params_to_prefetch)
+            # turn from forward to backward, the last blocks' parameters); stage3_max_live_parameters only bounds what
+            # it prefetches beyond what is already gathered (deepspeed/runtime/zero/partitioned_param_coordinator.py:
+            # __params_to_release; fetch_sub_module's max_params_to_prefetch, the live limit less the gathered)
             live_limit, reuse = spec.zero3_max_live_parameters, spec.zero3_max_reuse_distance
-            live = min(params_gpu, _ZERO3_MAX_LIVE_ELEMENTS if live_limit is None else live_limit,
-                       _ZERO3_MAX_LIVE_ELEMENTS if reuse is None else reuse)
-            gathered = max(gathered, live * (weight_bytes if method == "full" else float(e))) + (
-                _ZERO3_PREFETCH_ELEMENTS * 2.0 if live_limit != 0 else 0.0)
+            live = min(params_gpu, _ZERO3_MAX_LIVE_ELEMENTS if reuse is None else reuse)
+            prefetch = _ZERO3_PREFETCH_ELEMENTS if live_limit is None else min(_ZERO3_PREFETCH_ELEMENTS, live_limit)
+            gathered = max(gathered, live * (weight_bytes if method == "full" else float(e))) + prefetch * 2.0
             if live_limit is not None or reuse is not None:
                 limits = (f"stage3_max_live_parameters {'1e9' if live_limit is None else f'{live_limit:,}'}, "
                           f"stage3_max_reuse_distance {'1e9' if reuse is None else f'{reuse:,}'}")
@@ -734,7 +743,8 @@ def _predict_stage(
         # Llama-3.2-1B and Qwen2.5-1.5B full bf16 (largest: the tied embedding) peak 8.59 / 9.30 GiB, weights +
         # gradients + 16 bytes x the embedding = 8.5 / 9.2 GiB (one state-sized buffer for all, the foreach rule
         # of AdamW above, gave 6.9 / 8.6)
-        step_tmp = _largest_trainable_matrix(arch, lora, saved) * (12.0 if e == 4 or mixed else 16.0) / lay.tp
+        step_tmp = (_largest_trainable_matrix(arch, lora, saved, frozen_ends) * (12.0 if e == 4 or mixed else 16.0)
+                    / lay.tp)
     if spec.galore_rank and lora is None and not offload_states:
         # galore_torch's optimizers step one parameter at a time (no foreach buffer); the peak is the projector
         # update's SVD of the largest targeted gradient
@@ -836,7 +846,7 @@ def _predict_stage(
         # gradient freed (torchtune optimizer_in_bwd; PyTorch's "How to save memory by fusing the optimizer step
         # into the backward pass" tutorial): one parameter's gradient and its update's temporaries at a time, in
         # backward, and no moment that holds every gradient. S02's Llama-3.2-3B full fine-tuning: 24.9 -> 23.1 GiB.
-        largest = _largest_trainable_matrix(arch, lora, saved) * scale / lay.tp
+        largest = _largest_trainable_matrix(arch, lora, saved, frozen_ends) * scale / lay.tp
         one_grad = largest * grad_bytes / (dp if shard_grads else 1)
         if opt == "adafactor" or spec.galore_rank:
             in_backward_step = step_tmp
@@ -1001,10 +1011,15 @@ def offloaded_activation_bytes(spec: TrainingSpec, arch: Architecture, gpus: int
     return max(whole - kept, 0.0)
 
 
-def _largest_trainable_matrix(arch: Architecture, lora: LoraSpec | None, saved: dict[str, float]) -> float:
-    """Elements of the largest parameter an optimizer steps: a weight matrix or the embedding in full fine-tuning;
-    an adapter's A or B (or a saved module's full copy) with LoRA."""
+def _largest_trainable_matrix(arch: Architecture, lora: LoraSpec | None, saved: dict[str, float],
+                              blocks_only: bool = False) -> float:
+    """Elements of the largest parameter an optimizer steps: a weight matrix or the embedding in full fine-tuning
+    (a block's matrix only under freeze tuning, ``blocks_only``: the embedding and the head stay frozen); an
+    adapter's A or B (or a saved module's full copy) with LoRA."""
     if lora is None:
+        if blocks_only:
+            return float(max((g.in_features * g.out_features for g in arch.linears if g.role != "lm_head"),
+                             default=0))
         return float(max([g.in_features * g.out_features for g in arch.linears]
                          + [arch.vocab_size * arch.hidden_size]))
     adapters = [lora.rank * max(g.in_features, g.out_features) for g in arch.lora_groups(lora.target_modules)]

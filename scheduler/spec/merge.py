@@ -437,7 +437,7 @@ def _command_and_env(w: Workload, roles: Sequence[Role]) -> tuple[Reading, Setti
     budget = TextBudget()
     for argv, env, where in candidates:
         try:
-            inline = _inline_configs(env, where, budget)
+            inline = _inline_configs(env, where, budget, w.files)
             reading, script = read_command(argv, env, where, w.files, budget)
         except SpecError as exc:
             if exc.source or len(exc.problems) != 1:
@@ -473,8 +473,10 @@ def _command_and_env(w: Workload, roles: Sequence[Role]) -> tuple[Reading, Setti
     return reading, from_env.settings
 
 
-def _inline_configs(env: Mapping[str, str], where: str, budget: TextBudget) -> Reading:
-    """Trainer configs (axolotl, LLaMA-Factory, DeepSpeed) written inline in an env var's value."""
+def _inline_configs(env: Mapping[str, str], where: str, budget: TextBudget,
+                    files: Mapping[str, str] | None = None) -> Reading:
+    """Trainer configs (axolotl, LLaMA-Factory, DeepSpeed) written inline in an env var's value; ``files``: those the
+    manifest carries, which a DeepSpeed config named there may be."""
     raw: Settings = {}
     notes: list[str] = []
     for name, value in env.items():
@@ -494,7 +496,7 @@ def _inline_configs(env: Mapping[str, str], where: str, budget: TextBudget) -> R
             settings, config_notes = read_trainer_config(data, label, at, v1)
             raw.update(settings)
             notes += config_notes
-    reading = resolve(raw)
+    reading = resolve(raw, files)
     framework = framework_setting("", raw, where)
     if framework is not None and reading.settings:
         reading.settings.setdefault("framework", framework)

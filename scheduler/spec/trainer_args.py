@@ -1708,12 +1708,17 @@ SHIPPED_DEEPSPEED_FILES: dict[str, dict[str, dict[str, Any]]] = {
 _SHIPPED_FOLDER: dict[str, str] = {"axolotl": "deepspeed_configs"}
 
 
-def _shipped_deepspeed_config(text: str, config: Setting, trainer: str) -> tuple[str, dict[str, Any]] | None:
-    """(trainer, contents) of a trainer's own DeepSpeed config that a job of that trainer (the command's ``trainer``,
-    or the trainer config the setting came from) names without carrying it."""
+def _shipped_deepspeed_config(text: str, config: Setting, trainer: str,
+                              raw: Mapping[str, Setting]) -> tuple[str, dict[str, Any]] | None:
+    """(trainer, contents) of a trainer's own DeepSpeed config that a job of that trainer names without carrying it:
+    the command's ``trainer``, the trainer config the setting came from, or a config of that trainer among the job's
+    settings (``accelerate launch -m axolotl.cli.train CONFIG --deepspeed ...``)."""
     path = PurePosixPath(text)
     for owner, shipped in SHIPPED_DEEPSPEED_FILES.items():
-        if (owner != trainer and owner not in config.source) or path.name not in shipped:
+        if path.name not in shipped:
+            continue
+        if owner != trainer and owner not in config.source and not any(
+                f"{owner} config" in setting.source for setting in raw.values()):
             continue
         folder = _SHIPPED_FOLDER.get(owner)
         if folder is not None and path.parent.name != folder:
@@ -1736,7 +1741,7 @@ def _resolve_deepspeed(
         if data is None and PurePosixPath(text).name in files:
             data = _load_mapping(files[PurePosixPath(text).name])
         label = f"DeepSpeed config {text if len(text) < 60 else '(inline)'}"
-        if data is None and (shipped := _shipped_deepspeed_config(text, config, trainer)) is not None:
+        if data is None and (shipped := _shipped_deepspeed_config(text, config, trainer, raw)) is not None:
             owner, data = shipped
             label = f"{owner}'s {PurePosixPath(text).name} (as it ships)"
             notes.append(f"DeepSpeed config {text} is not in the manifest: read as {owner} ships it; a changed "

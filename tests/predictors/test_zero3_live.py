@@ -1,6 +1,6 @@
 """DeepSpeed ZeRO-3's live-parameter and reuse-distance limits (``zero3_max_live_parameters``,
-``zero3_max_reuse_distance``): ZeRO-3 keeps a gathered parameter that is used again within the reuse distance, up to
-the live limit at once, and prefetches only while the live limit leaves room (partitioned_param_coordinator.py).
+``zero3_max_reuse_distance``): ZeRO-3 keeps a gathered parameter that is used again within the reuse distance, and
+prefetches only while the live limit leaves room (partitioned_param_coordinator.py).
 Unset, DeepSpeed's defaults (1e9 each) keep up to 1e9 elements gathered; axolotl's zero3 configs set both to 0."""
 
 from __future__ import annotations
@@ -36,11 +36,14 @@ def test_zero_limits_keep_only_the_blocks_being_computed() -> None:
     none_kept, notes = gathered(zero3_max_live_parameters=0, zero3_max_reuse_distance=0)
     assert none_kept == pytest.approx(2 * LAYER * 2, rel=1e-3)  # no reuse, no prefetch
     assert any("released after its module" in n and "no prefetching" in n for n in notes)
-    # either limit bounds what is kept; only the live limit stops the prefetch
+    # the reuse distance bounds what is kept; the live limit only what is prefetched beyond it (review, 2026-11-27:
+    # partitioned_param_coordinator.py reads __max_n_available_params for the prefetch budget only)
     assert gathered(zero3_max_reuse_distance=0)[0] == pytest.approx(2 * LAYER * 2 + 5e7 * 2, rel=1e-3)
-    assert gathered(zero3_max_live_parameters=int(6e8))[0] == pytest.approx(6e8 * 2 + 5e7 * 2)
+    assert gathered(zero3_max_reuse_distance=int(6e8))[0] == pytest.approx(6e8 * 2 + 5e7 * 2)
+    assert gathered(zero3_max_live_parameters=0)[0] == pytest.approx(1e9 * 2)  # kept for reuse, no prefetch
+    assert gathered(zero3_max_live_parameters=int(1e7))[0] == pytest.approx(1e9 * 2 + 1e7 * 2)
     # never less than the blocks being computed
-    assert gathered(zero3_max_live_parameters=int(1e8))[0] == pytest.approx(2 * LAYER * 2 + 5e7 * 2, rel=1e-3)
+    assert gathered(zero3_max_reuse_distance=int(1e8))[0] == pytest.approx(2 * LAYER * 2 + 5e7 * 2, rel=1e-3)
 
 
 @pytest.mark.parametrize(("extra", "message"), [

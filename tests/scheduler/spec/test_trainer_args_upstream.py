@@ -711,3 +711,29 @@ def test_a_zero3_limit_deepspeed_could_not_use_is_an_error_naming_the_key() -> N
                              gpus=8))
         assert isinstance(outcome, SpecError), bad
         assert "zero_optimization.stage3_max_live_parameters must be a whole number" in str(outcome)
+
+
+def test_axolotl_module_launches_name_its_shipped_configs_too() -> None:
+    """``accelerate launch -m axolotl.cli.train CONFIG --deepspeed deepspeed_configs/zero2.json`` (and ``python -m``):
+    the command's trainer label is accelerate or python, but the config read is axolotl's, so the flag's file is
+    axolotl's shipped one (review, 2026-11-27: these forms kept the name-only reading, optimizer states on the GPUs)."""
+    for launch in ("accelerate launch -m axolotl.cli.train", "python -m axolotl.cli.train"):
+        config = f"base_model: {M}\nbf16: true\n"
+        script = f"cat > /c.yml <<EOF\n{config}EOF\n{launch} /c.yml --deepspeed deepspeed_configs/zero2.json"
+        job = one_job(pod(["bash", "-c", script], gpus=8))
+        assert (job.spec.sharding, job.spec.offload, job.spec.zero_overlap_comm) == ("zero2", "optimizer", True), launch
+
+
+def test_a_config_inlined_in_an_env_var_reads_the_deepspeed_file_the_manifest_carries() -> None:
+    """A LLaMA-Factory config written in an env var that names examples/deepspeed/ds_z3_config.json, with a ConfigMap
+    carrying a file of that name: the carried file is read, as for a config carried as a file (review, 2026-11-27:
+    the shipped contents were read, with a false "not in the manifest" note)."""
+    lf = {**BASE, "finetuning_type": "full", "deepspeed": "examples/deepspeed/ds_z3_config.json"}
+    own = {"zero_optimization": {"stage": 3, "reduce_bucket_size": 2e8, "stage3_max_live_parameters": 1e8},
+           "bf16": {"enabled": True}}
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+          "data": {"ds_z3_config.json": json.dumps(own)}}
+    job = one_job(cm, pod(["bash", "-c", 'echo "$LF_CONFIG" > /tmp/lf.yaml && llamafactory-cli train /tmp/lf.yaml'],
+                          env={"LF_CONFIG": yaml.safe_dump(lf)}, gpus=8))
+    assert (job.spec.zero_reduce_bucket_elements, job.spec.zero3_max_live_parameters) == (200_000_000, 100_000_000)
+    assert "not in the manifest" not in notes_of(job)
