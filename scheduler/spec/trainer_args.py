@@ -2352,6 +2352,10 @@ def _trainer_label(tokens: Sequence[str]) -> str:
     names = [PurePosixPath(t).name for t in tokens[:4]]
     if any(PurePosixPath(t).name == "train_bash.py" for t in tokens):
         return "LLaMA-Factory"  # its launcher before llamafactory-cli (src/train_bash.py), often behind accelerate's
+    if any(PurePosixPath(t).name == "train.py" and PurePosixPath(t).parent.name == "src" for t in tokens) and any(
+            t == "--finetuning_type" or t.startswith("--finetuning_type=") for t in tokens):
+        # its src/train.py (run_exp) under torchrun or deepspeed, with LLaMA-Factory's own --finetuning_type
+        return "LLaMA-Factory"
     joined = " ".join(tokens)
     for label, needle in (
         ("axolotl", "axolotl"),

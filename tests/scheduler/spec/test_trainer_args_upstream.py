@@ -737,3 +737,18 @@ def test_a_config_inlined_in_an_env_var_reads_the_deepspeed_file_the_manifest_ca
                           env={"LF_CONFIG": yaml.safe_dump(lf)}, gpus=8))
     assert (job.spec.zero_reduce_bucket_elements, job.spec.zero3_max_live_parameters) == (200_000_000, 100_000_000)
     assert "not in the manifest" not in notes_of(job)
+
+
+def test_llama_factory_src_train_py_is_llama_factory() -> None:
+    """LLaMA-Factory's src/train.py (run_exp) under torchrun with its own --finetuning_type: read as LLaMA-Factory, so
+    its shipped examples/deepspeed config is recognised and its defaults apply; a src/train.py without LLaMA-Factory's
+    flags stays a plain script."""
+    lf = one_job(pod(["torchrun", "--nproc_per_node", "8", "src/train.py", "--stage", "sft", "--do_train",
+                      "--model_name_or_path", M, "--finetuning_type", "full", "--template", "llama2", "--bf16",
+                      "--deepspeed", "examples/deepspeed/ds_z3_config.json"], gpus=8))
+    assert (lf.spec.sharding, lf.spec.zero_reduce_bucket_elements, lf.spec.framework) == ("zero3", "auto",
+                                                                                          "transformers")
+    assert "LLaMA-Factory" in lf.provenance["gradient_checkpointing"]
+    plain = one_job(pod(["torchrun", "--nproc_per_node", "8", "src/train.py", "--model_name_or_path", M, "--bf16",
+                         "--deepspeed", "examples/deepspeed/ds_z3_config.json"], gpus=8))
+    assert (plain.spec.sharding, plain.spec.zero_reduce_bucket_elements) == ("zero3", None)
