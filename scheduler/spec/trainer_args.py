@@ -721,8 +721,12 @@ def _llamafactory_defaults(keys: Mapping[str, Any], ftype: str, label: str, wher
     layer unless ``disable_gradient_checkpointing`` (model_args, default False; model_utils/checkpointing.py
     prepare_model_for_training calls gradient_checkpointing_enable whatever TrainingArguments says), with
     ``use_unsloth_gc`` keeping the checkpointed inputs in host memory; its LoRA defaults (finetuning_args
-    LoraArguments) are rank 8, alpha 2 x rank, dropout 0.0 and every linear layer (``lora_target: all``)."""
-    out: dict[str, Setting] = {}
+    LoraArguments) are rank 8, alpha 2 x rank, dropout 0.0 and every linear layer (``lora_target: all``). Its
+    TrainingArguments are transformers' Seq2SeqTrainingArguments (hparams/training_args.py), whose
+    per_device_train_batch_size defaults to 8."""
+    out: dict[str, Setting] = {
+        "micro_batch_size": Setting(8, f"{label} (per_device_train_batch_size default 8, transformers' "
+                                       "TrainingArguments)", where)}
     disabled = to_bool(keys.get("disable_gradient_checkpointing")) is True
     out["gradient_checkpointing"] = Setting(
         not disabled, f"{label} key disable_gradient_checkpointing" if "disable_gradient_checkpointing" in keys

@@ -752,3 +752,17 @@ def test_llama_factory_src_train_py_is_llama_factory() -> None:
     plain = one_job(pod(["torchrun", "--nproc_per_node", "8", "src/train.py", "--model_name_or_path", M, "--bf16",
                          "--deepspeed", "examples/deepspeed/ds_z3_config.json"], gpus=8))
     assert (plain.spec.sharding, plain.spec.zero_reduce_bucket_elements) == ("zero3", None)
+
+
+def test_llama_factory_without_a_batch_runs_transformers_default_of_eight() -> None:
+    """LLaMA-Factory's TrainingArguments are transformers' Seq2SeqTrainingArguments: a config or flags without
+    per_device_train_batch_size train 8 sequences per GPU, not the TrainingSpec's default 1 (an 8x under-estimate of
+    the activations before)."""
+    config = {k: v for k, v in BASE.items() if k != "per_device_train_batch_size"}
+    job = lf_job({**config, "finetuning_type": "lora"})
+    assert job.spec.micro_batch_size == 8
+    assert "per_device_train_batch_size default 8" in job.provenance["micro_batch_size"]
+    assert lf_job({**config, "finetuning_type": "lora", "per_device_train_batch_size": 2}).spec.micro_batch_size == 2
+    flags = one_job(pod(["llamafactory-cli", "train", "--stage", "sft", "--do_train", "--model_name_or_path", M,
+                         "--finetuning_type", "lora", "--template", "llama2", "--bf16"]))
+    assert flags.spec.micro_batch_size == 8
