@@ -104,6 +104,14 @@ def _parse_count_value(value: Any, binary_k: bool = False) -> Any:
         raise ValueError(str(exc).replace("value ", "", 1)) from exc
 
 
+def _element_count_value(value: Any, limit: int, what: str) -> Any:
+    """An element count as DeepSpeed configs write one (5e8 as a JSON float, "2e8", "500M"), at most ``limit``."""
+    parsed = _parse_count_value(value)
+    if isinstance(parsed, int) and parsed > limit:
+        raise ValueError(f"must be at most {limit:.0e} {what}; got {value!r}")
+    return parsed
+
+
 def _count(binary_k: bool = False):  # type: ignore[no-untyped-def]
     return BeforeValidator(lambda value: _parse_count_value(value, binary_k))
 
@@ -442,19 +450,12 @@ class TrainingSpec(BaseModel):
     def _bucket_elements(cls, value: Any) -> Any:
         if isinstance(value, str) and value.strip().lower() == "auto":
             return "auto"
-        parsed = _parse_count_value(value)  # 5e8 (a JSON float in DeepSpeed configs), "2e8", "500M"
-        if isinstance(parsed, int) and parsed > MAX_ZERO_BUCKET_ELEMENTS:
-            raise ValueError(f"must be at most {MAX_ZERO_BUCKET_ELEMENTS:.0e} elements (a 200 GB buffer); got "
-                             f"{value!r}")
-        return parsed
+        return _element_count_value(value, MAX_ZERO_BUCKET_ELEMENTS, "elements (a 200 GB buffer)")
 
     @field_validator("zero3_max_live_parameters", "zero3_max_reuse_distance", mode="before")
     @classmethod
     def _zero3_elements(cls, value: Any) -> Any:
-        parsed = _parse_count_value(value)  # 1e9 (a JSON float in DeepSpeed configs), "1e9", "500M"
-        if isinstance(parsed, int) and parsed > MAX_ZERO3_ELEMENTS:
-            raise ValueError(f"must be at most {MAX_ZERO3_ELEMENTS:.0e} parameter elements; got {value!r}")
-        return parsed
+        return _element_count_value(value, MAX_ZERO3_ELEMENTS, "parameter elements")
 
     @field_validator("cross_entropy", mode="before")
     @classmethod

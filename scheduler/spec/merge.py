@@ -322,22 +322,17 @@ def _zero_stage_settings(merged: Settings) -> list[str]:
                          f"{sharding or 'without sharding'}, whose optimizer keeps no contiguous gradient buffer")
     if overlap is not None and "zero_overlap_comm" not in merged and sharding == "zero2":
         merged["zero_overlap_comm"] = Setting(overlap.value, f"{overlap.source} overlap_comm", overlap.where)
-    secondary = markers.get("_secondary_shard")
-    if secondary is not None and "secondary_shard_size" not in merged:
-        if sharding == "zero3":
-            merged["secondary_shard_size"] = secondary
-        else:
-            notes.append(f"{secondary.source} not read: the job runs {sharding or 'without sharding'}, which has no "
-                         "parameter shards to copy")
-    for marker, name in (("_zero3_live", "zero3_max_live_parameters"), ("_zero3_reuse", "zero3_max_reuse_distance")):
-        limit = markers.get(marker)
-        if limit is None or name in merged:
+    # the ZeRO-3-only settings
+    for marker, name, why in (("_secondary_shard", "secondary_shard_size", "has no parameter shards to copy"),
+                              ("_zero3_live", "zero3_max_live_parameters", "gathers no parameters"),
+                              ("_zero3_reuse", "zero3_max_reuse_distance", "gathers no parameters")):
+        setting = markers.get(marker)
+        if setting is None or name in merged:
             continue
         if sharding == "zero3":
-            merged[name] = limit
+            merged[name] = setting
         else:
-            notes.append(f"{limit.source} not read: the job runs {sharding or 'without sharding'}, which gathers no "
-                         "parameters")
+            notes.append(f"{setting.source} not read: the job runs {sharding or 'without sharding'}, which {why}")
     return notes
 
 

@@ -1646,9 +1646,9 @@ def _deepspeed_hierarchy(section: Mapping[str, Any], zero: Setting, out: Setting
             continue
         elements = _element_count(section[name], MAX_ZERO3_ELEMENTS)
         if elements is None:
-            shown = repr(section[name]) if len(repr(section[name])) <= 60 else repr(section[name])[:57] + "..."
             raise SpecError.one("", f"{zero.source}: zero_optimization.{name} must be a whole number of parameter "
-                                    f"elements from 0 to 1e15; got {shown}", "write it as DeepSpeed does (1e9, 0)")
+                                    f"elements from 0 to 1e15; got {_shown(section[name])}",
+                                "write it as DeepSpeed does (1e9, 0)")
         out[marker] = Setting(elements, f"{zero.source} {name}", zero.where)
     # ZeRO++ qwZ (deepspeed/runtime/zero/config.py DeepSpeedZeroConfig; passed to the ZeRO-3 optimizer and its
     # parameter coordinator only: runtime/engine.py, zero/parameter_offload.py). zero_quantized_nontrainable_weights
@@ -1811,9 +1811,9 @@ def _resolve_deepspeed(
         _put(out, "offload", off, par if off == "params+optimizer" else opt)
 
 
-# Raw settings of a DeepSpeed config that the merge turns into zero_reduce_bucket_elements, zero_overlap_comm and
-# secondary_shard_size (hpZ) once the job's ZeRO stage is final (a --zero_stage flag, accelerate's env or the
-# annotation may change the config's own stage)
+# Raw settings of a DeepSpeed config that the merge turns into zero_reduce_bucket_elements, zero_overlap_comm,
+# secondary_shard_size (hpZ), zero3_max_live_parameters and zero3_max_reuse_distance once the job's ZeRO stage is
+# final (a --zero_stage flag, accelerate's env or the annotation may change the config's own stage)
 ZERO_STAGE_MARKERS = ("_zero_bucket", "_zero_overlap", "_secondary_shard", "_zero3_live", "_zero3_reuse")
 # what DeepSpeed's pydantic config takes for a bool (pydantic's lax bool strings): to_bool's words without its "auto",
 # "none" and empty string, which DeepSpeed refuses
@@ -1830,12 +1830,12 @@ def _deepspeed_gradient_buffer(section: Mapping[str, Any], zero: Setting, out: S
         if str(size).strip().lower() == "auto":
             out["_zero_bucket"] = Setting("auto", zero.source, zero.where)
         else:
-            elements = _bucket_elements(size)
+            # DeepSpeed's reduce_bucket_size is a non-negative int (with 0 every gradient takes its own path)
+            elements = _element_count(size, MAX_ZERO_BUCKET_ELEMENTS)
             if elements is None:
-                shown = repr(size) if len(repr(size)) <= 60 else repr(size)[:57] + "..."
                 raise SpecError.one(
                     "", f"{zero.source}: zero_optimization.reduce_bucket_size must be a whole number of elements "
-                        f"from 0 to 1e11, or \"auto\"; got {shown}",
+                        f"from 0 to 1e11, or \"auto\"; got {_shown(size)}",
                     "write it as DeepSpeed does (5e8, 200000000) or \"auto\"")
             out["_zero_bucket"] = Setting(elements, zero.source, zero.where)
     overlap = section.get("overlap_comm")
@@ -1857,10 +1857,10 @@ def _deepspeed_gradient_buffer(section: Mapping[str, Any], zero: Setting, out: S
                      "bucket as it reduces it; vramfit counts the buffer (an over-estimate of at most a bucket)")
 
 
-def _bucket_elements(value: Any) -> int | None:
-    """An element count from 0 to 1e11 as DeepSpeed configs write it (500000000, 5e8, "5e8"); None for anything
-    else (DeepSpeed's reduce_bucket_size is a non-negative int; with 0 every gradient takes its own path)."""
-    return _element_count(value, MAX_ZERO_BUCKET_ELEMENTS)
+def _shown(value: Any) -> str:
+    """``repr(value)`` for an error message, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _element_count(value: Any, limit: int) -> int | None:
@@ -1891,10 +1891,9 @@ def _offload_device(section: Mapping[str, Any], key: str, zero: Setting) -> Any:
         return None
     if isinstance(value, Mapping):
         return value.get("device")
-    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
     raise SpecError.one(
         "", f"{zero.source}: zero_optimization.{key} must be a mapping (DeepSpeed's offload config); got "
-            f"{type(value).__name__} {shown}",
+            f"{type(value).__name__} {_shown(value)}",
         'write it as {"device": "cpu"} (or "nvme", "none"), as DeepSpeed requires')
 
 
