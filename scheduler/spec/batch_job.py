@@ -35,4 +35,4 @@ def parse(doc: dict[str, Any], ctx: Context) -> Workload:
         hint="give the Job a pod template with its training container",
     )
     role = read_pod_template(obj, template, ("spec", "template"), "job", parallelism)
-    return Workload(obj, annotations, [role], files=ctx.files)
+    return Workload(obj, annotations, [role], files=ctx.files, configmaps=ctx.configmaps)

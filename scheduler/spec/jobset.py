@@ -36,4 +36,4 @@ def parse(doc: dict[str, Any], ctx: Context) -> Workload:
                 pods,
             )
         )
-    return Workload(obj, annotations, roles, files=ctx.files)
+    return Workload(obj, annotations, roles, files=ctx.files, configmaps=ctx.configmaps)

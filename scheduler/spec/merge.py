@@ -123,6 +123,7 @@ class Context:
 
     source: str = ""
     files: dict[str, str] = field(default_factory=dict)  # ConfigMap data by key (file name)
+    configmaps: dict[str, dict[str, str]] = field(default_factory=dict)  # the same data by ConfigMap name, then key
     runtimes: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (kind, name) -> object
 
 
@@ -143,6 +144,14 @@ class Workload:
     no_gpu_reason: str = ""
     notes: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # ConfigMap data of the same file, by key
+    configmaps: dict[str, dict[str, str]] = field(default_factory=dict)  # by ConfigMap name, then key
+
+    def files_of(self, containers: Sequence[Container]) -> dict[str, str]:
+        """The files these containers see: every ConfigMap key of the manifest by its own name, then the keys their
+        volumes mount under another name (``items`` paths, ``subPath`` mounts; the first container's first)."""
+        renamed = {m.name: self.configmaps[m.config_map][m.key] for c in reversed(containers)
+                   for m in reversed(c.mounted) if m.key in self.configmaps.get(m.config_map, {})}
+        return {**self.files, **renamed} if renamed else self.files
 
 
 def _accumulation_from_global_batch(merged: Settings, notes: list[str]) -> None:
@@ -423,17 +432,19 @@ def _pin(training: Sequence[Role], base: Settings) -> list[str]:
 def _command_and_env(w: Workload, roles: Sequence[Role]) -> tuple[Reading, Settings]:
     """Settings of the first command line that names trainer settings (the Ray entrypoint first, then
     the containers of the roles that train), and the env settings of the same container."""
-    candidates: list[tuple[tuple[str, ...], dict[str, str], str]] = []
-    if w.entrypoint is not None:
-        candidates.append((w.entrypoint[0], dict(w.extra_env), w.entrypoint[1]))
+    candidates: list[tuple[tuple[str, ...], dict[str, str], str, dict[str, str]]] = []
     containers: list[Container] = [c for r in roles for c in r.containers]
-    candidates += [(c.argv, {**w.extra_env, **c.env}, dotted(c.path)) for c in containers]
+    if w.entrypoint is not None:  # a Ray entrypoint runs in the head pod: its mounts first, then the workers'
+        heads = [c for r in roles if r.name == "head" for c in r.containers]
+        candidates.append((w.entrypoint[0], dict(w.extra_env), w.entrypoint[1],
+                           w.files_of([*heads, *(c for c in containers if c not in heads)])))
+    candidates += [(c.argv, {**w.extra_env, **c.env}, dotted(c.path), w.files_of([c])) for c in containers]
     chosen: tuple[Reading, dict[str, str], str] | None = None
     budget = TextBudget()
-    for argv, env, where in candidates:
+    for argv, env, where, files in candidates:
         try:
-            inline = _inline_configs(env, where, budget, w.files)
-            reading, script = read_command(argv, env, where, w.files, budget)
+            inline = _inline_configs(env, where, budget, files)
+            reading, script = read_command(argv, env, where, files, budget)
         except SpecError as exc:
             if exc.source or len(exc.problems) != 1:
                 raise

@@ -12,4 +12,4 @@ def parse(doc: dict[str, Any], ctx: Context) -> Workload:
     obj, annotations = metadata(doc, "Pod", ctx.source)
     role = read_pod_spec(obj, doc.get("spec"), ("spec",), "pod", 1, what="Pod", annotations=annotations,
                          annotations_path=("metadata", "annotations"))
-    return Workload(obj, annotations, [role], files=ctx.files)
+    return Workload(obj, annotations, [role], files=ctx.files, configmaps=ctx.configmaps)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from pathlib import PurePosixPath
 from typing import Any
 
 from predictors.errors import SpecError
@@ -169,6 +170,19 @@ class Container:
     gpus: int
     n_command: int = 0  # how many of argv's items came from `command` (the rest from `args`)
     unsized: tuple[str, ...] = ()  # device requests that are not whole NVIDIA GPUs, each with its field path
+    mounted: tuple[MountedFile, ...] = ()  # ConfigMap keys it sees under another file name
+
+
+@dataclass(frozen=True)
+class MountedFile:
+    """A ConfigMap key that a container sees under another file name: a volume's ``items`` path, or a volumeMount's
+    ``subPath`` mounted at a path of its own. Kubernetes projects ``items[].key`` to ``items[].path`` and nothing
+    else of that ConfigMap; a ``subPath`` mount puts that one file (or item path) at ``mountPath``
+    (kubernetes.io/docs/concepts/storage/volumes, "configMap" and "Using subPath")."""
+
+    name: str  # the file name the container sees (the last part of its path)
+    config_map: str
+    key: str
 
 
 @dataclass(frozen=True)
@@ -322,6 +336,58 @@ def read_container(obj: ObjectRef, data: Any, path: Path) -> Container:
     return Container(str(data.get("name") or ""), path, tuple(argv), env, gpus, n_command, unsized)
 
 
+# A pod volume's ConfigMap sources: (ConfigMap name, {item path: key}, or None where every key is a file).
+_VolumeSources = list[tuple[str, dict[str, str] | None]]
+
+
+def _config_map_volumes(volumes: Any) -> dict[str, _VolumeSources]:
+    """The pod's ``configMap`` and ``projected`` volumes by volume name. Malformed entries are skipped: the API
+    server refuses them, and they only decide which file name a container sees a ConfigMap key under."""
+    found: dict[str, _VolumeSources] = {}
+    for volume in volumes if isinstance(volumes, list) else ():
+        if not isinstance(volume, dict) or not isinstance(volume.get("name"), str):
+            continue
+        sources = [volume.get("configMap")]
+        projected = volume.get("projected")
+        if isinstance(projected, dict) and isinstance(projected.get("sources"), list):
+            sources += [s.get("configMap") for s in projected["sources"] if isinstance(s, dict)]
+        read: _VolumeSources = []
+        for source in sources:
+            if not isinstance(source, dict) or not isinstance(source.get("name"), str):
+                continue
+            items = source.get("items")
+            paths = ({str(i["path"]): str(i["key"]) for i in items if isinstance(i, dict)
+                      and isinstance(i.get("key"), str) and isinstance(i.get("path"), str)}
+                     if isinstance(items, list) and items else None)
+            read.append((source["name"], paths))
+        if read:
+            found[volume["name"]] = read
+    return found
+
+
+def _mounted_files(container: Any, volumes: Mapping[str, _VolumeSources]) -> tuple[MountedFile, ...]:
+    """The ConfigMap keys ``container`` sees under a file name other than the key (see :class:`MountedFile`)."""
+    mounts = container.get("volumeMounts") if isinstance(container, dict) else None
+    found: list[MountedFile] = []
+    for mount in mounts if isinstance(mounts, list) else ():
+        if not isinstance(mount, dict) or mount.get("name") not in volumes:
+            continue
+        sub_path = mount.get("subPath")
+        mount_path = mount.get("mountPath")
+        for config_map, paths in volumes[mount["name"]]:
+            if isinstance(sub_path, str) and sub_path.strip("/"):
+                if not isinstance(mount_path, str) or not PurePosixPath(mount_path).name:
+                    continue
+                relative = sub_path.strip("/")
+                key = relative if paths is None else paths.get(relative)
+                if key is not None and "/" not in key:
+                    found.append(MountedFile(PurePosixPath(mount_path).name, config_map, key))
+            elif paths is not None:
+                found += [MountedFile(PurePosixPath(item_path).name, config_map, key)
+                          for item_path, key in paths.items() if PurePosixPath(item_path).name]
+    return tuple(found)
+
+
 def read_pod_spec(
     obj: ObjectRef,
     spec: Any,
@@ -355,6 +421,10 @@ def read_pod_spec(
             f"add the training container to the {what}",
         )
     containers = [read_container(obj, c, (*path, "containers", i)) for i, c in enumerate(items)]
+    volumes = _config_map_volumes(spec.get("volumes"))
+    if volumes:
+        containers = [replace(c, mounted=_mounted_files(item, volumes))
+                      for c, item in zip(containers, items, strict=True)]
     inits = get(obj, spec, "initContainers", path, list, [])
     sidecar_gpus = init_gpus = 0
     unsized = [u for c in containers for u in c.unsized]

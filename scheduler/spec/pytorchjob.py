@@ -42,4 +42,4 @@ def parse(doc: dict[str, Any], ctx: Context) -> Workload:
             f"elasticPolicy lets the job grow to {elastic['maxReplicas']} workers; the listed "
             "replicas are counted"
         )
-    return Workload(obj, annotations, roles, notes=notes, files=ctx.files)
+    return Workload(obj, annotations, roles, notes=notes, files=ctx.files, configmaps=ctx.configmaps)

@@ -38,7 +38,7 @@ def entrypoint_workload(
         entrypoint=(("sh", "-c", entrypoint), where),
         extra_env=env,
         extra_env_where=env_where,
-        files=ctx.files,
+        files=ctx.files, configmaps=ctx.configmaps,
     )
     w.gpus = math.ceil(num_gpus) if num_gpus else "auto"
     w.gpus_source = f"entrypoint GPUs {num_gpus:g}" if num_gpus else "not given"

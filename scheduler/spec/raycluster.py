@@ -131,4 +131,4 @@ def parse(doc: dict[str, Any], ctx: Context) -> Workload:
     obj, annotations = metadata(doc, "RayCluster", ctx.source)
     spec = get(obj, doc, "spec", (), dict, required=True, hint="a RayCluster needs spec.headGroupSpec")
     roles, reason = read_cluster_spec(obj, spec, ("spec",))
-    return Workload(obj, annotations, roles, no_gpu_reason=reason, files=ctx.files)
+    return Workload(obj, annotations, roles, no_gpu_reason=reason, files=ctx.files, configmaps=ctx.configmaps)

@@ -100,7 +100,9 @@ def _context(source: str, docs: Sequence[Any]) -> Context:
             else ""
         )
         if kind == "ConfigMap" and isinstance(doc.get("data"), dict):
-            ctx.files.update({str(k): str(v) for k, v in doc["data"].items()})
+            data = {str(k): str(v) for k, v in doc["data"].items()}
+            ctx.files.update(data)
+            ctx.configmaps.setdefault(name, {}).update(data)
         elif kind in trainjob.RUNTIME_KINDS and _group(doc.get("apiVersion")) == "trainer.kubeflow.org":
             ctx.runtimes[(str(kind), name)] = doc
     return ctx

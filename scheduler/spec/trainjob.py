@@ -146,7 +146,7 @@ def parse(doc: dict[str, Any], ctx: Context) -> Workload:
     pin = _patch_pin(obj, spec) or (runtime_role.pin if runtime_role else None)
     role = Role("node", path, nodes, gpus, source if gpus else "", [container], pin)
     role.unsized = list(unsized) if unsized else (list(runtime_role.unsized) if runtime_role and not gpus else [])
-    w = Workload(obj, annotations, [role], files=ctx.files)
+    w = Workload(obj, annotations, [role], files=ctx.files, configmaps=ctx.configmaps)
     model_uri = get(
         obj, get(obj, spec, "initializer", ("spec",), dict, {}), "model", ("spec", "initializer"), dict, {}
     ).get("storageUri")
@@ -184,4 +184,5 @@ def _trainer_container(
     env = {**base.env, **read_env(obj, trainer.get("env"), (*path, "env"))}
     command = own.argv[:own.n_command] if trainer.get("command") else base.argv[:base.n_command]
     args = own.argv[own.n_command:] if trainer.get("args") else base.argv[base.n_command:]
-    return Container("node", path if own.argv else base.path, (*command, *args), env, 0, len(command))
+    return Container("node", path if own.argv else base.path, (*command, *args), env, 0, len(command),
+                     mounted=base.mounted)  # the runtime pod template's volumes

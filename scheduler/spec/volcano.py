@@ -23,4 +23,4 @@ def parse(doc: dict[str, Any], ctx: Context) -> Workload:
         )
         for i, item in items
     ]
-    return Workload(obj, annotations, roles, files=ctx.files)
+    return Workload(obj, annotations, roles, files=ctx.files, configmaps=ctx.configmaps)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from predictors.errors import SpecError
@@ -302,3 +304,85 @@ def test_llama_cookbook_flags_lora_env_vars_and_template_variables() -> None:
                                      "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}}
     outcome = scan(templated)[0]
     assert isinstance(outcome, Problem) and "unfilled template variable" in str(outcome), outcome
+
+
+def _ds_configmap(key: str, stage: int, name: str = "ds") -> dict[str, Any]:
+    import json
+
+    data = {"zero_optimization": {"stage": stage}, "train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": True}}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {key: json.dumps(data)}}
+
+
+def _hf_pod(config_path: str, volumes: list[dict[str, Any]], mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    job = pod(["deepspeed", "run_clm.py", "--model_name_or_path", "gpt2", "--do_train", "--bf16",
+               "--deepspeed", config_path], gpus=8, volumes=volumes)
+    job["spec"]["containers"][0]["volumeMounts"] = mounts
+    return job
+
+
+def test_a_configmap_key_mounted_under_another_name_is_read() -> None:
+    """A volume's ``items`` (key -> path) and a ``subPath`` mount give a ConfigMap key another file name; the
+    command names that file. It used to be missed (the key's own name was the only one looked up)."""
+    items = [{"name": "cfg", "configMap": {"name": "ds", "items": [{"key": "ds_config.json", "path": "zero.json"}]}}]
+    renamed = one_job(_ds_configmap("ds_config.json", 3),
+                      _hf_pod("/etc/ds/zero.json", items, [{"name": "cfg", "mountPath": "/etc/ds"}]))
+    assert renamed.spec.sharding == "zero3", renamed.assumptions
+    whole = [{"name": "cfg", "configMap": {"name": "ds"}}]
+    sub_path = one_job(_ds_configmap("stage-3", 3), _hf_pod(
+        "/workspace/deepspeed.json", whole,
+        [{"name": "cfg", "mountPath": "/workspace/deepspeed.json", "subPath": "stage-3"}]))
+    assert sub_path.spec.sharding == "zero3", sub_path.assumptions
+    # an item path in a folder, mounted with subPath at a file of its own, from a projected volume
+    projected = [{"name": "cfg", "projected": {"sources": [
+        {"configMap": {"name": "other", "items": [{"key": "x", "path": "x"}]}},
+        {"configMap": {"name": "ds", "items": [{"key": "ds_config.json", "path": "conf/z.json"}]}}]}}]
+    nested = one_job(_ds_configmap("x", 1, name="other"), _ds_configmap("ds_config.json", 2), _hf_pod(
+        "/opt/ds.json", projected, [{"name": "cfg", "mountPath": "/opt/ds.json", "subPath": "conf/z.json"}]))
+    assert nested.spec.sharding == "zero2", nested.assumptions
+
+
+def test_a_renamed_key_beats_another_configmaps_key_of_that_name() -> None:
+    """Two ConfigMaps: one has a key ``zero.json`` (stage 1) that this container does not mount; the one it mounts
+    projects its ``stage3`` key to ``zero.json``. The container reads what it mounts."""
+    items = [{"name": "cfg", "configMap": {"name": "ds", "items": [{"key": "stage3", "path": "zero.json"}]}}]
+    job = one_job(_ds_configmap("zero.json", 1, name="unused"), _ds_configmap("stage3", 3),
+                  _hf_pod("/etc/ds/zero.json", items, [{"name": "cfg", "mountPath": "/etc/ds"}]))
+    assert job.spec.sharding == "zero3", job.assumptions
+
+
+def test_mounts_of_configmaps_the_manifest_lacks_or_malformed_volumes_change_nothing() -> None:
+    """A mount of a ConfigMap that is not in the file, and volumes the API server would refuse, leave the reading
+    as before: the file name alone (no stage in it: a note), no crash."""
+    elsewhere = [{"name": "cfg", "configMap": {"name": "not-here", "items": [{"key": "a", "path": "zero.json"}]}}]
+    missing = one_job(_hf_pod("/etc/ds/zero.json", elsewhere, [{"name": "cfg", "mountPath": "/etc/ds"}]))
+    assert any("zero.json" in n for n in missing.assumptions), missing.assumptions
+    for volumes, mounts in (
+        ("not a list", [{"name": "cfg", "mountPath": "/etc/ds"}]),
+        ([{"name": "cfg", "configMap": {"name": "ds", "items": "x"}}, 7, {"configMap": {}}], "not a list"),
+        ([{"name": "cfg", "configMap": {"name": "ds", "items": [{"key": 1}, "x"]}}],
+         [{"name": "cfg", "mountPath": 5, "subPath": "a"}, {"name": "cfg"}, None]),
+        ([{"name": "cfg", "projected": {"sources": [None, {"configMap": "x"}]}}], [{"name": "cfg", "subPath": "/"}]),
+    ):
+        job = one_job(_ds_configmap("ds_config.json", 3), _hf_pod("/etc/ds/zero.json", volumes, mounts))
+        assert job.spec.sharding != "zero3"
+
+
+def test_a_rayjob_entrypoint_reads_the_file_its_head_pod_mounts() -> None:
+    """A RayJob's entrypoint runs in the head pod: the file name it gives is looked up in the head's mounts
+    first. Here the head projects ``stage3`` to ``ds.json`` and the workers project ``stage1`` to the same name."""
+
+    def group(key: str, gpus: int) -> dict[str, Any]:
+        spec = {"containers": [{"name": "ray", "image": "rayproject/ray:2.9",
+                                "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}],
+                                **({"resources": {"limits": {"nvidia.com/gpu": gpus}}} if gpus else {})}],
+                "volumes": [{"name": "cfg", "configMap": {"name": "ds", "items": [{"key": key, "path": "ds.json"}]}}]}
+        return {"rayStartParams": {}, "template": {"spec": spec}}
+
+    configmap = _ds_configmap("stage3", 3)
+    configmap["data"]["stage1"] = configmap["data"]["stage3"].replace('"stage": 3', '"stage": 1')
+    rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "rj"}, "spec": {
+        "entrypoint": "deepspeed run_clm.py --model_name_or_path gpt2 --do_train --bf16 --deepspeed /cfg/ds.json",
+        "rayClusterSpec": {"headGroupSpec": group("stage3", 0),
+                           "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, **group("stage1", 4)}]}}}
+    job = one_job(configmap, rayjob)
+    assert job.spec.sharding == "zero3", job.assumptions
