@@ -1670,6 +1670,8 @@ def _deepspeed_hierarchy(section: Mapping[str, Any], zero: Setting, out: Setting
 # (ZeRO-3's reduce_bucket_size "auto", hidden_size^2 as the HF Trainer fills it: 0.03 GiB of 16-bit values at hidden
 # 4096 where DeepSpeed's default is 0.93 GiB; overlap_comm false; fp16/bf16 "auto", filled by the trainer's flags).
 # axolotl: deepspeed_configs/*.json at axolotl-ai-cloud/axolotl 58b1d3a (zero1, zero2) and 1377ccc / 1aaebb0 (zero3*),
+# e7912a4 / 1377ccc (zero1/zero2_torch_compile: the same ZeRO sections plus DeepSpeed's compile section, which vramfit
+# does not read) and 617360c (zero3_cpuoffload),
 # where zero2.json offloads the optimizer to the CPU, which its name does not say, zero1.json names DeepSpeed's
 # AdamW (a fused kernel) and the zero3 files keep no gathered parameters for reuse (max_live_parameters and
 # max_reuse_distance 0). axolotl's names are common ones, so they count only in its deepspeed_configs folder.
@@ -1679,6 +1681,8 @@ _BF16: dict[str, Any] = {"bf16": {"enabled": True}, "train_micro_batch_size_per_
 _CPU: dict[str, Any] = {"device": "cpu", "pin_memory": True}
 _LF_ZERO_2: dict[str, Any] = {"overlap_comm": False, "reduce_bucket_size": 5e8, "contiguous_gradients": True}
 _LF_ZERO_3: dict[str, Any] = {"overlap_comm": False, "reduce_bucket_size": "auto", "contiguous_gradients": True}
+_AX_ZERO_2: dict[str, Any] = {"stage": 2, "offload_optimizer": {"device": "cpu"}, "contiguous_gradients": True,
+                              "overlap_comm": True}
 _AX_ZERO_3: dict[str, Any] = {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
                               "reduce_bucket_size": "auto", "stage3_max_live_parameters": 0,
                               "stage3_max_reuse_distance": 0}
@@ -1694,13 +1698,20 @@ SHIPPED_DEEPSPEED_FILES: dict[str, dict[str, dict[str, Any]]] = {
         "ds_z3_config.json": {**_AUTO_PRECISION, "zero_optimization": {"stage": 3, **_LF_ZERO_3}},
         "ds_z3_offload_config.json": {**_AUTO_PRECISION, "zero_optimization": {
             "stage": 3, "offload_optimizer": _CPU, "offload_param": _CPU, **_LF_ZERO_3}},
+        # the optimizer only, though the name says offload (ca7359c): the parameters stay on the GPU
+        "ds_z3_partial_offload_config.json": {**_AUTO_PRECISION, "zero_optimization": {
+            "stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": False}, **_LF_ZERO_3,
+            "stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9}},
     },
     "axolotl": {
         "zero1.json": {**_AUTO_PRECISION, "zero_optimization": {"stage": 1, "overlap_comm": True},
                        "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}},
-        "zero2.json": {**_AUTO_PRECISION, "zero_optimization": {
-            "stage": 2, "offload_optimizer": {"device": "cpu"}, "contiguous_gradients": True, "overlap_comm": True}},
+        "zero1_torch_compile.json": {**_AUTO_PRECISION, "zero_optimization": {"stage": 1, "overlap_comm": True}},
+        "zero2.json": {**_AUTO_PRECISION, "zero_optimization": _AX_ZERO_2},
+        "zero2_torch_compile.json": {**_AUTO_PRECISION, "zero_optimization": _AX_ZERO_2},
         "zero3.json": {**_AUTO_PRECISION, "zero_optimization": _AX_ZERO_3},
+        "zero3_cpuoffload.json": {**_AUTO_PRECISION, "zero_optimization": {
+            **_AX_ZERO_3, "offload_optimizer": _CPU, "offload_param": _CPU}},
         "zero3_bf16.json": {**_BF16, "zero_optimization": _AX_ZERO_3_BF16},
         "zero3_bf16_cpuoffload_all.json": {**_BF16, "zero_optimization": {
             **_AX_ZERO_3_BF16, "offload_optimizer": _CPU, "offload_param": _CPU}},

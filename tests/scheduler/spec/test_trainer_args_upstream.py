@@ -673,6 +673,21 @@ def test_axolotl_names_its_own_deepspeed_configs_read_as_they_ship() -> None:
     assert axolotl_ds("deepspeed_configs/zero1.json").spec.sharding == "zero1"
 
 
+def test_shipped_configs_whose_names_hide_what_they_offload() -> None:
+    """LLaMA-Factory's ds_z3_partial_offload_config.json offloads the optimizer only (its name reads as full
+    offload); axolotl's zero2_torch_compile.json offloads the optimizer like zero2.json; zero3_cpuoffload.json
+    offloads both and keeps no gathered parameters for reuse. Before, each was read from its name."""
+    partial = lf_ds("ds_z3_partial_offload_config.json")
+    assert (partial.spec.sharding, partial.spec.offload) == ("zero3", "optimizer")
+    assert (partial.spec.zero3_max_live_parameters, partial.spec.zero3_max_reuse_distance) == (10**9, 10**9)
+    assert "as LLaMA-Factory ships it" in notes_of(partial)
+    compiled = axolotl_ds("deepspeed_configs/zero2_torch_compile.json")
+    assert (compiled.spec.sharding, compiled.spec.offload) == ("zero2", "optimizer")
+    assert axolotl_ds("deepspeed_configs/zero1_torch_compile.json").spec.sharding == "zero1"
+    offload = axolotl_ds("deepspeed_configs/zero3_cpuoffload.json")
+    assert (offload.spec.offload, offload.spec.zero3_max_reuse_distance) == ("params+optimizer", 0)
+
+
 def test_common_names_outside_the_trainers_folder_keep_the_name_reading() -> None:
     """zero2.json is a common name: outside axolotl's deepspeed_configs folder, or in another trainer's job, it gives
     the stage only, as before."""
