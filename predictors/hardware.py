@@ -46,16 +46,23 @@ class GpuSpec(BaseModel):
         Turing have none, ``bf16_dense_flops`` null in the catalog)."""
         return not precision.startswith("bf16") or self.bf16_dense_flops is not None
 
-    def dense_flops(self, precision: str) -> float:
-        """Peak dense tensor FLOP/s for a TrainingSpec precision."""
+    def dense_flops(self, precision: str, tf32: bool = False) -> float:
+        """Peak dense tensor FLOP/s for a TrainingSpec precision (``tf32``: fp32 matmuls allowed to run as TF32)."""
         if precision.startswith("bf16"):
             return self.bf16_dense_flops or self.fp16_dense_flops
         if precision.startswith("16"):
             return self.fp16_dense_flops
         # fp32 matmuls run on the CUDA cores, not as TF32 on the tensor cores: PyTorch has defaulted
         # torch.backends.cuda.matmul.allow_tf32 to False since 1.12 (PyTorch docs, CUDA semantics, "TensorFloat-32
-        # (TF32) on Ampere (and later) devices"), and HF Trainer's tf32 defaults to leaving that as it is
+        # (TF32) on Ampere (and later) devices"), and HF Trainer's tf32 defaults to leaving that as it is; a job that
+        # turns it on (the spec's tf32) gets the tensor cores' TF32 rate where the GPU has one (not before Ampere)
+        if tf32 and self.tf32_dense_flops:
+            return self.tf32_dense_flops
         return self.fp32_flops
+
+    def runs_tf32(self, spec_tf32: bool | None) -> bool:
+        """Whether fp32 matmuls of a job that asks for TF32 (``spec_tf32``) run as TF32 on this GPU."""
+        return bool(spec_tf32) and bool(self.tf32_dense_flops)
 
 
 class _GpuFile(BaseModel):

@@ -321,9 +321,15 @@ def flops_per_token(spec: TrainingSpec, arch: Architecture) -> FlopsPerToken:
 
 def matmul_efficiency(spec: TrainingSpec, arch: Architecture, gpu: GpuSpec) -> float:
     table = efficiency_table()
-    if spec.precision.startswith("32"):
-        # CUDA-core (or TF32) GEMMs saturate at much smaller shapes than tensor-core ones: no width factor
+    if spec.precision.startswith("32") and not gpu.runs_tf32(spec.tf32):
+        # CUDA-core GEMMs saturate at much smaller shapes than tensor-core ones: no width factor. TF32 GEMMs run on
+        # the tensor cores, with the 16-bit ones' utilization of their (half as high) peak below
         return table.fp32_flops_utilization
+    return _tensor_core_efficiency(arch, gpu)
+
+
+def _tensor_core_efficiency(arch: Architecture, gpu: GpuSpec) -> float:
+    table = efficiency_table()
     h = arch.hidden_size
     return table.family_hfu(gpu.family) * h / (h + table.half_efficiency_hidden_size)
 
@@ -454,7 +460,9 @@ def _dora_base_recompute_seconds(spec: TrainingSpec, arch: Architecture, gpu: Gp
                 for g in arch.lora_groups(lora.target_modules) if g.role != "lm_head")
     flops *= 2.0 + recomputed_fraction(spec, arch)
     if spec.precision in ("16-true", "bf16-true"):
-        rate = gpu.dense_flops("32-true") * table.fp32_flops_utilization
+        tf32 = gpu.runs_tf32(spec.tf32)
+        rate = gpu.dense_flops("32-true", tf32) * (
+            _tensor_core_efficiency(arch, gpu) if tf32 else table.fp32_flops_utilization)
     else:
         rate = model_flops_per_second
     return flops / rate
@@ -556,7 +564,7 @@ def predict_runtime(
 
     # --- compute of one micro-batch on one GPU: the roofline of FLOPs and weight traffic --------------
     efficiency = matmul_efficiency(spec, arch, gpu)
-    peak = gpu.dense_flops(spec.precision)
+    peak = gpu.dense_flops(spec.precision, gpu.runs_tf32(spec.tf32))
     compute_s = tokens_micro * fpt_total / model_parallel / (peak * efficiency)
     weight_bytes = _weight_dtype_bytes(spec)
     params_gpu = arch.params_total * scale / model_parallel

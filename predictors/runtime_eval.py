@@ -134,5 +134,6 @@ def evaluate_runtime(runs: Iterable[ReferenceRun]) -> RuntimeAccuracy:
 
 
 def _implied_utilization(tokens_per_second: float, flops_per_token: float, gpu: GpuSpec, precision: str) -> float:
-    """Fraction of the dense peak that a per-GPU throughput claim needs (model FLOPs, no recomputation)."""
-    return tokens_per_second * flops_per_token / gpu.dense_flops(precision)
+    """Fraction of the dense peak that a per-GPU throughput claim needs (model FLOPs, no recomputation); an fp32
+    job's against the TF32 peak, which it reaches with TF32 on whether or not its spec says so."""
+    return tokens_per_second * flops_per_token / gpu.dense_flops(precision, tf32=True)

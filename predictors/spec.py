@@ -323,6 +323,11 @@ class TrainingSpec(BaseModel):
         None, description="vramfit extension: the model's blocks (and the loss) run through torch.compile, which fuses "
                           "norms and the gated activation (torchtune compile=True)"
     )
+    tf32: bool | None = Field(
+        None, description="vramfit extension: fp32 matmuls run as TF32 on the tensor cores (HF --tf32, "
+                          "torch.backends.cuda.matmul.allow_tf32, set_float32_matmul_precision('high')); changes the "
+                          "runtime of fp32 matmuls only, on GPUs that have TF32 (Ampere and later)"
+    )
     cross_entropy: CrossEntropy | None = Field(
         None, description="vramfit extension: full (default) | chunked (torchtune CEWithChunkedOutputLoss) | "
                           "fused-linear (Liger FusedLinearCrossEntropy, Cut Cross-Entropy)"

@@ -311,7 +311,8 @@ def max_tokens_per_second(spec: TrainingSpec, gpu_name: str) -> float | None:
     flops_per_token_of_job = (fpt.forward + fpt.backward) * scale
     if not flops_per_token_of_job > 0:
         return None
-    return gpu.dense_flops(spec.precision) * max(gpus, 1) / flops_per_token_of_job
+    # an fp32 job may run its matmuls as TF32 without its spec saying so (set_float32_matmul_precision): the TF32 peak
+    return gpu.dense_flops(spec.precision, tf32=True) * max(gpus, 1) / flops_per_token_of_job
 
 
 # Per distinct (features hash, GPU type, GPU count): the job's tokens and its highest physical throughput

@@ -307,7 +307,8 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "finetuning_type": ("_finetuning_type", _same),
     # DoRA: PEFT LoraConfig(use_dora=True), TRL --use_dora, LLaMA-Factory use_dora, axolotl peft_use_dora
     **dict.fromkeys(("use_dora", "peft_use_dora"), ("lora.use_dora", to_bool)),
-    "tf32": ("_tf32", to_bool),  # HF TrainingArguments --tf32: torch.backends.cuda.matmul.allow_tf32
+    # HF TrainingArguments --tf32 (also axolotl's and LLaMA-Factory's tf32 key): torch.backends.cuda.matmul.allow_tf32
+    "tf32": ("tf32", to_bool),
     # PEFT's examples/sft scripts: --use_4bit_quantization / --use_8bit_quantization / --use_nested_quant (utils.py
     # builds BitsAndBytesConfig from them), --use_peft_lora, --use_flash_attn (flash_attention_2, else eager)
     **dict.fromkeys(("load_in_4bit", "use_4bit_quantization"), ("_4bit", to_bool)),
@@ -2058,11 +2059,6 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None, 
                      "with teacher_model_init_kwargs, by default in transformers' default dtype (float32 before "
                      "transformers 5, the checkpoint's from 5): a float32 teacher holds twice its weights' bytes "
                      "(trl/scripts/distillation.py passes the student's dtype)")
-    tf32 = raw.get("_tf32")
-    if tf32 is not None and tf32.value is True:
-        # the runtime model takes fp32 matmuls at the CUDA cores' peak, PyTorch's default (allow_tf32 False)
-        notes.append(f"TF32 matmuls ({tf32.source}): a 32-true job's runtime is predicted without them (at the "
-                     "fp32 peak), an over-estimate of up to 8x on Ampere and later; bf16/fp16 jobs are unaffected")
     auto_batch = raw.get("_auto_batch")
     if auto_batch is not None and auto_batch.value is True:
         # transformers' Trainer (accelerate find_executable_batch_size) halves the per-device batch after each CUDA

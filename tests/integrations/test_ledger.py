@@ -454,3 +454,18 @@ def test_a_new_report_replaces_an_unreadable_one_of_its_source(ledger_path, capl
     assert "actuals record id:d1 (reporter) left out, unreadable" in caplog.text
     row = ledger.joined_row("d1")
     assert row is not None and row.merged is not None and row.merged.peak_vram_bytes == 12 * GIB
+
+
+def test_an_fp32_jobs_throughput_cap_is_the_tf32_peak() -> None:
+    """An fp32 job may run its matmuls as TF32 without its spec saying so (Lightning's and many scripts'
+    set_float32_matmul_precision("high")): its throughput is implausible only above the TF32 peak (156 TFLOP/s on an
+    A100), not the CUDA cores' 19.5, or a real TF32 job's runtime would be dropped as a restart."""
+    from predictors.spec import TrainingSpec
+    from scheduler.integrations.ledger import max_tokens_per_second
+
+    fp32 = TrainingSpec.model_validate({"model": "llama-3.2-1b", "precision": "32-true", "train_tokens": 1e8})
+    bf16 = fp32.model_copy(update={"precision": "bf16-true"})
+    assert max_tokens_per_second(fp32, "A100-80GB") == pytest.approx(
+        max_tokens_per_second(bf16, "A100-80GB") * 156 / 312)
+    assert max_tokens_per_second(fp32.model_copy(update={"tf32": True}), "V100-32GB") == pytest.approx(
+        max_tokens_per_second(fp32, "V100-32GB"))

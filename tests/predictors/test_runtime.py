@@ -263,3 +263,20 @@ def test_eager_attention_pays_for_its_scores() -> None:
     assert eager.components_seconds["eager_attention_scores"] == pytest.approx(expected, rel=1e-9)
     assert sdpa.components_seconds["eager_attention_scores"] == 0
     assert eager.step_time_seconds > sdpa.step_time_seconds
+
+
+def test_tf32_prices_fp32_matmuls_on_the_tensor_cores_where_the_gpu_has_them() -> None:
+    """tf32 moves a 32-true job's matmuls from the CUDA cores' fp32 peak (19.5 TFLOP/s on an A100) to the tensor
+    cores' TF32 peak (156), at the 16-bit GEMMs' utilization; a V100 has no TF32 (unchanged), and a bf16 job's
+    matmuls are not fp32 (unchanged). Against the bf16 run of the same model, the ratio of the TF32 and bf16
+    throughputs is about the ratio of their peaks once the weight traffic and the element-wise passes are counted."""
+    a100, v100 = lookup_gpu("A100-80GB"), lookup_gpu("V100-32GB")
+    fp32, tf32 = _spec(precision="32-true"), _spec(precision="32-true", tf32=True)
+    plain, fast = predict_runtime(fp32, ARCH, a100), predict_runtime(tf32, ARCH, a100)
+    assert fast.components_seconds["compute"] < plain.components_seconds["compute"] / 3
+    assert plain.tokens_per_second < fast.tokens_per_second < predict_runtime(_spec(), ARCH, a100).tokens_per_second
+    assert predict_runtime(tf32, ARCH, v100).tokens_per_second == predict_runtime(fp32, ARCH, v100).tokens_per_second
+    bf16 = predict_runtime(_spec(tf32=True), ARCH, a100)
+    assert bf16.tokens_per_second == predict_runtime(_spec(), ARCH, a100).tokens_per_second
+    assert a100.dense_flops("32-true", tf32=True) == a100.tf32_dense_flops == 156e12
+    assert v100.dense_flops("32-true", tf32=True) == v100.fp32_flops

@@ -75,10 +75,12 @@ def test_dora_is_read_as_lora_use_dora(dora: bool) -> None:
         assert job.provenance["lora.use_dora"] == "flag --use_dora"
 
 
-def test_tf32_flag_is_noted_as_a_runtime_over_estimate() -> None:
+def test_tf32_flag_sets_the_spec_tf32() -> None:
+    """HF --tf32 (torch.backends.cuda.matmul.allow_tf32) becomes the spec's tf32, which prices a 32-true job's
+    matmuls at the tensor cores' TF32 rate; before, it was only noted as an over-estimate of the runtime."""
     job = one_job(pod([*HF, "--tf32", "true"]))
-    assert "TF32 matmuls (flag --tf32)" in _notes(job)
-    assert "TF32" not in _notes(one_job(pod([*HF, "--tf32", "false"])))
+    assert job.spec.tf32 is True and job.provenance["tf32"] == "flag --tf32"
+    assert one_job(pod([*HF, "--tf32", "false"])).spec.tf32 is False
 
 
 # --- optimizers ------------------------------------------------------------------------------------
