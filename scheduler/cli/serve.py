@@ -11,6 +11,7 @@ and local use one process does both.
 from __future__ import annotations
 
 import argparse
+import collections
 import logging
 import sys
 from pathlib import Path
@@ -38,6 +39,10 @@ from scheduler.cli.server_common import (
 from scheduler.integrations.forwarder import DEFAULT_CAPACITY
 from scheduler.spec.yamltext import YAML_ERRORS, safe_load
 
+# Decision ids a webhook without a ledger remembers having counted (its /mutate and /validate answers of one job
+# arrive within seconds of each other; a day of a busy cluster's admissions is far fewer)
+_COUNTED_DECISION_IDS = 100_000
+
 __all__ = ["DEFAULT_LEDGER", "build_app", "open_ledger_for", "package_version", "read_token", "register"]
 
 log = logging.getLogger("vramfit.serve")
@@ -62,8 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--ledger-token-file", type=Path, help="bearer token for --ledger-url (file)")
     p.add_argument("--ledger-ca-file", type=Path, help="CA bundle (PEM) that signed an https --ledger-url")
     p.add_argument("--forward-queue-size", type=int, default=DEFAULT_CAPACITY,
-                   help=f"decisions held for --ledger-url while the collector is away (default {DEFAULT_CAPACITY}); "
-                   "when full the oldest is dropped")
+                   help=f"decisions held for --ledger-url while the collector is away, or for --ledger while its "
+                   f"file is locked (default {DEFAULT_CAPACITY}); when full the oldest is dropped")
     p.add_argument("--token-file", type=Path, help="file holding the bearer token required on /v1/*")
     p.add_argument("--shutdown-timeout-seconds", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT_SECONDS,
                    help="on SIGTERM, how long requests in progress may take before they are cancelled (s; default "
@@ -123,12 +128,16 @@ def valid_decision(record: dict[str, Any]) -> Any:
 
 
 def build_app(args: argparse.Namespace, ledger: Any, forwarder: Any = None) -> Any:
-    """The ASGI app for ``args``: webhook routes mounted into the shared server.
+    """The ASGI app for ``args``: webhook routes mounted into the shared server, its state, and the
+    :class:`~scheduler.integrations.forwarder.LedgerWriter` of ``ledger`` (None without one; not started).
 
-    Each decision goes to ``ledger`` when this process owns one, else to ``forwarder`` (a
+    Each decision goes to ``ledger`` when this process owns one (through the writer's queue: an admission request
+    never waits for the ledger), else to ``forwarder`` (a
     :class:`~scheduler.integrations.forwarder.DecisionForwarder`, ``--ledger-url``: the collector records and
-    counts it), else it is only counted here.
+    counts it), else it is only counted here, once per decision id (``/mutate`` and ``/validate`` both return the
+    same decision).
     """
+    from scheduler.integrations.forwarder import LedgerWriter
     from scheduler.integrations.metrics import Metrics
     from scheduler.integrations.server import ServerSettings, create_app, store_decision
     from scheduler.integrations.webhook import PoolsSource, ResidualModelsWatch, WebhookState, webhook_routes
@@ -137,24 +146,40 @@ def build_app(args: argparse.Namespace, ledger: Any, forwarder: Any = None) -> A
     metrics = Metrics(version=settings.version)
     pools = PoolsSource(args.pools)
     pools()  # fail at start-up, with the file's path and field, when the pools file is broken
-    if forwarder is not None:
-        for reason in ("queue_full", "rejected", "failed"):
-            metrics.decisions_forward_dropped.labels(reason)  # export the zeros from the start
-        forwarder.on_drop = lambda reason: metrics.decisions_forward_dropped.labels(reason).inc()
+
+    def write(record: dict[str, Any]) -> None:
+        decision = valid_decision(record)
+        if decision is not None:
+            store_decision(ledger, metrics, decision)
+
+    writer = LedgerWriter(write, capacity=args.forward_queue_size) if ledger is not None else None
+    for sender in (forwarder, writer):
+        if sender is not None:
+            for reason in ("queue_full", "rejected", "failed"):
+                metrics.decisions_forward_dropped.labels(reason)  # export the zeros from the start
+            sender.on_drop = lambda reason: metrics.decisions_forward_dropped.labels(reason).inc()
+    counted: collections.OrderedDict[str, None] = collections.OrderedDict()  # decision ids counted (no ledger)
 
     def on_timing(webhook: str, outcome: str, seconds: float) -> None:
         metrics.admission_request_duration_seconds.labels(webhook, outcome).observe(seconds)
 
     def on_decision(record: dict[str, Any]) -> None:
+        if writer is not None:
+            writer.submit(record)  # validated, recorded and counted on the writer's thread
+            return
         decision = valid_decision(record)
         if decision is None:
             return
-        if ledger is not None:
-            store_decision(ledger, metrics, decision)
-        elif forwarder is not None:
+        if forwarder is not None:
             # The collector counts placements when it records them; counting here too would double them.
             forwarder.submit(decision.model_dump(mode="json", exclude_none=True))
         else:
+            if decision.decision_id in counted:  # /validate's record of the decision /mutate already counted
+                counted.move_to_end(decision.decision_id)
+                return
+            counted[decision.decision_id] = None
+            if len(counted) > _COUNTED_DECISION_IDS:
+                counted.popitem(last=False)
             pool = decision.pool or "none"
             metrics.placements.labels(pool, decision.outcome).inc()
             if decision.outcome == "placed" and decision.predicted_cost_usd is not None:
@@ -164,7 +189,7 @@ def build_app(args: argparse.Namespace, ledger: Any, forwarder: Any = None) -> A
     state = WebhookState(settings=admission_settings(args), pools=pools, on_timing=on_timing,
                          on_decision=on_decision, models=ResidualModelsWatch(on_reload=metrics.on_model_reload))
     return create_app(ledger, settings, extra_routes=webhook_routes(state), metrics=metrics,
-                      ready_checks=[persistence.configured_model_problems]), state
+                      ready_checks=[persistence.configured_model_problems]), state, writer
 
 
 def make_forwarder(args: argparse.Namespace) -> Any:
@@ -267,7 +292,7 @@ def _serve(args: argparse.Namespace) -> int:
         if ledger is None:
             return 2
     forwarder = make_forwarder(args)
-    app, state = build_app(args, ledger, forwarder)
+    app, state, writer = build_app(args, ledger, forwarder)
     pruner = start_pruner(ledger, args.prune_unjoined_days)
     warm_up(state)  # load the catalogs before the first review (a dry run: nothing is recorded)
     log.info("serving", extra={"fields": _startup_fields(args, state)})  # what an operator checks first
@@ -276,12 +301,15 @@ def _serve(args: argparse.Namespace) -> int:
     if forwarder is not None:
         forwarder.start()
         log.info("forwarding decisions", extra={"fields": {"endpoint": forwarder.endpoint}})
+    if writer is not None:
+        writer.start()
 
     def on_exit() -> None:
         if state.models is not None:
             state.models.stop()
-        if forwarder is not None:
-            forwarder.stop(flush_seconds=5.0)
+        for sender in (forwarder, writer):
+            if sender is not None:
+                sender.stop(flush_seconds=5.0)
         if pruner is not None:
             pruner.stop()
         if ledger is not None:

@@ -2,7 +2,8 @@
 
 A webhook replica started with ``--ledger-url`` owns no ledger: each decision it makes is handed to a
 :class:`DecisionForwarder`, which queues it and posts it from one background thread. An admission request
-never waits for, or fails because of, the collector:
+never waits for, or fails because of, the collector (a webhook that owns its ledger writes it the same way,
+through a :class:`LedgerWriter`):
 
 - :meth:`DecisionForwarder.submit` only appends to a bounded queue (``capacity`` records). When the queue is
   full the oldest record is dropped and ``on_drop("queue_full")`` is called (the CLI counts it in
@@ -76,14 +77,12 @@ def token_problem(token: str) -> str | None:
     return None
 
 
-class DecisionForwarder:
-    """A bounded queue of decision records and the thread that posts them to ``<url>/v1/decisions``."""
+class QueuedSender:
+    """A bounded queue of decision records and the one thread that delivers them (:meth:`_post`, in a subclass),
+    retrying transient failures with backoff; the webhook side only appends (see the module's docstring)."""
 
     def __init__(
         self,
-        url: str,
-        token: str | Callable[[], str] | None = None,
-        ca_file: Path | None = None,
         capacity: int = DEFAULT_CAPACITY,
         timeout_seconds: float = 5.0,
         backoff_seconds: float = 0.5,
@@ -93,21 +92,12 @@ class DecisionForwarder:
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
-        if isinstance(token, str) and (problem := token_problem(token)):
-            raise ValueError(f"the bearer token {problem}")
-        self.endpoint = url.rstrip("/") + "/v1/decisions"
-        self.token = token
         self.timeout_seconds = timeout_seconds
         self.backoff_seconds = backoff_seconds
         self.max_backoff_seconds = max_backoff_seconds
         self.max_attempts = max_attempts
         self.on_drop = on_drop
-        self.context = ssl.create_default_context(cafile=str(ca_file)) if ca_file is not None else None
-        handlers: list[urllib.request.BaseHandler] = [_NoRedirects()]
-        if self.context is not None:
-            handlers.append(urllib.request.HTTPSHandler(context=self.context))
-        self._opener = urllib.request.build_opener(*handlers)
-        self.sent = 0  # records the collector acknowledged (2xx)
+        self.sent = 0  # records delivered (the collector's 2xx, or written to the ledger)
         self._queue: collections.deque[dict[str, Any]] = collections.deque()
         self._capacity = capacity
         self._busy = False  # the thread holds a record outside the queue
@@ -134,8 +124,8 @@ class DecisionForwarder:
             return len(self._queue) + int(self._busy)
 
     # --- lifecycle ----------------------------------------------------------------------------------
-    def start(self) -> DecisionForwarder:
-        self._thread = threading.Thread(target=self._run, name="vramfit-decision-forwarder", daemon=True)
+    def start(self) -> QueuedSender:
+        self._thread = threading.Thread(target=self._run, name=f"vramfit-{self.thread_name}", daemon=True)
         self._thread.start()
         return self
 
@@ -155,8 +145,15 @@ class DecisionForwarder:
             self._thread.join(timeout=self.timeout_seconds + 1)
         left_unsent = self.pending()
         if left_unsent:
-            log.warning("decisions not forwarded at shutdown", extra={"fields": {"count": left_unsent}})
+            log.warning(f"decisions not {self.verb} at shutdown", extra={"fields": {"count": left_unsent}})
         return left_unsent
+
+    thread_name = "decision-sender"
+    verb = "delivered"  # in log lines: "decisions not <verb> at shutdown"
+
+    def _post(self, record: dict[str, Any]) -> None:
+        """Deliver one record; raise :class:`_Retry` (try again later) or :class:`_Reject` (drop it)."""
+        raise NotImplementedError
 
     # --- the sending thread -------------------------------------------------------------------------
     def _run(self) -> None:
@@ -171,7 +168,7 @@ class DecisionForwarder:
             try:
                 self._deliver(record)
             except Exception:  # never let one record end the thread
-                log.exception("forwarding a decision failed", extra={"fields": {
+                log.exception(f"a decision not {self.verb}", extra={"fields": {
                     "decision_id": record.get("decision_id")}})
                 self._dropped("failed")
             finally:
@@ -189,7 +186,7 @@ class DecisionForwarder:
                 self.sent += 1
                 return
             except _Reject as exc:
-                log.warning("collector rejected a decision", extra={"fields": {
+                log.warning(f"a decision refused ({self.verb})", extra={"fields": {
                     "decision_id": record.get("decision_id"), "error": str(exc)}})
                 self._dropped("rejected")
                 return
@@ -197,17 +194,54 @@ class DecisionForwarder:
                 if exc.server_error:
                     failures += 1
                     if failures >= self.max_attempts:
-                        log.warning("gave up forwarding a decision", extra={"fields": {
+                        log.warning(f"gave up: a decision not {self.verb}", extra={"fields": {
                             "decision_id": record.get("decision_id"), "error": str(exc), "attempts": failures}})
                         self._dropped("failed")
                         return
-                log.info("forwarding a decision failed; retrying", extra={"fields": {
+                log.info(f"a decision not {self.verb} yet; retrying", extra={"fields": {
                     "decision_id": record.get("decision_id"), "error": str(exc), "retry_in_seconds": delay}})
             if self._stop.wait(delay):
                 break
             delay = min(delay * 2, self.max_backoff_seconds)
         with self._cond:  # stopped mid-retry: put it back so pending() counts it
             self._queue.appendleft(record)
+
+    def _dropped(self, reason: str) -> None:
+        if self.on_drop is not None:
+            try:
+                self.on_drop(reason)
+            except Exception:
+                log.exception("drop hook failed")
+
+
+class DecisionForwarder(QueuedSender):
+    """A bounded queue of decision records and the thread that posts them to ``<url>/v1/decisions``."""
+
+    thread_name = "decision-forwarder"
+    verb = "forwarded"
+
+    def __init__(
+        self,
+        url: str,
+        token: str | Callable[[], str] | None = None,
+        ca_file: Path | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+        timeout_seconds: float = 5.0,
+        backoff_seconds: float = 0.5,
+        max_backoff_seconds: float = 30.0,
+        max_attempts: int = 8,
+        on_drop: DropHook | None = None,
+    ) -> None:
+        super().__init__(capacity, timeout_seconds, backoff_seconds, max_backoff_seconds, max_attempts, on_drop)
+        if isinstance(token, str) and (problem := token_problem(token)):
+            raise ValueError(f"the bearer token {problem}")
+        self.endpoint = url.rstrip("/") + "/v1/decisions"
+        self.token = token
+        self.context = ssl.create_default_context(cafile=str(ca_file)) if ca_file is not None else None
+        handlers: list[urllib.request.BaseHandler] = [_NoRedirects()]
+        if self.context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=self.context))
+        self._opener = urllib.request.build_opener(*handlers)
 
     def _post(self, record: dict[str, Any]) -> None:
         headers = {"Content-Type": "application/json"}
@@ -230,9 +264,30 @@ class DecisionForwarder:
         except (OSError, ValueError) as exc:  # URLError, timeouts, resets, TLS errors, a bad status line
             raise _Retry(f"cannot reach {self.endpoint}: {exc}") from None
 
-    def _dropped(self, reason: str) -> None:
-        if self.on_drop is not None:
-            try:
-                self.on_drop(reason)
-            except Exception:
-                log.exception("drop hook failed")
+
+class LedgerWriter(QueuedSender):
+    """The decisions of a webhook that owns its ledger, written by one background thread (``write``: record and
+    count one), so that an admission request never waits for the ledger: another writer holding the SQLite file
+    (a collector on the same file, a prune) or a slow disk used to stall the event loop, /healthz included, for up
+    to the ledger's 10 s busy timeout, past the API server's webhook timeout, and then lose the decision. A
+    write that fails (the file locked, a full disk) is retried with backoff and dropped after ``max_attempts``;
+    a record the ledger refuses (ValueError) is dropped at once."""
+
+    thread_name = "ledger-writer"
+    verb = "written to the ledger"
+
+    def __init__(self, write: Callable[[dict[str, Any]], None], capacity: int = DEFAULT_CAPACITY,
+                 backoff_seconds: float = 0.5, max_backoff_seconds: float = 30.0, max_attempts: int = 8,
+                 on_drop: DropHook | None = None) -> None:
+        super().__init__(capacity, 10.0, backoff_seconds, max_backoff_seconds, max_attempts, on_drop)
+        self._write = write
+
+    def _post(self, record: dict[str, Any]) -> None:
+        from scheduler.integrations.ledger import LedgerError
+
+        try:
+            self._write(record)
+        except LedgerError as exc:
+            raise _Retry(str(exc)[:300], server_error=True) from None
+        except ValueError as exc:
+            raise _Reject(str(exc)[:300]) from None

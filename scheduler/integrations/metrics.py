@@ -205,9 +205,10 @@ class Metrics:
             f"{PREFIX}_admission_request_duration_seconds", "Time to answer an admission review",
             ["operation", "outcome"], buckets=ADMISSION_BUCKETS_SECONDS, registry=r)
         self.decisions_forward_dropped = Counter(
-            f"{PREFIX}_decisions_forward_dropped", "Decisions a stateless webhook replica did not deliver to the "
-            "collector (reason=queue_full: the oldest queued was dropped; rejected: the collector answered 4xx; "
-            "failed: it kept answering 5xx)", ["reason"], registry=r)
+            f"{PREFIX}_decisions_forward_dropped", "Decisions a webhook did not deliver to the collector (a "
+            "stateless replica) or write to its own ledger (reason=queue_full: the oldest queued was dropped; "
+            "rejected: the collector answered 4xx, or the ledger refused the record; failed: the collector kept "
+            "answering 5xx, or the ledger stayed locked or unwritable)", ["reason"], registry=r)
         self.build_info = Gauge(
             f"{PREFIX}_build_info", "vramfit build; the value is 1", ["version", "python_version"], registry=r)
         self.build_info.labels(version, ".".join(map(str, sys.version_info[:3]))).set(1)

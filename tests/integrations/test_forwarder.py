@@ -226,6 +226,34 @@ def test_records_wait_while_the_collector_is_down_then_arrive() -> None:
         collector.stop()
 
 
+def test_the_ledger_writer_retries_a_locked_ledger_and_drops_what_it_refuses() -> None:
+    """A webhook's own ledger is written from the writer's thread: a LedgerError (the file locked by another
+    writer, a full disk) is retried with backoff until the write goes through, in order; a record the ledger
+    refuses (ValueError) is dropped at once and counted as rejected; one that keeps failing is given up."""
+    from scheduler.integrations.forwarder import LedgerWriter
+    from scheduler.integrations.ledger import LedgerError
+
+    written: list[str] = []
+    failures = {"d-1": 3, "d-3": 100}
+    drops: list[str] = []
+
+    def write(rec: dict[str, Any]) -> None:
+        if rec["decision_id"] == "d-2":
+            raise ValueError("not a decision")
+        if failures.get(rec["decision_id"], 0) > 0:
+            failures[rec["decision_id"]] -= 1
+            raise LedgerError("cannot write to the ledger: database is locked")
+        written.append(rec["decision_id"])
+
+    writer = LedgerWriter(write, backoff_seconds=0.01, max_backoff_seconds=0.02, max_attempts=5,
+                          on_drop=drops.append).start()
+    for i in range(5):
+        writer.submit(record(i))
+    wait_until(lambda: writer.pending() == 0, 10, "the writer's queue to drain")
+    assert writer.stop() == 0
+    assert written == ["d-0", "d-1", "d-4"] and drops == ["rejected", "failed"] and writer.sent == 3
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["serve", "--ledger-token-file", "t"], "go with --ledger-url"),
     (["serve", "--ledger-url", "collector:8080"], "must start with http:// or https://"),
