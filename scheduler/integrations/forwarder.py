@@ -220,19 +220,11 @@ class DecisionForwarder(QueuedSender):
     thread_name = "decision-forwarder"
     verb = "forwarded"
 
-    def __init__(
-        self,
-        url: str,
-        token: str | Callable[[], str] | None = None,
-        ca_file: Path | None = None,
-        capacity: int = DEFAULT_CAPACITY,
-        timeout_seconds: float = 5.0,
-        backoff_seconds: float = 0.5,
-        max_backoff_seconds: float = 30.0,
-        max_attempts: int = 8,
-        on_drop: DropHook | None = None,
-    ) -> None:
-        super().__init__(capacity, timeout_seconds, backoff_seconds, max_backoff_seconds, max_attempts, on_drop)
+    def __init__(self, url: str, token: str | Callable[[], str] | None = None, ca_file: Path | None = None,
+                 **queue: Any) -> None:
+        """``queue``: :class:`QueuedSender`'s settings (capacity, timeout_seconds, backoff_seconds,
+        max_backoff_seconds, max_attempts, on_drop)."""
+        super().__init__(**queue)
         if isinstance(token, str) and (problem := token_problem(token)):
             raise ValueError(f"the bearer token {problem}")
         self.endpoint = url.rstrip("/") + "/v1/decisions"
@@ -276,10 +268,8 @@ class LedgerWriter(QueuedSender):
     thread_name = "ledger-writer"
     verb = "written to the ledger"
 
-    def __init__(self, write: Callable[[dict[str, Any]], None], capacity: int = DEFAULT_CAPACITY,
-                 backoff_seconds: float = 0.5, max_backoff_seconds: float = 30.0, max_attempts: int = 8,
-                 on_drop: DropHook | None = None) -> None:
-        super().__init__(capacity, 10.0, backoff_seconds, max_backoff_seconds, max_attempts, on_drop)
+    def __init__(self, write: Callable[[dict[str, Any]], None], **queue: Any) -> None:
+        super().__init__(**queue)
         self._write = write
 
     def _post(self, record: dict[str, Any]) -> None:
