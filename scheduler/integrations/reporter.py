@@ -117,18 +117,27 @@ def torch_peaks() -> tuple[int | None, int | None]:
 
 def post_json(url: str, body: dict[str, Any], token: str | None, timeout_seconds: float, attempts: int,
               backoff_seconds: float) -> bool:
-    """POST with retries on connection errors, 429 and 5xx; give up at once on other 4xx. Never raises."""
+    """POST with retries on connection errors, 429 and 5xx; give up at once on other 4xx and on a redirect, which is
+    not followed (urllib would re-send the bearer token to the ``Location`` as a GET without the report, and count
+    its answer as the report stored). Never raises."""
+    from scheduler.integrations.forwarder import _NoRedirects
+
     data = json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
+    opener = urllib.request.build_opener(_NoRedirects())
     for attempt in range(1, attempts + 1):
         try:
             request = urllib.request.Request(url, data=data, headers=headers, method="POST")
-            with urllib.request.urlopen(request, timeout=timeout_seconds) as response:
+            with opener.open(request, timeout=timeout_seconds) as response:
                 if 200 <= response.status < 300:
                     return True
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                log.warning("vramfit at %s answered %s, a redirect to %r: not followed; give the server's own address",
+                            url, exc.code, exc.headers.get("Location"))
+                return False
             detail = exc.read(500).decode(errors="replace")  # never the whole body
             if exc.code != 429 and exc.code < 500:
                 log.warning("vramfit rejected the report (%s): %s", exc.code, detail)

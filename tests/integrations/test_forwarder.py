@@ -303,3 +303,17 @@ def test_a_key_that_is_not_the_certificates_is_an_argument_error(tmp_path: Path,
     argv = ["serve", "--tls-cert", str(tmp_path / "tls.crt"), "--tls-key", str(tmp_path / "tls.key")]
     assert main(argv) == 2
     assert "cannot load the TLS pair" in capsys.readouterr().err
+
+
+def test_the_reporters_post_does_not_follow_a_redirect_either() -> None:
+    """The training-side reporter (and `vramfit ray submit --ledger-url`) posted with urllib's default opener: on a
+    302 it sent `Bearer s3cret` to the Location's host as a GET and returned True, the report stored nowhere."""
+    from scheduler.integrations.reporter import post_json
+
+    collector = _RedirectingCollector()
+    try:
+        sent = post_json(collector.url + "/v1/actuals", {"decision_id": "d-1"}, "s3cret", timeout_seconds=5,
+                         attempts=3, backoff_seconds=0.01)
+    finally:
+        collector.stop()
+    assert sent is False and collector.elsewhere == []
