@@ -393,6 +393,9 @@ MIGRATIONS: tuple[str, ...] = (
 
 
 _DECISION_COLUMNS = "decision_id, uid, namespace, kind, name, spec_hash, pool, decided_at, recorded_at, payload"
+# How far the clocks of the webhook (decided_at) and of the collector or the training job (received_at, finished_at)
+# may disagree when an actual keyed by uid or name is matched to the decision of its run.
+CLOCK_SKEW_SECONDS = 300.0
 
 
 def _ts(value: datetime) -> float:
@@ -569,14 +572,56 @@ class SqliteLedger(Ledger):
         marks = ",".join("?" * len(refs))
         rows = self._db.execute(f"SELECT job_ref, source, payload, received_at FROM actuals WHERE job_ref IN ({marks})",
                                 refs).fetchall()
-        joined = tuple(a for row in rows if (a := self._actual_row(row)) is not None)
-        return DecisionResult(stored, created=True, newly_joined=joined)
+        joined: list[StoredActual] = []
+        earliest = stored.decided_at - timedelta(seconds=CLOCK_SKEW_SECONDS)
+        for row in rows:
+            found = self._actual_row(row)
+            if found is None:
+                continue
+            if not row[0].startswith("id:"):
+                # keyed by uid or name, received before any decision of that job: this decision's run, unless it
+                # was received before this decision was made (an earlier run of a job re-created under the name)
+                if found.received_at < earliest:
+                    continue
+                found = self._pin(row[0], row[1], found, key)
+            joined.append(found)
+        return DecisionResult(stored, created=True, newly_joined=tuple(joined))
+
+    def _pin(self, ref: str, source: str, found: StoredActual, decision_id: str) -> StoredActual:
+        """Store an actual kept under its uid or name under its decision's id from now on (merged with a report of
+        the same source already there), so that a later decision of the same uid or name, a re-created job's,
+        neither scores it again nor merges its own run's reports into it; the caller holds the lock."""
+        pinned = found.actual.model_copy(update={"decision_id": decision_id})
+        there = self._db.execute("SELECT payload, received_at FROM actuals WHERE job_ref = ? AND source = ?",
+                                 (f"id:{decision_id}", source)).fetchone()
+        other = self._actual_row((f"id:{decision_id}", source, *there)) if there else None
+        if other is not None:
+            older, newer = sorted((other, StoredActual(pinned, found.received_at)), key=lambda a: a.received_at)
+            pinned = merge_same_source(older.actual, newer.actual)
+            found = StoredActual(pinned, newer.received_at)
+        self._db.execute("DELETE FROM actuals WHERE job_ref = ? AND source = ?", (ref, source))
+        self._db.execute(
+            "INSERT INTO actuals (job_ref, source, received_at, payload) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (job_ref, source) DO UPDATE SET received_at = excluded.received_at, "
+            "payload = excluded.payload",
+            (f"id:{decision_id}", source, _ts(found.received_at), pinned.model_dump_json()))
+        return StoredActual(pinned, found.received_at)
 
     def record_actual(self, actual: ActualIn) -> ActualResult:
         return self._write(self._record_actual, actual)  # type: ignore[no-any-return]
 
     def _record_actual(self, actual: ActualIn) -> ActualResult:
         now = datetime.now(timezone.utc)
+        if actual.decision_id is None:
+            # keyed by uid or name: stored under the decision of the run it reports (the latest decided before the
+            # run started, the report's end less its runtime), so that a job re-created under the same name starts
+            # a row of its own and this report is never scored against the next run's decision
+            started = utc(actual.finished_at) if actual.finished_at is not None else now
+            if actual.runtime_seconds is not None:
+                started -= timedelta(seconds=min(float(actual.runtime_seconds), 1e9))
+            owner = self._decision_for(actual, started + timedelta(seconds=CLOCK_SKEW_SECONDS))
+            if owner is not None:
+                actual = actual.model_copy(update={"decision_id": owner.decision.decision_id})
         ref = actual.job_ref
         old = self._db.execute("SELECT payload FROM actuals WHERE job_ref = ? AND source = ?",
                                (ref, actual.source)).fetchone()
@@ -596,13 +641,17 @@ class SqliteLedger(Ledger):
         return ActualResult(StoredActual(merged, now), created=old is None, decision=self._decision_for(actual),
                             previous=previous)
 
-    def _decision_for(self, actual: ActualIn) -> StoredDecision | None:
+    def _decision_for(self, actual: ActualIn, decided_by: datetime | None = None) -> StoredDecision | None:
+        """The decision ``actual`` belongs to: by its decision id, else the latest of its uid or name (decided at
+        or before ``decided_by`` when given)."""
         if actual.decision_id is not None:
             return self._select_decision("decision_id = ?", (actual.decision_id,))
+        when = " AND decided_at <= ?" if decided_by is not None else ""
+        bound = (_ts(decided_by),) if decided_by is not None else ()
         if actual.uid is not None:
-            return self._select_decision("uid = ?", (actual.uid,))
-        return self._select_decision("namespace = ? AND kind = ? AND name = ?",
-                                     (actual.namespace, actual.kind, actual.name))
+            return self._select_decision("uid = ?" + when, (actual.uid, *bound))
+        return self._select_decision("namespace = ? AND kind = ? AND name = ?" + when,
+                                     (actual.namespace, actual.kind, actual.name, *bound))
 
     def _select_decision(self, where: str, args: tuple[Any, ...]) -> StoredDecision | None:
         """The latest readable decision matching ``where`` (an unreadable one is skipped, as :meth:`decisions` and

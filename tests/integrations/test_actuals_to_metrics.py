@@ -118,3 +118,48 @@ def test_a_restarted_collector_exports_the_zeros_of_earlier_placements(ledger_pa
         post(after, "/v1/actuals", report("h", upper + 1))
         assert value(after, "vramfit_vram_under_predictions_total", pool="h100", bound="upper",
                      source="reporter") == 1
+
+
+def test_a_job_re_created_under_its_name_keeps_each_runs_report_to_itself(tmp_path: Path) -> None:
+    """Reports keyed by namespace/kind/name (no decision id). Run A ran out of memory; the job is re-created under
+    the same name the next day and decided again (run B). Before, decision B re-joined A's report (scored again:
+    two OOMs, two ratio observations for one report), A lost it, and B's own report merged into it (B showed as an
+    OOM at 10 GiB and "Completed" at once). Now each report stays with the decision of its run."""
+    from scheduler.integrations.metrics import Metrics
+    from scheduler.integrations.records import ActualIn, DecisionIn
+    from scheduler.integrations.server import store_actual, store_decision
+
+    ledger, metrics = SqliteLedger(tmp_path / "ledger.sqlite"), Metrics()
+    gib = 2**30
+
+    def total(metric: str) -> float:
+        return sum(s.value for family in metrics.registry.collect() for s in family.samples if s.name == metric)
+
+    name = {"namespace": "ml", "kind": "Job", "name": "train", "source": "reporter"}
+    try:
+        store_decision(ledger, metrics, DecisionIn.model_validate(
+            decision_payload("run-a", name="train", decided_at="2026-11-01T10:00:00Z")))
+        store_actual(ledger, metrics, ActualIn.model_validate({
+            **name, "peak_vram_bytes": 10 * gib, "runtime_seconds": 3000, "oom": True, "exit_reason": "CudaOOM",
+            "finished_at": "2026-11-01T11:00:00Z"}))
+        ooms, ratios = total("vramfit_ooms_total"), total("vramfit_vram_prediction_ratio_count")
+        result = store_decision(ledger, metrics, DecisionIn.model_validate(
+            decision_payload("run-b", name="train", decided_at="2026-11-02T10:00:00Z")))
+        assert result.newly_joined == ()
+        assert total("vramfit_ooms_total") == ooms == 1
+        assert total("vramfit_vram_prediction_ratio_count") == ratios == 1
+        store_actual(ledger, metrics, ActualIn.model_validate({
+            **name, "peak_vram_bytes": 5 * gib, "runtime_seconds": 2000, "oom": False, "exit_reason": "Completed",
+            "finished_at": "2026-11-02T11:00:00Z"}))
+        run_a, run_b = ledger.joined_row("run-a"), ledger.joined_row("run-b")
+        assert run_a is not None and run_b is not None
+        [a], [b] = run_a.actuals, run_b.actuals
+        assert (a.actual.peak_vram_bytes, a.actual.oom, a.actual.exit_reason) == (10 * gib, True, "CudaOOM")
+        assert (b.actual.peak_vram_bytes, b.actual.oom, b.actual.exit_reason) == (5 * gib, False, "Completed")
+        # run A's report arriving late, after B was decided, still goes to A (it started before B was decided)
+        store_actual(ledger, metrics, ActualIn.model_validate({
+            **name, "source": "manual", "peak_vram_bytes": 11 * gib, "runtime_seconds": 3000, "oom": True,
+            "finished_at": "2026-11-01T11:00:00Z"}))
+        assert {x.actual.source for x in ledger.joined_row("run-a").actuals} == {"reporter", "manual"}
+    finally:
+        ledger.close()
