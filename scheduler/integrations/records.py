@@ -407,14 +407,33 @@ def merge_actuals(actuals: list[ActualIn]) -> MergedActual:
 
 def merge_same_source(old: ActualIn, new: ActualIn) -> ActualIn:
     """A repeated report from one source: newer non-null values win, but peaks keep the largest reading (each
-    rank or node of a job reports its own GPU: the job's peak is the most loaded one) and OOM sticks once seen."""
+    rank or node of a job reports its own GPU: the job's peak is the most loaded one), OOM sticks once seen, the
+    exit reason is that of the report that ended last (a watch's re-list re-sends every finished pod, in no
+    particular order; a retried pod that succeeds after a failed one ends later), a failure where both ended at
+    the same moment, and the runtime and the end are the latest of the reports (the job lasts until its last pod
+    ends)."""
     merged = old.model_dump() | {k: v for k, v in new.model_dump().items() if v is not None}
     for peak in ("peak_vram_bytes", "peak_reserved_bytes", "peak_allocated_bytes"):
         readings = [v for v in (getattr(old, peak), getattr(new, peak)) if v is not None]
         merged[peak] = max(readings) if readings else None
     merged["oom"] = old.oom or new.oom
+    if _ends_later(old, new):  # the pod that ended last tells how the job ended, not the event delivered last
+        merged["exit_reason"], merged["exit_code"] = old.exit_reason, old.exit_code
+    for latest in ("runtime_seconds", "finished_at"):
+        values = [v for v in (getattr(old, latest), getattr(new, latest)) if v is not None]
+        merged[latest] = max(values, key=lambda v: utc(v) if isinstance(v, datetime) else v) if values else None
     # `old` was read back from the ledger, maybe from before a bound existed; `new` has been checked already
     return ActualIn.model_validate(merged, context=STORED)
+
+
+def _ends_later(old: ActualIn, new: ActualIn) -> bool:
+    """Whether ``old`` tells how the job ended rather than ``new``: it ended later, or at the same moment with a
+    failure where ``new`` says it finished. Without both ends, the newer report does."""
+    if old.finished_at is None or new.finished_at is None or old.exit_reason is None:
+        return False
+    ended, ends = utc(old.finished_at), utc(new.finished_at)
+    return ended > ends or (ended == ends and old.exit_reason not in FINISHED_EXIT_REASONS
+                            and new.exit_reason in FINISHED_EXIT_REASONS)
 
 
 def spec_hash(features: dict[str, Any]) -> str:

@@ -76,3 +76,42 @@ def test_a_cuda_oom_of_an_earlier_attempt_counts():
     restarted = finished_pod("ok", lastState={"terminated": {"exitCode": 1, "message": "torch.OutOfMemoryError: "
                                                                                        "CUDA out of memory"}})
     assert handle_pod_event(restarted).actual.oom is True
+
+
+def _terminated(name: str, phase: str, code: int, reason: str, start: str, end: str) -> dict:
+    return {"type": "MODIFIED", "object": {
+        "metadata": {"name": name, "annotations": {"vramfit.io/decision-id": "d1"}},
+        "status": {"phase": phase, "containerStatuses": [{"name": "t", "state": {"terminated": {
+            "exitCode": code, "reason": reason, "startedAt": start, "finishedAt": end}}}]}}}
+
+
+def test_the_pod_that_ended_last_tells_how_the_job_ended_whatever_order_the_events_come_in(tmp_path: Path) -> None:
+    """Two ranks of one job: rank 0 failed at 10:20, rank 1 completed at 10:19. A watch's re-list re-sends every
+    finished pod; before, the event delivered last decided (the failed job turned "Completed" and its runtime was
+    scored a second time). A retried pod that succeeds after a failed one ends later, and the job completed."""
+    from scheduler.integrations.metrics import Metrics
+    from scheduler.integrations.records import DecisionIn
+    from scheduler.integrations.server import store_actual, store_decision
+    from tests.integrations.payloads import decision_payload
+
+    failed = _terminated("w-0", "Failed", 1, "Error", "2026-11-01T10:00:00Z", "2026-11-01T10:20:00Z")
+    completed = _terminated("w-1", "Succeeded", 0, "Completed", "2026-11-01T10:00:00Z", "2026-11-01T10:19:00Z")
+    retried = _terminated("w-0-retry", "Succeeded", 0, "Completed", "2026-11-01T10:21:00Z", "2026-11-01T11:00:00Z")
+    ledger, metrics = SqliteLedger(tmp_path / "l.sqlite"), Metrics()
+    try:
+        store_decision(ledger, metrics, DecisionIn.model_validate(decision_payload("d1")))
+        ends = []
+        for event in (completed, failed, completed, failed, completed):
+            store_actual(ledger, metrics, handle_pod_event(event).actual)  # type: ignore[union-attr]
+            merged = ledger.joined_row("d1").merged  # type: ignore[union-attr]
+            ends.append((merged.exit_reason, merged.ran_to_end))
+        assert ends == [("Completed", True)] + [("Error", False)] * 4
+        observed = sum(s.value for f in metrics.registry.collect() for s in f.samples
+                       if s.name == "vramfit_runtime_prediction_ratio_count")
+        assert observed == 1  # the first Completed only; the re-sent one is not scored again
+        store_actual(ledger, metrics, handle_pod_event(retried).actual)  # type: ignore[union-attr]
+        merged = ledger.joined_row("d1").merged  # type: ignore[union-attr]
+        assert (merged.exit_reason, merged.ran_to_end) == ("Completed", True)
+        assert merged.runtime_seconds == pytest.approx(39 * 60)  # the latest pod's own runtime, the longest here
+    finally:
+        ledger.close()
