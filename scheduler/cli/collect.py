@@ -106,6 +106,9 @@ def sweep_dcgm(ledger: object, prometheus_url: str, sink: Callable[[Any], object
             continue
         started = None if kube.runtime_seconds is None else kube.finished_at - timedelta(seconds=kube.runtime_seconds)
         d = row.decision.decision
+        if d.generated_name and d.namespace and d.name and _shares_its_pods(
+                ledger, row.decision, started or row.decision.decided_at, kube.finished_at):
+            continue  # another job of the same generateName ran alongside: their pods cannot be told apart
         try:
             # jobs whose names extend this one's (llama-70b for llama) have pods its pattern also matches
             others = ledger.names_extending(d.namespace, d.name) if d.namespace and d.name else []
@@ -122,6 +125,25 @@ def sweep_dcgm(ledger: object, prometheus_url: str, sink: Callable[[Any], object
                 empty.clear()
             empty.add(row.decision.decision_id)
     return stored
+
+
+def _shares_its_pods(ledger: Any, decision: Any, started: datetime, finished: datetime) -> bool:
+    """Whether another job of ``decision``'s generateName (same namespace and kind) may have run while it did:
+    decided before it finished, and finished after it started (or not known to have finished and decided less
+    than a day before it started). Their pod names match one pattern, so a DCGM peak could be the other job's."""
+    from scheduler.integrations.records import utc
+
+    d = decision.decision
+    for other in ledger.decisions_named(d.namespace, d.kind, d.name):
+        if other.decision_id == decision.decision_id or not other.decision.generated_name:
+            continue
+        if utc(other.decided_at) >= utc(finished):
+            continue
+        row = ledger.joined_row(other.decision_id)
+        ends = [utc(a.actual.finished_at) for a in (row.actuals if row else ()) if a.actual.finished_at is not None]
+        if (max(ends) > utc(started)) if ends else (utc(other.decided_at) > utc(started) - timedelta(days=1)):
+            return True
+    return False
 
 
 def _sweep_loop(ledger: Any, args: argparse.Namespace, stop: threading.Event,

@@ -423,8 +423,11 @@ class _Review:
         """The decision as the ledger stores it (``records.DecisionIn`` fields); None for dry runs."""
         if self.request.get("dryRun"):
             return None
+        meta = (self.request.get("object") or {}).get("metadata") or {}
+        generated = isinstance(meta, dict) and not meta.get("name") and bool(meta.get("generateName"))
         return decision_record(decision, job.spec, decision_id, self.now, job.kind,
-                               job.namespace or str(self.request.get("namespace") or ""), job.name)
+                               job.namespace or str(self.request.get("namespace") or ""), job.name,
+                               generated_name=generated)
 
     # -- placement --
 
@@ -695,9 +698,10 @@ def _package_version() -> str:
 
 
 def decision_record(decision: Decision, spec: Any, decision_id: str, decided_at: datetime, kind: str | None,
-                    namespace: str | None, name: str | None) -> dict[str, Any]:
+                    namespace: str | None, name: str | None, generated_name: bool = False) -> dict[str, Any]:
     """A placement decision as the ledger stores it (``records.DecisionIn`` fields): what the webhook records,
-    and what ``vramfit ray submit --ledger-url`` posts."""
+    and what ``vramfit ray submit --ledger-url`` posts. ``generated_name``: ``name`` is the object's
+    ``generateName`` (the API server completes the name after admission)."""
     d = decision.to_dict()
     # the chosen prediction's other levels and figures, so that `vramfit report` compares an allocated or reserved
     # actual with its own predicted level (like with like), as `vramfit evaluate` does
@@ -713,6 +717,7 @@ def decision_record(decision: Decision, spec: Any, decision_id: str, decided_at:
         "kind": kind,
         "namespace": namespace,
         "name": name,
+        **({"generated_name": True} if generated_name else {}),
         "method": spec.method,
         "outcome": "placed" if d["decision"] == "placed" else "no_fit",
         "features": spec_to_dict(spec),

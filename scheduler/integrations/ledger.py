@@ -183,6 +183,12 @@ class Ledger(abc.ABC):
                  and s.decision.name.startswith(name + "-")}
         return sorted(found, key=lambda n: (-len(n), n))[:limit]  # type: ignore[arg-type]
 
+    def decisions_named(self, namespace: str, kind: str | None, name: str) -> list[StoredDecision]:
+        """Every decision of the job ``namespace``/``kind``/``name`` (re-creations, or jobs of one generateName).
+        This default reads the whole ledger."""
+        return [s for s in self.decisions() if (s.decision.namespace, s.decision.kind, s.decision.name)
+                == (namespace, kind, name)]
+
     def pending_actuals(self) -> list[StoredActual]:
         """Actuals whose decision has not been recorded (yet)."""
         joined = {(a.actual.job_ref, a.actual.source) for row in self.joined_rows() for a in row.actuals}
@@ -804,6 +810,13 @@ class SqliteLedger(Ledger):
         actuals = [a for row in actual_rows if (a := self._actual_row(row, unreadable)) is not None]
         rows, pending = join(decisions, actuals)
         return ReportRows(rows, len(pending), unreadable)
+
+    def decisions_named(self, namespace: str, kind: str | None, name: str) -> list[StoredDecision]:
+        """Through the name index."""
+        with self._lock:
+            rows = self._db.execute(f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE namespace = ? AND kind IS ? "
+                                    "AND name = ? ORDER BY decided_at, rowid", (namespace, kind, name)).fetchall()
+        return [d for r in rows if (d := self._read_decision(r)) is not None]
 
     def names_extending(self, namespace: str, name: str, limit: int = MAX_EXTENDING_NAMES) -> list[str]:
         """One indexed-prefix query (``substr`` compare: names may hold LIKE's wildcards)."""

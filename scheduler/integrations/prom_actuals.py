@@ -44,6 +44,8 @@ DCGM_METRIC = "DCGM_FI_DEV_FB_USED"
 # namespace: pod names cannot tell the two apart. A batch Job's pod whose random suffix is all digits matches
 # the Volcano alternative of a shorter name the same way (rare).
 _RAND = "[a-z0-9]{5}"
+# what the API server appends to a generateName: 5 characters of k8s.io/apimachinery's util/rand alphabet
+_GENERATED = "[bcdfghjklmnpqrstvwxz2456789]{5}"
 _POD_SUFFIX: dict[str, str] = {
     "Pod": "",
     "Job": f"-([0-9]+-)?{_RAND}",
@@ -75,10 +77,11 @@ def _re2_escape(name: str) -> str:
     return _RE2_SPECIAL.sub(r"\\\1", name)
 
 
-def pod_regex(kind: str | None, name: str) -> str:
+def pod_regex(kind: str | None, name: str, generated: bool = False) -> str:
     """An RE2 pattern matching the pod names of job ``name`` of ``kind`` (a kind not listed: ``<name>-...``;
-    a Volcano Job shares the kind name Job but names its pods <name>-<task>-N, so Job allows both)."""
-    escaped = _re2_escape(name)
+    a Volcano Job shares the kind name Job but names its pods <name>-<task>-N, so Job allows both). ``generated``:
+    ``name`` is the job's ``generateName``, which the API server completes with 5 characters of its own."""
+    escaped = _re2_escape(name) + (_GENERATED if generated else "")
     if kind == "Job":
         return f"{escaped}({_POD_SUFFIX['Job']}|-.+-[0-9]+)"
     return escaped + _POD_SUFFIX.get(kind or "", "-.+")
@@ -161,8 +164,8 @@ def dcgm_actual(
     if d.namespace is None or d.name is None:
         return None
     exclude = "|".join(f"({_re2_escape(n)}-.+)" for n in other_names) or None
-    peak = query_device_peak(prometheus_url, d.namespace, pod_regex(d.kind, d.name), started_at or decision.decided_at,
-                             finished_at, exclude=exclude, **kwargs)
+    peak = query_device_peak(prometheus_url, d.namespace, pod_regex(d.kind, d.name, d.generated_name),
+                             started_at or decision.decided_at, finished_at, exclude=exclude, **kwargs)
     if peak is None:
         return None
     return ActualIn(decision_id=decision.decision_id, peak_vram_bytes=peak.peak_vram_bytes, runtime_seconds=None,

@@ -200,6 +200,8 @@ class DecisionIn(_Posted):
     uid: str | None = Field(None, min_length=1, max_length=253, description="Kubernetes metadata.uid of the job")
     namespace: str | None = Field(None, max_length=253, description="Namespace of the job")
     name: str | None = Field(None, max_length=253, description="metadata.name of the job")
+    generated_name: bool = Field(False, description="name is the job's metadata.generateName: the API server "
+                                 "named it that and 5 random characters, after admission")
     kind: str | None = Field(None, max_length=63, description="Job kind: Job, Pod, PyTorchJob, RayJob, ...")
     method: str | None = Field(None, max_length=32, description="Training method (full, lora, qlora)")
     outcome: Outcome = Field("placed", description="placed | no_fit | fail_open | error")

@@ -453,6 +453,17 @@ def test_dry_run_has_no_ledger_record_but_the_same_answer() -> None:
     assert real.record["decided_at"] == NOW.isoformat()
 
 
+def test_a_generate_name_job_is_recorded_as_a_generated_name() -> None:
+    """Admission sees a generateName object before the API server completes its name: the record says the name is
+    that prefix, so the DCGM sweep looks for the server's 5 characters after it."""
+    named, generated = pod(), pod()
+    generated["metadata"]["generateName"] = generated["metadata"].pop("name") + "-"
+    record = admit(admission_review(generated), None, POOLS, NOW).record
+    assert record is not None and record["generated_name"] is True and record["name"].endswith("-")
+    plain = admit(admission_review(named), None, POOLS, NOW).record
+    assert plain is not None and "generated_name" not in plain
+
+
 def test_decision_id_is_stable_and_uses_the_uid_when_there_is_one() -> None:
     first = body(run(pod(), uid="a"))["auditAnnotations"]["decision-id"]
     assert body(run(pod(), uid="a"))["auditAnnotations"]["decision-id"] == first

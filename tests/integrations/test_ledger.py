@@ -368,6 +368,41 @@ def test_dcgm_pod_patterns_take_a_jobs_pods_and_not_a_longer_named_jobs(kind, na
     assert all(pattern.fullmatch(p) for p in pods) and not any(pattern.fullmatch(p) for p in others)
 
 
+def test_a_generate_name_jobs_pods_are_matched_and_a_job_of_the_same_prefix_beside_it_is_not_swept(
+        ledger_path, monkeypatch):
+    """A job created with metadata.generateName is admitted before the API server completes its name: the decision
+    holds the prefix. Its pods were never matched (the pattern took the prefix for the whole name), so such jobs
+    got no DCGM peak. Now the pattern adds the server's 5 characters; a sweep skips a job when another job of the
+    same prefix ran alongside it (their pods cannot be told apart)."""
+    import re
+
+    from scheduler.cli.collect import sweep_dcgm
+    from scheduler.integrations import prom_actuals
+    from scheduler.integrations.prom_actuals import pod_regex
+
+    assert re.fullmatch(pod_regex("Pod", "train-", generated=True), "train-7x2kq")
+    assert re.fullmatch(pod_regex("Job", "train-", generated=True), "train-7x2kq-abcde")
+    assert not re.fullmatch(pod_regex("Job", "train-", generated=True), "train-long-7x2kq-abcde")
+    assert not re.fullmatch(pod_regex("Pod", "train-"), "train-7x2kq")  # what the sweep asked before
+
+    asked: list[str] = []
+    monkeypatch.setattr(prom_actuals, "dcgm_actual",
+                        lambda url, decision, finished_at, started_at, other_names=(): asked.append(
+                            decision.decision_id))
+    ledger = SqliteLedger(ledger_path)
+    now = datetime.now(timezone.utc)
+    runs = {"alone": (now - timedelta(days=3), now - timedelta(days=3) + timedelta(hours=1), "solo-"),
+            "a": (now - timedelta(hours=5), now - timedelta(hours=2), "pair-"),  # b ran while a did
+            "b": (now - timedelta(hours=4), now - timedelta(hours=1), "pair-")}
+    for decision_id, (decided, finished, prefix) in runs.items():
+        ledger.record_decision(DecisionIn.model_validate(decision_payload(
+            decision_id, name=prefix, generated_name=True, decided_at=decided.isoformat())))
+        ledger.record_actual(ActualIn(decision_id=decision_id, peak_vram_bytes=None, oom=False, source="kubernetes",
+                                      runtime_seconds=(finished - decided).total_seconds(), finished_at=finished))
+    sweep_dcgm(ledger, "http://127.0.0.1:9", now=now)
+    assert asked == ["alone"]
+
+
 def test_a_row_stored_before_the_value_bounds_still_reads_back(ledger_path):
     """Rows an older vramfit accepted (a 1e308 cost, a 1e-300 s runtime) must not make the ledger unreadable."""
     ledger = SqliteLedger(ledger_path)
