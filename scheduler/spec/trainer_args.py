@@ -1439,6 +1439,34 @@ def _resolve_precision(raw: Mapping[str, Setting], out: Settings) -> None:
         _put(out, "precision", "32-true", dtype)
 
 
+def _deepspeed_masters(raw: Mapping[str, Setting], out: Settings, notes: list[str]) -> None:
+    """A model loaded in bf16/fp16 (``torch_dtype``) that DeepSpeed trains with bf16/fp16 on: ZeRO keeps fp32 master
+    weights and fp32 optimizer states whatever dtype the model was loaded in (deepspeed/runtime/zero/stage_1_and_2.py
+    ``single_partition_of_fp32_groups``, stage3.py ``fp32_partitioned_groups_flat``), so the job is *-mixed, not
+    *-true (alignment-handbook's and TRL's full-training recipes: ``torch_dtype: bfloat16`` with ``bf16: true``).
+    Read as *-true, its masters went uncounted: 7 GiB per GPU under for Mistral-7B on 8 GPUs."""
+    precision, dtype = out.get("precision"), raw.get("_dtype")
+    if precision is None or dtype is None or precision.source != dtype.source:
+        return
+    if precision.value not in ("bf16-true", "16-true"):
+        return
+    sharding = out.get("sharding")
+    deepspeed = any(k in raw for k in ("_deepspeed", "_use_deepspeed", "_zero_optimization")) or (
+        sharding is not None and str(sharding.value).startswith("zero"))
+    half = "bf16" if precision.value == "bf16-true" else "16"
+    flag = raw.get("_bf16" if half == "bf16" else "_fp16")
+    mixed = raw.get("_mixed")
+    enabled = _enabled(flag) is True or (mixed is not None and str(mixed.value).lower() == (
+        "bf16" if half == "bf16" else "fp16"))
+    if not deepspeed or not enabled:
+        return
+    on = flag if _enabled(flag) is True else mixed
+    assert on is not None
+    out["precision"] = Setting(f"{half}-mixed", f"{dtype.source} under DeepSpeed with {on.source}", on.where)
+    notes.append(f"{dtype.source} ({dtype.value}) under DeepSpeed with {half} on ({on.source}): ZeRO keeps fp32 master "
+                 f"weights and optimizer states whatever the model was loaded in, so {half}-mixed, not {half}-true")
+
+
 def _deepspeed_precision(sub: Mapping[str, Setting], out: Settings, notes: list[str]) -> None:
     """Precision from a DeepSpeed config when the trainer's own flags did not set it. ``"enabled": "auto"`` is
     filled from the trainer's arguments (transformers integrations/deepspeed.py, HfTrainerDeepSpeedConfig:
@@ -2049,6 +2077,7 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None, 
     _resolve_method(raw, out, notes)
     _resolve_preference(raw, out, notes)
     _resolve_deepspeed(raw, out, notes, files or {}, trainer)
+    _deepspeed_masters(raw, out, notes)
     implied = _resolve_parallelism_config(raw, out, notes)
     _resolve_fsdp({**implied, **raw} if implied else raw, out, notes, files or {})
     _resolve_lengths(raw, out)

@@ -781,3 +781,18 @@ def test_llama_factory_without_a_batch_runs_transformers_default_of_eight() -> N
     flags = one_job(pod(["llamafactory-cli", "train", "--stage", "sft", "--do_train", "--model_name_or_path", M,
                          "--finetuning_type", "lora", "--template", "llama2", "--bf16"]))
     assert flags.spec.micro_batch_size == 8
+
+
+def test_a_bf16_loaded_model_under_deepspeed_with_bf16_on_keeps_fp32_masters() -> None:
+    """alignment-handbook's and TRL's full-training recipes load the model with torch_dtype bfloat16 and train with
+    bf16 under DeepSpeed: ZeRO keeps fp32 master weights and optimizer states whatever the loaded dtype, so the job
+    is bf16-mixed (it was read as bf16-true, its masters uncounted: 7 GiB per GPU under for Mistral-7B on 8 GPUs).
+    Without DeepSpeed, or without bf16 on, the loaded dtype still decides."""
+    zero3 = {"zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}}
+    job = ds_job(zero3, "--torch_dtype", "bfloat16", "--bf16")
+    assert (job.spec.precision, job.spec.sharding) == ("bf16-mixed", "zero3")
+    assert "ZeRO keeps fp32 master weights" in notes_of(job)
+    assert ds_job(zero3, "--torch_dtype", "float16", "--fp16").spec.precision == "16-mixed"
+    plain = one_job(pod(["torchrun", "train.py", "--model_name_or_path", M, "--torch_dtype", "bfloat16", "--bf16"]))
+    assert plain.spec.precision == "bf16-true"
+    assert ds_job({"zero_optimization": {"stage": 2}}, "--torch_dtype", "bfloat16").spec.precision == "bf16-true"
