@@ -187,11 +187,20 @@ _SAVED_MODULE_ALIASES = {
 
 
 def target_names(value: Any) -> Any:
-    """Linear-layer names as written: "all-linear" (or "all"), a comma-separated string, or a list as it is."""
+    """Linear-layer names as written: "all-linear" (or "all"), a comma-separated string, a list as it is, or a list
+    in Python's or JSON's brackets, as a python-fire script takes it on its command line (alpaca-lora's
+    ``--lora_target_modules '[q_proj,v_proj]'``; split at the comma by a shell-style reader, ``['[q_proj',
+    'v_proj]']``)."""
+    if isinstance(value, list) and value and all(isinstance(m, str) for m in value) and \
+            value[0].lstrip().startswith("[") and value[-1].rstrip().endswith("]"):
+        value = ",".join(value)
     if isinstance(value, str):
-        if value.strip().lower().replace("_", "-") in ("all-linear", "all"):
+        text = value.strip()
+        if text.startswith("[") and text.endswith("]"):
+            text = text[1:-1]
+        if text.strip().lower().replace("_", "-") in ("all-linear", "all"):
             return "all-linear"
-        return [m.strip() for m in value.split(",") if m.strip()]
+        return [m.strip().strip("'\"").strip() for m in text.split(",") if m.strip().strip("'\"").strip()]
     return value
 
 

@@ -1776,6 +1776,14 @@ def _resolve_deepspeed(
 ) -> None:
     config = raw.get("_deepspeed")
     zero = raw.get("_zero_optimization")
+    if config is not None and (isinstance(config.value, bool)
+                               or str(config.value).strip().lower() in ("true", "false")):
+        # DeepSpeed's own ``--deepspeed`` switch (deepspeed.add_config_arguments: store_true; DeepSpeed-Chat,
+        # OpenRLHF): the script builds its config in code, from flags such as --zero_stage; no file to read
+        if to_bool(config.value) is True and "_zero_stage" not in raw and zero is None:
+            notes.append(f"{config.source}: DeepSpeed switched on without a config file (the script builds it); "
+                         "the ZeRO stage is not known: set sharding in the vramfit.io/spec annotation")
+        config = None
     if config is not None:
         value = config.value
         data = value if isinstance(value, dict) else None

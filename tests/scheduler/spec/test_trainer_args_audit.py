@@ -460,3 +460,29 @@ def test_trl_sft_defaults_leave_the_deepspeed_configs_batch_and_precision() -> N
     job = one_job(pod([*TRL_SFT, "--deepspeed", ds]))
     assert (job.spec.micro_batch_size, job.spec.precision) == (2, "16-mixed")
     assert job.spec.seq_len == 1024 and job.spec.gradient_checkpointing == "full"
+
+
+def test_a_bracketed_module_list_as_python_fire_takes_it() -> None:
+    """alpaca-lora's README runs finetune.py (python-fire) with --lora_target_modules '[q_proj,v_proj]': fire reads a
+    list. It was read as the modules '[q_proj' and 'v_proj]', and predict refused the job as matching no layer."""
+    job = one_job(pod(["python", "finetune.py", "--base_model", M, "--lora_r", "8",
+                       "--lora_target_modules", "[q_proj,v_proj]"]))
+    assert job.spec.lora is not None and job.spec.lora.target_modules == ["q_proj", "v_proj"]
+    from predictors.spec import TrainingSpec
+
+    for written in ("['q_proj', 'v_proj']", '["q_proj","v_proj"]', ["[q_proj", "v_proj]"]):
+        spec = TrainingSpec.model_validate({"model": "llama-2-7b", "method": "lora",
+                                            "lora": {"target_modules": written}})
+        assert spec.lora is not None and spec.lora.target_modules == ["q_proj", "v_proj"], written
+
+
+def test_deepspeeds_own_switch_is_not_read_as_a_config_file() -> None:
+    """DeepSpeed-Chat and OpenRLHF take DeepSpeed's store_true --deepspeed switch and build the config from
+    --zero_stage. It was read as a config file named "true", with a note to set the stage the job already gave."""
+    base = ["deepspeed", "main.py", "--model_name_or_path", M, "--per_device_train_batch_size", "4"]
+    staged = one_job(pod([*base, "--zero_stage", "3", "--deepspeed", "--output_dir", "/out"], gpus=8))
+    assert staged.spec.sharding == "zero3"
+    assert "DeepSpeed config true" not in _notes(staged) and "without a config file" not in _notes(staged)
+    bare = one_job(pod([*base, "--deepspeed"], gpus=8))
+    assert "DeepSpeed switched on without a config file" in _notes(bare)
+    assert "DeepSpeed config true" not in _notes(bare)
