@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+from scheduler.spec.litgpt import dashed_arguments
 from scheduler.spec.trainer_args import (
     Reading,
     Setting,
@@ -86,22 +87,7 @@ def is_torchtitan(tokens: Sequence[str]) -> bool:
 
 def _flags(tokens: Sequence[str]) -> list[tuple[str, str | bool]]:
     """``--section.key value`` / ``--section.key=value`` / a lone ``--section.key`` (true), in order."""
-    out: list[tuple[str, str | bool]] = []
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        i += 1
-        if not token.startswith("--") or "." not in token.split("=", 1)[0]:
-            continue
-        name, eq, value = token[2:].partition("=")
-        if eq:
-            out.append((name, value))
-        elif i < len(tokens) and not tokens[i].startswith("--"):
-            out.append((name, tokens[i]))
-            i += 1
-        else:
-            out.append((name, True))
-    return out
+    return [(k, v) for k, v in dashed_arguments(tokens)[0] if "." in k]
 
 
 def _toml(text: str) -> dict[str, Any] | None:

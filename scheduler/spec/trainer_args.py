@@ -2371,7 +2371,8 @@ def read_command(
 ) -> tuple[Reading, Script]:
     """Settings from a container's command line: the trainer flags, torchtune overrides, and trainer
     config files the manifest itself carries (heredocs, ConfigMaps in the same file)."""
-    from scheduler.spec.torchtitan import is_torchtitan, read_torchtitan  # it builds on this module's Reading
+    from scheduler.spec.litgpt import litgpt_method, read_litgpt  # both build on this module's Reading
+    from scheduler.spec.torchtitan import is_torchtitan, read_torchtitan
 
     script = split_script(argv, env, budget, where)
     known = {**(files or {}), **script.files}
@@ -2383,6 +2384,8 @@ def read_command(
             part = read_torchtune(tokens[2:], where, script.env, known)
         elif is_torchtitan(tokens):
             part = read_torchtitan(tokens, where, known, script.env)
+        elif litgpt_method(tokens) is not None:
+            part = read_litgpt(tokens, where, known)
         else:
             part = _read_launcher(tokens, where, known, script.env)
         if part.settings:
