@@ -2500,6 +2500,8 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
             raw = {**implied, **raw}
             notes += implied_notes
     raw.update(flags)
+    if _is_megatron(tokens):
+        _megatron_settings(tokens, raw, notes, where)
     if "_dtype" in raw and "(axolotl loads the model in bf16)" in raw["_dtype"].source and \
             any(k in flags for k in ("_deepspeed", "_fsdp", "_use_fsdp", "_use_deepspeed", "_fsdp_config")):
         del raw["_dtype"]  # DeepSpeed / FSDP keep fp32 masters: the config's bf16 is mixed precision again
@@ -2524,6 +2526,83 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
     reading.trainer = trainer if reading.settings else ""
     reading.launch = launch_layout(tokens, accelerate, env)
     return reading
+
+
+def _is_megatron(tokens: Sequence[str]) -> bool:
+    """Whether a command runs Megatron-LM's training (``pretrain_gpt.py`` and its siblings, Megatron-LM's paths)."""
+    return any(PurePosixPath(t).name.startswith("pretrain_") and t.endswith(".py")
+               and ("megatron" in t.lower() or PurePosixPath(t).name in _MEGATRON_SCRIPTS) for t in tokens)
+
+
+_MEGATRON_SCRIPTS = {"pretrain_gpt.py", "pretrain_mamba.py", "pretrain_bert.py", "pretrain_t5.py"}
+
+
+def _megatron_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """Megatron-LM's own flags (megatron/training/arguments.py): ``--seq-length``; ``--use-distributed-optimizer``
+    (the fp32 main weights and Adam states sharded over the data-parallel ranks, as ZeRO-1 does); activation
+    recomputation (``--recompute-granularity full`` with ``--recompute-method uniform``: every layer, ``selective``:
+    the attention core, Korthikanti et al.'s scheme that vramfit's selective is; ``block`` recomputes only
+    ``--recompute-num-layers`` layers per stage: read as none, an over-estimate); ``--global-batch-size`` (gradient
+    accumulation once the GPU count is known); ``--train-iters``. With no model named, a SwiGLU + RMSNorm
+    architecture given by flags (``--num-layers``, ``--hidden-size``, ``--ffn-hidden-size``, ``--num-attention-heads``,
+    ``--num-query-groups``, ``--vocab-size``, ...) becomes an inline Llama-style config."""
+    pairs = {key: (value, source) for key, value, source in _flag_pairs(tokens)[0]}
+
+    def flag(key: str) -> tuple[Any, str] | None:
+        return pairs.get(key)
+
+    for key, name in (("seq_length", "seq_len"), ("train_iters", "steps")):
+        if (found := flag(key)) is not None:
+            raw[name] = Setting(found[0], found[1], where)
+    if (found := flag("global_batch_size")) is not None:
+        raw["_global_batch_size"] = Setting(found[0], found[1], where)
+    if (found := flag("use_distributed_optimizer")) is not None and to_bool(found[0]) is True:
+        raw["sharding"] = Setting("zero1", f"{found[1]} (Megatron's distributed optimizer shards the fp32 main "
+                                           "weights and Adam states over the data-parallel ranks, as ZeRO-1)", where)
+    granularity, method = flag("recompute_granularity"), flag("recompute_method")
+    if granularity is not None and str(granularity[0]).lower() == "selective":
+        raw["gradient_checkpointing"] = Setting("selective", granularity[1], where)
+    elif granularity is not None and str(granularity[0]).lower() == "full":
+        if method is not None and str(method[0]).lower() == "block":
+            layers = flag("recompute_num_layers")
+            notes.append(f"{method[1]} block: Megatron recomputes only {layers[0] if layers else 'some'} layers per "
+                         "pipeline stage and keeps the others' activations; read as no recomputation (an "
+                         "over-estimate)")
+        else:
+            raw["gradient_checkpointing"] = Setting("full", granularity[1], where)
+    if (found := flag("fp8_format")) is not None:
+        notes.append(f"{found[1]} {found[0]}: Megatron's FP8 (Transformer Engine) linears are not expressible in the "
+                     "TrainingSpec; the prediction is for bf16 matmuls")
+    if "model" not in raw:
+        model = _megatron_model(flag)
+        if model is not None:
+            raw["model"] = Setting(model, "Megatron-LM architecture flags (--num-layers, --hidden-size, ...)", where)
+
+
+def _megatron_model(flag: Any) -> dict[str, Any] | None:
+    """A Llama-style inline config from Megatron's architecture flags (SwiGLU and RMSNorm, a vocabulary size), else
+    None. Megatron ties the embedding and the output layer unless ``--untie-embeddings-and-output-weights``."""
+    sizes = {key: launch_count(str(found[0])) if (found := flag(key)) is not None else None
+             for key in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "num_query_groups",
+                         "kv_channels", "vocab_size", "max_position_embeddings", "seq_length")}
+    swiglu, norm = flag("swiglu"), flag("normalization")
+    if None in (sizes["num_layers"], sizes["hidden_size"], sizes["num_attention_heads"], sizes["vocab_size"]) or \
+            swiglu is None or norm is None or str(norm[0]).lower() != "rmsnorm":
+        return None
+    hidden, heads = sizes["hidden_size"], sizes["num_attention_heads"]
+    assert hidden is not None and heads is not None
+    groups = sizes["num_query_groups"] if flag("group_query_attention") is not None else None
+    config: dict[str, Any] = {
+        "model_type": "llama", "num_hidden_layers": sizes["num_layers"], "hidden_size": hidden,
+        "num_attention_heads": heads, "num_key_value_heads": groups or heads,
+        "head_dim": sizes["kv_channels"] or hidden // heads,
+        # Megatron's default ffn_hidden_size is 4 x hidden; with SwiGLU the examples give it
+        "intermediate_size": sizes["ffn_hidden_size"] or 4 * hidden, "vocab_size": sizes["vocab_size"],
+        "max_position_embeddings": sizes["max_position_embeddings"] or sizes["seq_length"] or 4096,
+        "tie_word_embeddings": flag("untie_embeddings_and_output_weights") is None,
+        "hidden_act": "silu", "attention_bias": flag("disable_bias_linear") is None,
+    }
+    return {"name": f"megatron-{sizes['num_layers']}l-{hidden}h", "config": config}
 
 
 def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], flags: Mapping[str, Setting],

@@ -796,3 +796,38 @@ def test_a_bf16_loaded_model_under_deepspeed_with_bf16_on_keeps_fp32_masters() -
     plain = one_job(pod(["torchrun", "train.py", "--model_name_or_path", M, "--torch_dtype", "bfloat16", "--bf16"]))
     assert plain.spec.precision == "bf16-true"
     assert ds_job({"zero_optimization": {"stage": 2}}, "--torch_dtype", "bfloat16").spec.precision == "bf16-true"
+
+
+# NVIDIA/Megatron-LM examples/llama/train_llama3_8b_h100_fp8.sh (f7ec7ea), the flags vramfit reads
+MEGATRON = ["torchrun", "--nproc_per_node", "8", "pretrain_gpt.py", "--use-mcore-models", "--num-layers", "32",
+            "--hidden-size", "4096", "--ffn-hidden-size", "14336", "--num-attention-heads", "32",
+            "--group-query-attention", "--num-query-groups", "8", "--kv-channels", "128", "--seq-length", "8192",
+            "--max-position-embeddings", "8192", "--swiglu", "--normalization", "RMSNorm",
+            "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--micro-batch-size", "1",
+            "--global-batch-size", "128", "--bf16", "--use-distributed-optimizer", "--fp8-format", "hybrid",
+            "--tensor-model-parallel-size", "1", "--vocab-size", "128256"]
+
+
+def test_megatron_lm_flags_and_its_architecture_flags_are_read() -> None:
+    """Megatron-LM's --seq-length (read as the default 2048 before: activations 4x under), --use-distributed-optimizer
+    (DDP before: the fp32 states unsharded, 142 GiB over), --global-batch-size and the recompute flags; with no model
+    named, its architecture flags as an inline Llama-style config (Llama 3 8B's exact 8,030,261,248 parameters)."""
+    from predictors.catalog import resolve_model
+
+    job = one_job(pod(MEGATRON, gpus=8))
+    s = job.spec
+    assert (s.seq_len, s.sharding, s.precision, s.grad_accum_steps, s.gradient_checkpointing) == (
+        8192, "zero1", "bf16-mixed", 16, "none")
+    assert resolve_model(s).architecture.params_total == 8_030_261_248
+    assert "FP8" in notes_of(job)
+    full = one_job(pod([*MEGATRON, "--recompute-granularity", "full", "--recompute-method", "uniform",
+                        "--recompute-num-layers", "1"], gpus=8))
+    assert full.spec.gradient_checkpointing == "full"
+    block = one_job(pod([*MEGATRON, "--recompute-granularity", "full", "--recompute-method", "block"], gpus=8))
+    assert block.spec.gradient_checkpointing == "none" and "recomputes only" in notes_of(block)
+    selective = one_job(pod([*MEGATRON, "--recompute-granularity", "selective"], gpus=8))
+    assert selective.spec.gradient_checkpointing == "selective"
+    # a GPT-2-style architecture (no SwiGLU) is not guessed: the model is asked for, as before
+    outcomes = scan(pod(["torchrun", "pretrain_gpt.py", "--num-layers", "24", "--hidden-size", "1024",
+                         "--num-attention-heads", "16", "--vocab-size", "50257", "--seq-length", "1024"]))
+    assert any("no model found" in str(o) for o in outcomes)
