@@ -2009,6 +2009,8 @@ def _resolve_fsdp(raw: Mapping[str, Setting], out: Settings, notes: list[str],
         if "gradient_checkpointing" in sub and "gradient_checkpointing" not in out:
             out["gradient_checkpointing"] = sub["gradient_checkpointing"]
     words: list[str] = []
+    if fsdp is not None and isinstance(fsdp.value, list) and not fsdp.value:
+        fsdp = None  # TrainingArguments.to_dict() of a job without FSDP: "fsdp": []
     if fsdp is not None and fsdp.value not in (False, None, ""):
         value = fsdp.value
         words = [str(w).lower() for w in value] if isinstance(value, list) else str(value).lower().split()
@@ -2500,6 +2502,8 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
             raw = {**implied, **raw}
             notes += implied_notes
     raw.update(flags)
+    if "training_parameters" in {k for k, _, _ in _flag_pairs(tokens)[0]}:
+        _kubeflow_sdk_settings(tokens, raw, notes, where)
     if _is_megatron(tokens):
         _megatron_settings(tokens, raw, notes, where)
     if "_dtype" in raw and "(axolotl loads the model in bf16)" in raw["_dtype"].source and \
@@ -2526,6 +2530,54 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
     reading.trainer = trainer if reading.settings else ""
     reading.launch = launch_layout(tokens, accelerate, env)
     return reading
+
+
+# transformers Auto classes of Kubeflow's SDK trainer (--transformer_type) and the task they train
+_AUTO_CLASS_TASKS = {"automodelforcausallm": "causal-lm", "automodelforsequenceclassification": "seq-classification",
+                     "automodelfortokenclassification": "token-classification", "automodelformaskedlm": "masked-lm"}
+
+
+def _kubeflow_sdk_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """Kubeflow's SDK trainer (``TrainingClient.train()``: the trainer-huggingface image runs
+    kubeflow/trainer/hf_llm_training.py with ``--model_uri hf://ORG/NAME --transformer_type CLASS --lora_config JSON
+    --training_parameters JSON``): ``TrainingArguments(**json.loads(training_parameters))``, the model loaded by the
+    Auto class and always wrapped in ``LoraConfig(**json.loads(lora_config))`` (an empty config: PEFT's defaults).
+    Before, none of it was read: a LoRA job at batch 4 with checkpointing was a full fine-tune at batch 1."""
+    pairs = {key: (value, source) for key, value, source in _flag_pairs(tokens)[0]}
+    params, lora, uri, auto = (pairs.get(k) for k in ("training_parameters", "lora_config", "model_uri",
+                                                     "transformer_type"))
+    def unquoted(text: Any) -> str:  # Katib's templates keep the shell quotes around the JSON: '{...}'
+        body = str(text).strip()
+        return body[1:-1] if len(body) > 1 and body[0] == body[-1] and body[0] in "'\"" else body
+
+    data = _load_mapping(unquoted(params[0])) if params is not None else None
+    if data is None:
+        if params is not None:
+            notes.append(f"{params[1]} is not a JSON object of TrainingArguments; its settings are unknown")
+        return
+    for key, setting in read_pairs(((k, v, f"{params[1]} key {k}") for k, v in data.items()), where).items():
+        raw.setdefault(key, setting)
+    if uri is not None and str(uri[0]).startswith("hf://") and "model" not in raw:
+        raw["model"] = Setting(str(uri[0]).removeprefix("hf://").strip("/"), uri[1], where)
+    if auto is not None and (task := _AUTO_CLASS_TASKS.get(str(auto[0]).strip().lower())) is not None:
+        raw["task"] = Setting(task, auto[1], where)
+    if not any(_enabled(raw.get(k)) is True for k in ("_bf16", "_fp16")) and "_dtype" not in raw:
+        # TrainingArguments' bf16/fp16 off (or absent): fp32 training, of a model the Auto class loads in fp32
+        raw["_dtype"] = Setting("float32", f"{params[1]} (bf16 and fp16 off: fp32)", where)
+    if "seq_len" not in raw:
+        notes.append("Kubeflow SDK trainer: the texts are tokenized without truncation and each batch padded to its "
+                     "longest; the length is the data's, which vramfit cannot see: set seq_len in the vramfit.io/spec "
+                     "annotation")
+    config = _load_mapping(unquoted(lora[0])) if lora is not None else None
+    if lora is not None and config is None:
+        notes.append(f"{lora[1]} is not a JSON object of LoraConfig; PEFT's defaults assumed")
+    raw.setdefault("_peft", Setting(True, "Kubeflow SDK trainer (hf_llm_training.py wraps every model in LoRA)",
+                                    where))
+    names = {"r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
+             "target_modules": "lora_target_modules"}
+    for key, setting in read_pairs(((names[k], v, f"{lora[1]} key {k}") for k, v in (config or {}).items()
+                                    if k in names and v is not None), where).items():
+        raw.setdefault(key, setting)
 
 
 def _is_megatron(tokens: Sequence[str]) -> bool:

@@ -831,3 +831,34 @@ def test_megatron_lm_flags_and_its_architecture_flags_are_read() -> None:
     outcomes = scan(pod(["torchrun", "pretrain_gpt.py", "--num-layers", "24", "--hidden-size", "1024",
                          "--num-attention-heads", "16", "--vocab-size", "50257", "--seq-length", "1024"]))
     assert any("no model found" in str(o) for o in outcomes)
+
+
+def test_kubeflow_sdk_trainer_json_arguments_are_read() -> None:
+    """Kubeflow's TrainingClient.train() runs kubeflow/trainer/hf_llm_training.py with the model as --model_uri
+    hf://..., TrainingArguments and LoraConfig as JSON (every model is wrapped in LoRA). Before, none of it was
+    read: an 8B LoRA job (r 16, batch 4, checkpointing, bf16) was a full fine-tune at batch 1 (159.6 GiB)."""
+    training = {"output_dir": "/out", "per_device_train_batch_size": 4, "gradient_accumulation_steps": 8,
+                "gradient_checkpointing": True, "bf16": True, "fp16": False, "optim": "paged_adamw_32bit",
+                "fsdp": [], "fsdp_config": {"min_num_params": 0}}
+    lora = {"peft_type": "LORA", "r": 16, "lora_alpha": 32, "lora_dropout": 0.1,
+            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+    args = ["--model_uri", "hf://meta-llama/Llama-3.1-8B-Instruct", "--transformer_type", "AutoModelForCausalLM",
+            "--model_dir", "/workspace/model", "--lora_config", json.dumps(lora), "--training_parameters",
+            json.dumps(training)]
+    job = one_job(pod(args))
+    s = job.spec
+    assert (s.method, s.micro_batch_size, s.grad_accum_steps, s.gradient_checkpointing, s.precision) == (
+        "lora", 4, 8, "full", "bf16-mixed")
+    assert s.sharding in (None, "none")  # "fsdp": [] is TrainingArguments.to_dict() of a job without FSDP
+    assert s.lora is not None and (s.lora.rank, s.lora.alpha, s.lora.target_modules) == (
+        16, 32, ["q_proj", "k_proj", "v_proj", "o_proj"])
+    from predictors.catalog import resolve_model
+
+    assert resolve_model(s).architecture.num_layers == 32
+    assert "tokenized without truncation" in notes_of(job)
+    # Katib's form: the JSON kept in its shell quotes, a classifier, bf16 and fp16 off (fp32)
+    katib = ["--model_uri", "hf://google-bert/bert-base-uncased", "--transformer_type",
+             "AutoModelForSequenceClassification", "--lora_config", "'" + json.dumps({"r": 8}) + "'",
+             "--training_parameters", "'" + json.dumps({**training, "bf16": False}) + "'"]
+    classifier = one_job(pod(katib)).spec
+    assert (classifier.task, classifier.method, classifier.precision) == ("seq-classification", "lora", "32-true")
