@@ -2506,6 +2506,8 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _kubeflow_sdk_settings(tokens, raw, notes, where)
     if _is_megatron(tokens):
         _megatron_settings(tokens, raw, notes, where)
+    if any(PurePosixPath(t).name == "finetune_hf_llm.py" for t in tokens):
+        _ray_template_settings(tokens, raw, notes, where)
     if "_dtype" in raw and "(axolotl loads the model in bf16)" in raw["_dtype"].source and \
             any(k in flags for k in ("_deepspeed", "_fsdp", "_use_fsdp", "_use_deepspeed", "_fsdp_config")):
         del raw["_dtype"]  # DeepSpeed / FSDP keep fp32 masters: the config's bf16 is mixed precision again
@@ -2578,6 +2580,48 @@ def _kubeflow_sdk_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
     for key, setting in read_pairs(((names[k], v, f"{lora[1]} key {k}") for k, v in (config or {}).items()
                                     if k in names and v is not None), where).items():
         raw.setdefault(key, setting)
+
+
+def _ray_template_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """Ray's LLM fine-tuning template (doc/source/templates/04_finetuning_llms_with_deepspeed/finetune_hf_llm.py at
+    ray-project/ray 3fb556b): ``--batch-size-per-device`` / ``-bs`` (default 16; DeepSpeed's micro-batch is set from
+    it), ``--ctx-len`` (default 512; each batch is padded to it), gradient checkpointing unless ``--no-grad-ckpt``,
+    ``--mx`` (accelerate's mixed precision, default bf16; it fills the DeepSpeed config's "auto"), ``--grad_accum``,
+    the model loaded in bf16 with FlashAttention-2, and ``--lora`` (./lora_configs/lora.json, not in view: PEFT's
+    settings as written there are unknown). Before, the batch, length, checkpointing and precision were missed."""
+    values: dict[str, tuple[Any, str]] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        name, eq, value = token.partition("=")
+        key = {"-bs": "batch_size_per_device", "-nd": "num_devices"}.get(name, norm_key(name)) \
+            if name.startswith("-") else ""
+        if key and not eq and i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
+            value, i = tokens[i + 1], i + 1
+        if key:
+            values[key] = (value if (eq or value) else True, f"flag {name}")
+        i += 1
+
+    def put(field: str, key: str, default: Any, what: str) -> None:
+        found = values.get(key)
+        raw[field] = Setting(found[0] if found else default, found[1] if found else f"Ray template default {what}",
+                             where)
+
+    put("micro_batch_size", "batch_size_per_device", 16, "--batch-size-per-device 16")
+    put("seq_len", "ctx_len", 512, "--ctx-len 512 (each batch padded to it)")
+    put("grad_accum_steps", "grad_accum", 1, "--grad_accum 1")
+    put("_mixed", "mx", "bf16", "--mx bf16 (accelerate's mixed precision)")
+    raw["_dtype"] = Setting("bfloat16", "Ray template (from_pretrained torch_dtype=torch.bfloat16)", where)
+    raw["attention"] = Setting("flash", "Ray template (use_flash_attention_2=True)", where)
+    if "no_grad_ckpt" in values:
+        raw["gradient_checkpointing"] = Setting("none", values["no_grad_ckpt"][1], where)
+    else:
+        raw["gradient_checkpointing"] = Setting("full", "Ray template (gradient checkpointing unless "
+                                                        "--no-grad-ckpt)", where)
+    if "lora" in values and to_bool(values["lora"][0]) is not False:
+        raw["_peft"] = Setting(True, values["lora"][1], where)
+        notes.append(f"{values['lora'][1]}: the template's ./lora_configs/lora.json is not in view; its rank and "
+                     "modules are unknown (set lora in the vramfit.io/spec annotation)")
 
 
 def _is_megatron(tokens: Sequence[str]) -> bool:
