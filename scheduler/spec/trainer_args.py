@@ -2508,6 +2508,8 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _megatron_settings(tokens, raw, notes, where)
     if any(PurePosixPath(t).name == "finetune_hf_llm.py" for t in tokens):
         _ray_template_settings(tokens, raw, notes, where)
+    if (openrlhf := _openrlhf_command(tokens)) is not None:
+        _openrlhf_settings(openrlhf, tokens, raw, notes, where)
     if "_dtype" in raw and "(axolotl loads the model in bf16)" in raw["_dtype"].source and \
             any(k in flags for k in ("_deepspeed", "_fsdp", "_use_fsdp", "_use_deepspeed", "_fsdp_config")):
         del raw["_dtype"]  # DeepSpeed / FSDP keep fp32 masters: the config's bf16 is mixed precision again
@@ -2622,6 +2624,69 @@ def _ray_template_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
         raw["_peft"] = Setting(True, values["lora"][1], where)
         notes.append(f"{values['lora'][1]}: the template's ./lora_configs/lora.json is not in view; its rank and "
                      "modules are unknown (set lora in the vramfit.io/spec annotation)")
+
+
+# OpenRLHF's trainers (openrlhf/cli/train_<name>.py at OpenRLHF/OpenRLHF f2afba4 / a3be906) and their --max_len
+# defaults: SFT 2048, DPO 512; every one defaults to --micro_train_batch_size 8 and --zero_stage 2
+_OPENRLHF_MAX_LEN = {"sft": 2048, "dpo": 512}
+
+
+def _openrlhf_command(tokens: Sequence[str]) -> str | None:
+    """``sft``/``dpo``/``rm``/``kto`` when the command runs OpenRLHF's ``openrlhf.cli.train_<name>`` (as a module or a
+    script), else None."""
+    for token in tokens:
+        name = token.removesuffix(".py").replace("/", ".")
+        if "openrlhf.cli.train_" in name:
+            command = name.rsplit("train_", 1)[-1]
+            return command if command in ("sft", "dpo", "rm", "kto") else None
+    return None
+
+
+def _openrlhf_settings(command: str, tokens: Sequence[str], raw: dict[str, Setting], notes: list[str],
+                       where: str) -> None:
+    """OpenRLHF's own flags and defaults: ``--pretrain`` (the model), ``--micro_train_batch_size`` (default 8),
+    ``--max_len`` (SFT 2048, DPO 512), ``--train_batch_size`` (global: the gradient accumulation), ``--zero_stage``
+    (default 2), ``--adam_offload`` (the optimizer on the CPU), ``--lora_rank`` > 0 (LoRA on ``--target_modules``,
+    default all-linear, dropout 0); DPO and KTO load the reference model as an Actor of its own beside the trained one
+    (with LoRA too), which ``--ref_offload`` puts in CPU memory. Before, the model, batch and length were not read and
+    DPO's paired forward and reference model were missed: a 12.5 GiB under-estimate for its Llama 3 8B example."""
+    pairs = {key: (value, source) for key, value, source in _flag_pairs(tokens)[0]}
+    label = f"OpenRLHF train_{command}"
+
+    def given(key: str, field: str, default: Any = None, what: str = "") -> None:
+        found = pairs.get(key)
+        if found is not None:
+            raw[field] = Setting(found[0], found[1], where)
+        elif default is not None:
+            raw[field] = Setting(default, f"{label} default --{key} {what or default}", where)
+
+    given("pretrain", "model")
+    given("micro_train_batch_size", "micro_batch_size", 8)
+    given("max_len", "seq_len", _OPENRLHF_MAX_LEN.get(command))
+    given("train_batch_size", "_global_batch_size", 128)
+    given("zero_stage", "_zero_stage", 2)
+    if (found := pairs.get("adam_offload")) is not None and to_bool(found[0]) is not False:
+        raw["_offload_optimizer"] = Setting("cpu", found[1], where)
+    rank = pairs.get("lora_rank")
+    if rank is not None and (launch_count(str(rank[0])) or 0) > 0:
+        raw["_peft"] = Setting(True, rank[1], where)
+        given("target_modules", "lora.target_modules", "all-linear")
+        given("lora_dropout", "lora.dropout", 0.0)
+    if command not in ("dpo", "kto"):
+        return
+    ipo = pairs.get("ipo")
+    raw["_rl"] = Setting("ipo" if ipo is not None and to_bool(ipo[0]) is not False else command, label, where)
+    total = raw["_global_batch_size"]
+    if command == "dpo" and (count := launch_count(str(total.value))) is not None:
+        # the global batch counts pairs, the micro-batch (doubled for the paired forward) sequences
+        raw["_global_batch_size"] = Setting(2 * count, f"{total.source} (x2: a chosen and a rejected sequence each)",
+                                            where)
+    offload = pairs.get("ref_offload")
+    if offload is not None and to_bool(offload[0]) is not False:
+        raw["reference_model"] = Setting(False, f"{offload[1]} (the reference model's weights in CPU memory, "
+                                                "gathered layer by layer)", where)
+    else:
+        raw["reference_model"] = Setting(True, f"{label} (ref_model: an Actor of its own, with LoRA too)", where)
 
 
 def _is_megatron(tokens: Sequence[str]) -> bool:

@@ -881,3 +881,23 @@ def test_rays_llm_fine_tuning_template_flags_and_defaults() -> None:
                                    gpus=8)).spec
     assert (plain.micro_batch_size, plain.seq_len, plain.gradient_checkpointing, plain.method) == (
         16, 1024, "none", "lora")
+
+
+def test_openrlhf_trainers_flags_defaults_and_dpo_reference_model() -> None:
+    """OpenRLHF's train_sft / train_dpo (deepspeed --module openrlhf.cli.train_dpo): --pretrain, per-GPU
+    --micro_train_batch_size (default 8), --max_len (DPO 512, SFT 2048), ZeRO-2 by default; DPO forwards the chosen
+    and rejected sequences together beside a reference model of its own. Before: no model, batch 1, 2048 tokens and
+    no reference model (its Llama 3 8B DPO example 12.5 GiB under)."""
+    dpo = ["deepspeed", "--module", "openrlhf.cli.train_dpo", "--pretrain", M, "--micro_train_batch_size", "1",
+           "--train_batch_size", "128", "--max_len", "8192", "--zero_stage", "3", "--bf16", "--flash_attn",
+           "--gradient_checkpointing"]
+    s = one_job(pod(dpo, gpus=8)).spec
+    assert (s.micro_batch_size, s.seq_len, s.sharding, s.reference_model, s.precision, s.grad_accum_steps) == (
+        2, 8192, "zero3", True, "bf16-mixed", 16)
+    sft = one_job(pod(["deepspeed", "--module", "openrlhf.cli.train_sft", "--pretrain", M, "--lora_rank", "64",
+                       "--adam_offload"], gpus=8)).spec
+    assert (sft.micro_batch_size, sft.seq_len, sft.sharding, sft.method, sft.offload) == (
+        8, 2048, "zero2", "lora", "optimizer")
+    assert sft.lora is not None and sft.lora.target_modules == "all-linear" and sft.lora.dropout == 0
+    offloaded = one_job(pod([*dpo, "--ref_offload"], gpus=8)).spec
+    assert offloaded.reference_model is False
