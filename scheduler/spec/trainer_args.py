@@ -284,6 +284,10 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "batch_size_training": ("micro_batch_size", _same),
     "context_length": ("seq_len", _same),
     "quantization": ("_quant_bits", lambda v: {"4bit": 4, "8bit": 8}.get(str(v).strip().lower())),
+    # axolotl's torchao weight-only quantization of the base (examples/llama-3/qlora-torchao.yaml: "QLoRA is
+    # `adapter: lora` with a 4-bit base quant"): weight_dtype int4 / uint4 / nf4 is a 4-bit base, int8 an 8-bit one
+    "model_quantization_config": ("_quant_bits", lambda v: {"int4": 4, "uint4": 4, "nf4": 4, "int8": 8}.get(
+        str(v.get("weight_dtype", "")).strip().lower()) if isinstance(v, Mapping) else None),
     "mixed_precision": ("_mixed", _same),
     **dict.fromkeys(("torch_dtype", "dtype"), ("_dtype", _same)),
     **dict.fromkeys(("optim", "optimizer"), ("optimizer", optimizer_name)),

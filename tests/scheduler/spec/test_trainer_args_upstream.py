@@ -901,3 +901,17 @@ def test_openrlhf_trainers_flags_defaults_and_dpo_reference_model() -> None:
     assert sft.lora is not None and sft.lora.target_modules == "all-linear" and sft.lora.dropout == 0
     offloaded = one_job(pod([*dpo, "--ref_offload"], gpus=8)).spec
     assert offloaded.reference_model is False
+
+
+def test_axolotl_torchao_base_quantization_is_qlora() -> None:
+    """axolotl's examples/llama-3/qlora-torchao.yaml: adapter lora with model_quantization_config {backend: torchao,
+    weight_dtype: int4} is QLoRA on a 4-bit base (its own comment); it was plain LoRA with a bf16 base (33.6 GiB
+    against 24.0)."""
+    def job(weight_dtype: str) -> Any:
+        config = (f"base_model: {M}\nbf16: true\nadapter: lora\nlora_r: 32\n"
+                  f"model_quantization_config:\n  backend: torchao\n  weight_dtype: {weight_dtype}\n")
+        return one_job(pod(["bash", "-c", f"cat > /c.yml <<EOF\n{config}EOF\naxolotl train /c.yml"])).spec
+
+    four = job("int4")
+    assert four.method == "qlora" and four.resolved_quantization in ("nf4", "nf4-dq")
+    assert job("int8").quantization == "int8"
