@@ -75,6 +75,14 @@ _LOGITS_BYTES_PER_ELEMENT_32BIT = 4 + 4
 # DeepSpeed's fp16/bf16 engine runs the whole model in 16-bit without autocast, so the logits and the
 # log-softmax stay 16-bit unless the model's own loss upcasts (checked against the S14 ZeRO-2 sweeps).
 _LOGITS_BYTES_PER_ELEMENT_DEEPSPEED = 2 + 2
+# ... but a transformers-native model upcasts its logits itself (ForCausalLMLoss: logits.float() before the loss,
+# src/transformers/loss/loss_utils.py since 4.46; Llama, Mistral, Qwen2 and the like in their forward before that), so
+# with framework: transformers under DeepSpeed the loss tensors are the 16-bit case's. The exceptions are the
+# families that run as remote code with their own loss on the 16-bit logits: Qwen-1 (modeling_qwen.py
+# QWenLMHeadModel), ChatGLM, Baichuan, InternLM (the S14/S19 ZeRO rows the 2 + 2 above was checked against).
+# Giles Thomas's Llama-3-8B ZeRO-2 sweep (HF Trainer, fp16; bench/data/external_runs_5.jsonl X20) grows by 11.4
+# bytes per logit beyond the checkpoints per sample, where 2 + 2 and its 16-bit gradient gave 6.
+_REMOTE_CODE_16BIT_LOSS = frozenset({"qwen", "chatglm", "baichuan", "internlm", "internlm2"})
 # framework: transformers, full checkpointing. Backward frees the loss tensors before it recomputes the last
 # block, so the peak is the larger of the logits phase and the recompute phase, not their sum (the sum stays the
 # default: the published runs, torchtune's chunked loss among them, fit it better). vramfit's H200 rows hold
@@ -1497,10 +1505,11 @@ def _dropout(arch: Architecture) -> float:
     return 0.1 if arch.model_type in ("gpt2", "bert", "roberta", "t5", "mt5", "bloom_train") else 0.0
 
 
-def _logits_bytes_per_element(e: int, lay: _Layout) -> float:
+def _logits_bytes_per_element(e: int, lay: _Layout, spec: TrainingSpec, arch: Architecture) -> float:
     if e == 4:
         return _LOGITS_BYTES_PER_ELEMENT_32BIT
-    if lay.sharding.startswith("zero"):
+    if lay.sharding.startswith("zero") and not (spec.framework == "transformers"
+                                                and arch.model_type not in _REMOTE_CODE_16BIT_LOSS):
         return _LOGITS_BYTES_PER_ELEMENT_DEEPSPEED
     return _LOGITS_BYTES_PER_ELEMENT_16BIT
 
@@ -1511,7 +1520,7 @@ def _logits(spec: TrainingSpec, arch: Architecture, e: int, lay: _Layout) -> flo
         return 0.0
     if spec.cross_entropy == "fused-linear":
         return _fused_loss_bytes(spec, arch, e, lay)
-    per_elem = _logits_bytes_per_element(e, lay)
+    per_elem = _logits_bytes_per_element(e, lay, spec, arch)
     if spec.cross_entropy == "chunked":
         # every chunk's logits in the compute dtype and fp32 log-probabilities, one chunk's fp32 upcast in flight;
         # never more than the whole-batch loss (a 16-bit DeepSpeed loss is already smaller). Compiled, each chunk's

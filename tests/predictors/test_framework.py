@@ -166,3 +166,19 @@ def test_torchtune_nf4_layers_keep_no_input() -> None:
                                              "framework": "torchtune"}),
                         architecture_from_config(LLAMA, "tiny"), lookup_gpu("A100-80GB"))
     assert unset.breakdown_bytes["activations"] > tune.breakdown_bytes["activations"]
+
+
+def test_a_transformers_native_model_under_deepspeed_upcasts_its_logits() -> None:
+    """DeepSpeed's 16-bit engine runs no autocast, so a loss on the 16-bit logits stays 16-bit (2 + 2 bytes per
+    logit, what the remote-code Qwen-1 ZeRO rows show). transformers' own models upcast before the loss
+    (ForCausalLMLoss: logits.float()), so with framework transformers the loss tensors are the 16-bit case's 2 + 4 + 4;
+    a remote-code family with its own loss (Qwen-1) keeps 2 + 2. Giles Thomas's Llama-3-8B ZeRO-2 sweep (external set
+    5, X20) was 22.7 % under at the median and missed its OOM rows before."""
+    fields = {"precision": "bf16-mixed", "gpus": 2, "sharding": "zero2", "method": "full"}
+    neutral, hf = both(LLAMA, **fields)
+    elements = TOKENS * LLAMA["vocab_size"]
+    assert neutral.breakdown_bytes["logits"] == pytest.approx(elements * (2 + 2))
+    assert hf.breakdown_bytes["logits"] == pytest.approx(elements * (2 + 4 + 4))
+    qwen = {**LLAMA, "model_type": "qwen", "kv_channels": 16, "no_bias": True, "seq_length": 2048}
+    _, remote = both(qwen, **fields)
+    assert remote.breakdown_bytes["logits"] == pytest.approx(elements * (2 + 2))
