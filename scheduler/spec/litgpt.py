@@ -45,6 +45,9 @@ _LAYERS = (("lora_query", ("q_proj",)), ("lora_key", ("k_proj",)), ("lora_value"
            ("lora_projection", ("o_proj",)), ("lora_mlp", ("gate_proj", "up_proj", "down_proj")),
            ("lora_head", ("lm_head",)))
 _LAYER_DEFAULTS = {"lora_query": True, "lora_value": True}
+# A marker the merge resolves once the pods give the GPU count: FSDP with every block checkpointed when there is more
+# than one GPU, neither on one (litgpt with devices auto / -1)
+FSDP_WHEN_SEVERAL_GPUS = "_fsdp_when_several_gpus"
 
 
 def litgpt_method(tokens: Sequence[str]) -> tuple[str, int] | None:
@@ -229,12 +232,15 @@ def read_litgpt(tokens: Sequence[str], where: str, files: Mapping[str, str]) -> 
     devices, nodes = get("devices"), get("num_nodes")
     per_node = launch_count(devices[0]) if devices else 1
     node_count = launch_count(nodes[0]) if nodes else 1
-    if devices is not None and per_node is None:
-        notes.append(f"litgpt devices {devices[0]} ({devices[1]}): all the pod's GPUs assumed")
-    many = (per_node or 2) * (node_count or 1) > 1
     why = (", ".join(s for s in (devices[1] if devices else "", nodes[1] if nodes else "") if s)
            or "litgpt default devices 1")
-    if many:
+    if per_node is None or node_count is None:
+        # devices auto / -1: every GPU the process sees (litgpt parse_devices: torch.cuda.device_count()); the merge
+        # decides from the pods' GPUs whether that is more than one (FSDP with every block checkpointed) or not
+        put(FSDP_WHEN_SEVERAL_GPUS, True, f"{why} (litgpt: FSDPStrategy over more than one device)")
+        if quantized is not None:
+            notes.append("litgpt refuses quantize on more than one device (NotImplementedError)")
+    elif per_node * node_count > 1:
         put("sharding", "fsdp", f"{why} (litgpt: FSDPStrategy over more than one device)")
         put("gradient_checkpointing", "full", f"{why} (litgpt's FSDPStrategy checkpoints every Block)")
         if quantized is not None:
@@ -243,5 +249,5 @@ def read_litgpt(tokens: Sequence[str], where: str, files: Mapping[str, str]) -> 
     else:
         put("sharding", "none", f"{why} (one device: no sharding)")
         put("gradient_checkpointing", "none", f"{why} (litgpt checkpoints only under FSDP)")
-    launch = Launch(per_node, node_count, why) if per_node is not None else None
+    launch = Launch(per_node, node_count, why) if per_node is not None and node_count is not None else None
     return Reading(out, notes, trainer="litgpt", launch=launch, unresolved_model=unresolved)

@@ -27,6 +27,7 @@ from predictors.catalog import lookup_model
 from predictors.errors import FieldProblem, SpecError
 from predictors.spec import HYBRID_SHARDING, TrainingSpec, keeps_zero_gradient_buffer, parse_training_spec
 from scheduler.spec.document import NoTrainingJob, ParsedJob, PodTemplateRef
+from scheduler.spec.litgpt import FSDP_WHEN_SEVERAL_GPUS
 from scheduler.spec.pods import Container, ObjectRef, Path, Role, dotted, pointer
 from scheduler.spec.trainer_args import (
     HYBRID_MARKERS,
@@ -152,6 +153,23 @@ class Workload:
         renamed = {m.name: self.configmaps[m.config_map][m.key] for c in reversed(containers)
                    for m in reversed(c.mounted) if m.key in self.configmaps.get(m.config_map, {})}
         return {**self.files, **renamed} if renamed else self.files
+
+
+def _fsdp_when_several_gpus(merged: Settings, notes: list[str]) -> None:
+    """A trainer that shards with FSDP and checkpoints every block only on more than one GPU, whose process count is
+    every GPU it sees (litgpt with devices auto): decided from the pods' GPU count."""
+    marker = merged.pop(FSDP_WHEN_SEVERAL_GPUS, None)
+    if marker is None:
+        return
+    gpus = launch_count(merged["gpus"].value) if "gpus" in merged else None
+    if gpus is None:
+        notes.append(f"{marker.source}: the GPU count is not known here, so neither FSDP nor checkpointing is set")
+        return
+    several = gpus > 1
+    for name, value in (("sharding", "fsdp" if several else "none"),
+                        ("gradient_checkpointing", "full" if several else "none")):
+        if name not in merged:
+            merged[name] = Setting(value, f"{marker.source}: {gpus} GPU{'s' if several else ''}", marker.where)
 
 
 def _accumulation_from_global_batch(merged: Settings, notes: list[str]) -> None:
@@ -608,6 +626,7 @@ def _merge(stages: Sequence[Settings], notes: list[str]) -> tuple[Settings, dict
         notes.append("optimizer: the trainer's default, adamw_torch_fused with torch >= 2.8 (fused AdamW: no "
                      "state-sized step temporary); an image with older torch or transformers runs the foreach "
                      "AdamW, whose step holds one more state-sized buffer: pass --optim adamw_torch to predict that")
+    _fsdp_when_several_gpus(merged, notes)
     _accumulation_from_global_batch(merged, notes)
     every = merged.get("checkpoint_every_n_layers")
     checkpointing = merged.get("gradient_checkpointing")

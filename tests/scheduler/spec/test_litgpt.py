@@ -89,3 +89,15 @@ def test_what_litgpt_itself_refuses_is_noted_and_unknown_settings_are_not_guesse
     # adapter fine-tuning and pretraining are not litgpt commands vramfit reads: the model is still asked for
     outcomes = scan(pod(["litgpt", "pretrain", "--model_name", "pythia-14m"]))
     assert not any(getattr(o, "spec", None) is not None and o.spec.method == "qlora" for o in outcomes)
+
+
+def test_devices_auto_is_every_gpu_of_the_pod() -> None:
+    """litgpt's devices auto / -1 is every GPU the process sees (parse_devices: torch.cuda.device_count()): on a
+    pod of one GPU that is no FSDP and no checkpointing (it was read as FSDP with every block checkpointed, 18.7 GiB
+    where the job needs 57.4), on a pod of four both."""
+    command = ["litgpt", "finetune_lora", "meta-llama/Llama-2-7b-hf", "--precision", "bf16-true",
+               "--train.max_seq_length", "2048", "--devices"]
+    one = _job([*command, "auto"], gpus=1).spec
+    assert (one.sharding, one.gradient_checkpointing) == ("none", "none")
+    four = _job([*command, "-1"], gpus=4).spec
+    assert (four.sharding, four.gradient_checkpointing) == ("fsdp", "full")
