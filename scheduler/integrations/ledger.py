@@ -593,6 +593,16 @@ class SqliteLedger(Ledger):
             joined.append(found)
         return DecisionResult(stored, created=True, newly_joined=tuple(joined))
 
+    def _ended_before(self, decision_id: str, source: str, started: datetime) -> bool:
+        """Whether the decision already holds a report of ``source`` whose run ended before ``started``: an earlier
+        run of a job re-created under the same name, whose own decision has not reached the ledger yet (a forwarder
+        or the ledger writer still holds it). Such a report is kept under its uid or name until that decision comes
+        (and pins it). The caller holds the lock."""
+        row = self._db.execute("SELECT payload FROM actuals WHERE job_ref = ? AND source = ?",
+                               (f"id:{decision_id}", source)).fetchone()
+        held = self._actual_payload(f"id:{decision_id}", source, row[0]) if row else None
+        return held is not None and held.finished_at is not None and utc(held.finished_at) < started
+
     def _pin(self, ref: str, source: str, found: StoredActual, decision_id: str) -> StoredActual:
         """Store an actual kept under its uid or name under its decision's id from now on (merged with a report of
         the same source already there), so that a later decision of the same uid or name, a re-created job's,
@@ -618,6 +628,7 @@ class SqliteLedger(Ledger):
 
     def _record_actual(self, actual: ActualIn) -> ActualResult:
         now = datetime.now(timezone.utc)
+        waits = False  # a report of a re-created job whose own decision has not come yet: scored when it does
         if actual.decision_id is None:
             # keyed by uid or name: stored under the decision of the run it reports (the latest decided before the
             # run started, the report's end less its runtime), so that a job re-created under the same name starts
@@ -626,7 +637,8 @@ class SqliteLedger(Ledger):
             if actual.runtime_seconds is not None:
                 started -= timedelta(seconds=min(float(actual.runtime_seconds), 1e9))
             owner = self._decision_for(actual, started + timedelta(seconds=CLOCK_SKEW_SECONDS))
-            if owner is not None:
+            waits = owner is not None and self._ended_before(owner.decision_id, actual.source, started)
+            if owner is not None and not waits:
                 actual = actual.model_copy(update={"decision_id": owner.decision.decision_id})
         ref = actual.job_ref
         old = self._db.execute("SELECT payload FROM actuals WHERE job_ref = ? AND source = ?",
@@ -644,8 +656,8 @@ class SqliteLedger(Ledger):
             "payload = excluded.payload",
             (ref, actual.source, _ts(now), merged.model_dump_json()),
         )
-        return ActualResult(StoredActual(merged, now), created=old is None, decision=self._decision_for(actual),
-                            previous=previous)
+        return ActualResult(StoredActual(merged, now), created=old is None,
+                            decision=None if waits else self._decision_for(actual), previous=previous)
 
     def _decision_for(self, actual: ActualIn, decided_by: datetime | None = None) -> StoredDecision | None:
         """The decision ``actual`` belongs to: by its decision id, else the latest of its uid or name (decided at

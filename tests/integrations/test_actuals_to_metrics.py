@@ -163,3 +163,40 @@ def test_a_job_re_created_under_its_name_keeps_each_runs_report_to_itself(tmp_pa
         assert {x.actual.source for x in ledger.joined_row("run-a").actuals} == {"reporter", "manual"}
     finally:
         ledger.close()
+
+
+def test_a_re_created_jobs_report_that_comes_before_its_decision_waits_for_it(tmp_path: Path) -> None:
+    """The same re-created job, its run B's report arriving before decision B (a forwarder or the ledger writer
+    still held the decision). It was pinned to run A's decision: A's row turned OOM and Completed at once, B never got
+    its report, and B's report was scored against A. Now it waits under the name and joins B when B comes."""
+    from scheduler.integrations.metrics import Metrics
+    from scheduler.integrations.records import ActualIn, DecisionIn
+    from scheduler.integrations.server import store_actual, store_decision
+
+    ledger, metrics = SqliteLedger(tmp_path / "ledger.sqlite"), Metrics()
+    gib = 2**30
+    name = {"namespace": "ml", "kind": "Job", "name": "train", "source": "reporter"}
+
+    def total(metric: str) -> float:
+        return sum(s.value for family in metrics.registry.collect() for s in family.samples if s.name == metric)
+
+    try:
+        store_decision(ledger, metrics, DecisionIn.model_validate(
+            decision_payload("run-a", name="train", decided_at="2026-11-01T10:00:00Z")))
+        store_actual(ledger, metrics, ActualIn.model_validate({
+            **name, "peak_vram_bytes": 10 * gib, "runtime_seconds": 3000, "oom": True, "exit_reason": "CudaOOM",
+            "finished_at": "2026-11-01T11:00:00Z"}))
+        early = store_actual(ledger, metrics, ActualIn.model_validate({
+            **name, "peak_vram_bytes": 5 * gib, "runtime_seconds": 2000, "oom": False, "exit_reason": "Completed",
+            "finished_at": "2026-11-02T11:00:00Z"}))
+        assert early.decision is None and total("vramfit_vram_prediction_ratio_count") == 1
+        joined = store_decision(ledger, metrics, DecisionIn.model_validate(
+            decision_payload("run-b", name="train", decided_at="2026-11-02T10:00:00Z")))
+        assert [a.actual.peak_vram_bytes for a in joined.newly_joined] == [5 * gib]
+        [a] = ledger.joined_row("run-a").actuals  # type: ignore[union-attr]
+        [b] = ledger.joined_row("run-b").actuals  # type: ignore[union-attr]
+        assert (a.actual.oom, a.actual.exit_reason, b.actual.oom, b.actual.exit_reason) == (
+            True, "CudaOOM", False, "Completed")
+        assert total("vramfit_vram_prediction_ratio_count") == 2 and total("vramfit_ooms_total") == 1
+    finally:
+        ledger.close()
