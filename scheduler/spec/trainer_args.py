@@ -2558,18 +2558,19 @@ def _kubeflow_sdk_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
         body = str(text).strip()
         return body[1:-1] if len(body) > 1 and body[0] == body[-1] and body[0] in "'\"" else body
 
-    data = _load_mapping(unquoted(params[0])) if params is not None else None
-    if data is None:
-        if params is not None:
-            notes.append(f"{params[1]} is not a JSON object of TrainingArguments; its settings are unknown")
-        return
-    for key, setting in read_pairs(((k, v, f"{params[1]} key {k}") for k, v in data.items()), where).items():
-        raw.setdefault(key, setting)
     if uri is not None and str(uri[0]).startswith("hf://") and "model" not in raw:
         raw["model"] = Setting(str(uri[0]).removeprefix("hf://").strip("/"), uri[1], where)
     if auto is not None and (task := _AUTO_CLASS_TASKS.get(str(auto[0]).strip().lower())) is not None:
         raw["task"] = Setting(task, auto[1], where)
-    if not any(_enabled(raw.get(k)) is True for k in ("_bf16", "_fp16")) and "_dtype" not in raw:
+    data = _load_mapping(unquoted(params[0])) if params is not None else None
+    if data is None and params is not None:
+        notes.append(f"{params[1]} is not a JSON object of TrainingArguments (the trainer's json.loads would fail); "
+                     "its settings are unknown")
+    for key, setting in read_pairs(((k, v, f"{params[1]} key {k}") for k, v in (data or {}).items()),
+                                   where).items():
+        raw.setdefault(key, setting)
+    if data is not None and not any(_enabled(raw.get(k)) is True for k in ("_bf16", "_fp16")) \
+            and "_dtype" not in raw:
         # TrainingArguments' bf16/fp16 off (or absent): fp32 training, of a model the Auto class loads in fp32
         raw["_dtype"] = Setting("float32", f"{params[1]} (bf16 and fp16 off: fp32)", where)
     if "seq_len" not in raw:
@@ -2590,11 +2591,13 @@ def _kubeflow_sdk_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
 
 def _ray_template_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
     """Ray's LLM fine-tuning template (doc/source/templates/04_finetuning_llms_with_deepspeed/finetune_hf_llm.py at
-    ray-project/ray 3fb556b): ``--batch-size-per-device`` / ``-bs`` (default 16; DeepSpeed's micro-batch is set from
-    it), ``--ctx-len`` (default 512; each batch is padded to it), gradient checkpointing unless ``--no-grad-ckpt``,
-    ``--mx`` (accelerate's mixed precision, default bf16; it fills the DeepSpeed config's "auto"), ``--grad_accum``,
-    the model loaded in bf16 with FlashAttention-2, and ``--lora`` (./lora_configs/lora.json, not in view: PEFT's
-    settings as written there are unknown). Before, the batch, length, checkpointing and precision were missed."""
+    ray-project/ray 0146d49; earlier versions, 3fb556b among them, load the model without FlashAttention-2 and have
+    no --lora, which changes little here): ``--batch-size-per-device`` / ``-bs`` (default 16; DeepSpeed's
+    micro-batch is set from it), ``--ctx-len`` (default 512; each batch is padded to it), gradient checkpointing
+    unless ``--no-grad-ckpt``, ``--mx`` (accelerate's mixed precision, default bf16; it fills the DeepSpeed config's
+    "auto"), ``--grad_accum``, the model loaded in bf16 with FlashAttention-2, and ``--lora``
+    (./lora_configs/lora.json, not in view: PEFT's settings as written there are unknown). Before, the batch, length,
+    checkpointing and precision were missed."""
     values: dict[str, tuple[Any, str]] = {}
     i = 0
     while i < len(tokens):
@@ -2630,9 +2633,12 @@ def _ray_template_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
                      "modules are unknown (set lora in the vramfit.io/spec annotation)")
 
 
-# OpenRLHF's trainers (openrlhf/cli/train_<name>.py at OpenRLHF/OpenRLHF f2afba4 / a3be906) and their --max_len
-# defaults: SFT 2048, DPO 512; every one defaults to --micro_train_batch_size 8 and --zero_stage 2
-_OPENRLHF_MAX_LEN = {"sft": 2048, "dpo": 512}
+# OpenRLHF's trainers (openrlhf/cli/train_<name>.py at OpenRLHF/OpenRLHF f2afba4 / a3be906 / bdf7dfa / abb0475):
+# their --micro_train_batch_size and --max_len defaults (every one --zero_stage 2). The reward model forwards a chosen
+# and a rejected sequence per sample (RewardModelTrainer: "merged chosen + rejected response forward") through a value
+# head; KTO's collate_fn adds one mismatched sample per sample for the KL estimate, forwarded with gradients kept
+# (kto_trainer.py compute_model_logps_with_KL): both twice the micro-batch, as DPO's pairs are.
+_OPENRLHF_DEFAULTS = {"sft": (8, 2048), "dpo": (8, 512), "rm": (1, 512), "kto": (8, None)}
 
 
 def _openrlhf_command(tokens: Sequence[str]) -> str | None:
@@ -2648,8 +2654,8 @@ def _openrlhf_command(tokens: Sequence[str]) -> str | None:
 
 def _openrlhf_settings(command: str, tokens: Sequence[str], raw: dict[str, Setting], notes: list[str],
                        where: str) -> None:
-    """OpenRLHF's own flags and defaults: ``--pretrain`` (the model), ``--micro_train_batch_size`` (default 8),
-    ``--max_len`` (SFT 2048, DPO 512), ``--train_batch_size`` (global: the gradient accumulation), ``--zero_stage``
+    """OpenRLHF's own flags and defaults: ``--pretrain`` (the model), ``--micro_train_batch_size`` and ``--max_len``
+    (:data:`_OPENRLHF_DEFAULTS`), ``--train_batch_size`` (global: the gradient accumulation), ``--zero_stage``
     (default 2), ``--adam_offload`` (the optimizer on the CPU), ``--lora_rank`` > 0 (LoRA on ``--target_modules``,
     default all-linear, dropout 0); DPO and KTO load the reference model as an Actor of its own beside the trained one
     (with LoRA too), which ``--ref_offload`` puts in CPU memory. Before, the model, batch and length were not read and
@@ -2664,9 +2670,10 @@ def _openrlhf_settings(command: str, tokens: Sequence[str], raw: dict[str, Setti
         elif default is not None:
             raw[field] = Setting(default, f"{label} default --{key} {what or default}", where)
 
+    batch, length = _OPENRLHF_DEFAULTS[command]
     given("pretrain", "model")
-    given("micro_train_batch_size", "micro_batch_size", 8)
-    given("max_len", "seq_len", _OPENRLHF_MAX_LEN.get(command))
+    given("micro_train_batch_size", "micro_batch_size", batch)
+    given("max_len", "seq_len", length)
     given("train_batch_size", "_global_batch_size", 128)
     given("zero_stage", "_zero_stage", 2)
     if (found := pairs.get("adam_offload")) is not None and to_bool(found[0]) is not False:
@@ -2676,15 +2683,25 @@ def _openrlhf_settings(command: str, tokens: Sequence[str], raw: dict[str, Setti
         raw["_peft"] = Setting(True, rank[1], where)
         given("target_modules", "lora.target_modules", "all-linear")
         given("lora_dropout", "lora.dropout", 0.0)
-    if command not in ("dpo", "kto"):
+    if command == "rm":
+        raw["task"] = Setting("seq-classification", f"{label} (a value head on the sequence, no vocabulary head)",
+                              where)
+    if command not in ("dpo", "kto", "rm"):
+        return
+    total = raw["_global_batch_size"]
+    if (count := launch_count(str(total.value))) is not None:
+        # the global batch counts samples, the micro-batch (doubled below) sequences
+        raw["_global_batch_size"] = Setting(2 * count, f"{total.source} (x2: two sequences per sample)", where)
+    if command in ("rm", "kto"):
+        micro = raw["micro_batch_size"]
+        if (size := launch_count(str(micro.value))) is not None:
+            what = "a chosen and a rejected sequence" if command == "rm" else "each sample and a mismatched one"
+            raw["micro_batch_size"] = Setting(2 * size, f"{micro.source} x 2 ({label} forwards {what} together)",
+                                              where)
+    if command == "rm":
         return
     ipo = pairs.get("ipo")
     raw["_rl"] = Setting("ipo" if ipo is not None and to_bool(ipo[0]) is not False else command, label, where)
-    total = raw["_global_batch_size"]
-    if command == "dpo" and (count := launch_count(str(total.value))) is not None:
-        # the global batch counts pairs, the micro-batch (doubled for the paired forward) sequences
-        raw["_global_batch_size"] = Setting(2 * count, f"{total.source} (x2: a chosen and a rejected sequence each)",
-                                            where)
     offload = pairs.get("ref_offload")
     if offload is not None and to_bool(offload[0]) is not False:
         raw["reference_model"] = Setting(False, f"{offload[1]} (the reference model's weights in CPU memory, "

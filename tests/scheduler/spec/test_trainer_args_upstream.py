@@ -915,3 +915,18 @@ def test_axolotl_torchao_base_quantization_is_qlora() -> None:
     four = job("int4")
     assert four.method == "qlora" and four.resolved_quantization in ("nf4", "nf4-dq")
     assert job("int8").quantization == "int8"
+
+
+def test_openrlhf_reward_model_and_kto_forward_two_sequences_per_sample() -> None:
+    """OpenRLHF's train_rm defaults to micro-batch 1 at 512 tokens (not SFT's 8 at 2048) and forwards a chosen and a
+    rejected sequence per sample through a value head; train_kto adds a mismatched sample per sample for the KL term,
+    with gradients kept: both twice the micro-batch. A malformed Kubeflow --training_parameters still gives the
+    model."""
+    base = ["deepspeed", "--module"]
+    rm = one_job(pod([*base, "openrlhf.cli.train_rm", "--pretrain", M, "--train_batch_size", "128"], gpus=8)).spec
+    assert (rm.micro_batch_size, rm.seq_len, rm.task, rm.grad_accum_steps) == (2, 512, "seq-classification", 16)
+    kto = one_job(pod([*base, "openrlhf.cli.train_kto", "--pretrain", M, "--micro_train_batch_size", "2"],
+                      gpus=8)).spec
+    assert (kto.micro_batch_size, kto.reference_model) == (4, True)
+    bad = one_job(pod(["--model_uri", "hf://meta-llama/Llama-2-7b-hf", "--training_parameters", '{"bf16": true,']))
+    assert bad.spec.method == "lora" and "is not a JSON object of TrainingArguments" in notes_of(bad)
