@@ -2558,7 +2558,7 @@ def _kubeflow_sdk_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
         body = str(text).strip()
         return body[1:-1] if len(body) > 1 and body[0] == body[-1] and body[0] in "'\"" else body
 
-    if uri is not None and str(uri[0]).startswith("hf://") and "model" not in raw:
+    if uri is not None and str(uri[0]).startswith("hf://") and str(uri[0])[5:].strip("/") and "model" not in raw:
         raw["model"] = Setting(str(uri[0]).removeprefix("hf://").strip("/"), uri[1], where)
     if auto is not None and (task := _AUTO_CLASS_TASKS.get(str(auto[0]).strip().lower())) is not None:
         raw["task"] = Setting(task, auto[1], where)
