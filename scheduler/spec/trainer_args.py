@@ -1564,7 +1564,11 @@ def _resolve_method(raw: Mapping[str, Setting], out: Settings, notes: list[str])
 # Preference losses that score a chosen and a rejected completion in one forward (TRL's DPOTrainer and CPO/ORPO
 # trainers concatenate them: concatenated_inputs / concatenated_forward), and those of them that compare against a
 # frozen reference model (DPO, IPO; ORPO and SimPO need none)
-_PAIRED_LOSSES = ("dpo", "ipo", "orpo", "simpo", "sigmoid", "hinge")
+_PAIRED_LOSSES = ("dpo", "ipo", "orpo", "simpo", "sigmoid", "hinge", "cpo",
+                  # a pairwise reward model scores a chosen and a rejected sequence in one micro-batch (TRL's
+                  # RewardTrainer with DataCollatorForPreference, LLaMA-Factory's stage rm with its
+                  # PairwiseDataCollatorWithPadding: "2 * n examples"), with no reference model
+                  "reward")
 # KTO scores single completions (its KL term runs the policy under no_grad) against a reference model
 _REFERENCE_LOSSES = ("dpo", "ipo", "sigmoid", "hinge", "kto")
 
@@ -1594,6 +1598,8 @@ def _resolve_preference(raw: Mapping[str, Setting], out: Settings, notes: list[s
         source = stage
     elif stage is not None and str(stage.value).strip().lower() == "kto":
         kind, source = "kto", stage
+    elif stage is not None and str(stage.value).strip().lower() == "rm":
+        kind, source = "reward", stage
     if kind is None or source is None:
         return
     if kind in _PAIRED_LOSSES:
@@ -2809,6 +2815,29 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
             notes.append(f"trl dpo defaults where its command sets none: {', '.join(applied)}")
         if "_rl" not in raw:  # DPOTrainer: pairs in one forward, a reference model without an adapter
             raw["_rl"] = Setting("dpo", "TRL DPOTrainer", where)
+    if command in ("kto", "reward") and "model" in raw:
+        # KTOConfig (trl/experimental/kto/kto_config.py) and RewardConfig (trl/trainer/reward_config.py): max_length
+        # 1024, gradient_checkpointing True, bf16 True when fp16 is not set; TrainingArguments' per-device batch 8.
+        # KTO keeps a frozen reference model (the script loads it) and runs its KL term under no_grad; the reward
+        # model is a sequence classifier (AutoModelForSequenceClassification, num_labels 1) scoring pairs
+        deepspeed = "_deepspeed" in raw
+        label = {"kto": "TRL KTOConfig default", "reward": "TRL RewardConfig default"}[command]
+        applied = _fill_defaults(raw, (("seq_len", 1024, "max_length 1024"),
+                                       ("micro_batch_size", 8, "per_device_train_batch_size 8"),
+                                       ("gradient_checkpointing", True, "gradient_checkpointing on")),
+                                 label, where, batch_decided_elsewhere=deepspeed)
+        if not deepspeed and not any(k in raw for k in _PRECISION_KEYS):
+            raw["_bf16"] = Setting(True, f"{label} bf16 (fp16 not set)", where)
+            applied.append("bf16")
+        if applied:
+            notes.append(f"trl {command} defaults where its command sets none: {', '.join(applied)}")
+        trainer_name = {"kto": "TRL KTOTrainer", "reward": "TRL RewardTrainer"}[command]
+        raw.setdefault("_rl", Setting(command, trainer_name, where))
+        if command == "reward":
+            raw.setdefault("task", Setting("seq-classification", "TRL RewardTrainer (a sequence classifier, "
+                                                                 "num_labels 1)", where))
+    if command in ("orpo", "cpo") and "model" in raw:  # ORPOTrainer / CPOTrainer: pairs in one forward, no reference
+        raw.setdefault("_rl", Setting(command, f"TRL {command.upper()}Trainer", where))
     if command == "sft" and "model" in raw:
         # SFTConfig's own defaults (its docstring: max_length 1024; "gradient_checkpointing: Defaults to True";
         # "bf16: Defaults to True if fp16 is not set") and TrainingArguments' per_device_train_batch_size 8
@@ -2884,7 +2913,11 @@ def _hf_trainer_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Set
 # older releases kept them in examples/scripts/
 _TRL_SCRIPTS = {"sft": ("trl/scripts/sft.py", "examples/scripts/sft.py"),
                 "dpo": ("trl/scripts/dpo.py", "examples/scripts/dpo.py"),
-                "distillation": ("trl/scripts/distillation.py", "examples/scripts/distillation.py")}
+                "distillation": ("trl/scripts/distillation.py", "examples/scripts/distillation.py"),
+                "kto": ("trl/scripts/kto.py", "examples/scripts/kto.py"),
+                "reward": ("trl/scripts/reward.py", "examples/scripts/reward_modeling.py"),
+                "orpo": ("trl/scripts/orpo.py", "examples/scripts/orpo.py"),
+                "cpo": ("trl/scripts/cpo.py", "examples/scripts/cpo.py")}
 # the accelerate configs TRL ships (trl/accelerate_configs/<name>.yaml) that `trl ... --accelerate_config NAME` takes
 _TRL_ACCELERATE = {"zero1": ("_zero_stage", 1), "zero2": ("_zero_stage", 2), "zero3": ("_zero_stage", 3),
                    "fsdp1": ("_use_fsdp", True), "fsdp2": ("_use_fsdp", True)}

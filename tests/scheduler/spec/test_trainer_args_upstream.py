@@ -930,3 +930,22 @@ def test_openrlhf_reward_model_and_kto_forward_two_sequences_per_sample() -> Non
     assert (kto.micro_batch_size, kto.reference_model) == (4, True)
     bad = one_job(pod(["--model_uri", "hf://meta-llama/Llama-2-7b-hf", "--training_parameters", '{"bf16": true,']))
     assert bad.spec.method == "lora" and "is not a JSON object of TrainingArguments" in notes_of(bad)
+
+
+def test_trl_kto_reward_orpo_and_llama_factory_reward_models() -> None:
+    """trl kto: KTOConfig's defaults (1024 tokens, checkpointing, bf16, batch 8) and a frozen reference model (it was
+    read without one: 15.7 GiB where the job needs 26.7). trl reward / reward_modeling.py: a sequence classifier
+    scoring a chosen and a rejected sequence in one micro-batch. ORPO/CPO scripts: the paired forward. LLaMA-Factory
+    stage rm: its pairwise collator's 2 x n sequences (read as n: 4.3 GiB under)."""
+    kto = one_job(pod(["trl", "kto", "--model_name_or_path", M, "--dataset_name", "trl-lib/kto-mix-14k"])).spec
+    assert (kto.micro_batch_size, kto.seq_len, kto.gradient_checkpointing, kto.reference_model, kto.precision) == (
+        8, 1024, "full", True, "bf16-mixed")
+    reward = one_job(pod(["trl", "reward", "--model_name_or_path", M, "--per_device_train_batch_size", "4"])).spec
+    assert (reward.task, reward.micro_batch_size, reward.seq_len, reward.reference_model) == (
+        "seq-classification", 8, 1024, None)
+    orpo = one_job(pod(["python", "examples/scripts/orpo.py", "--model_name_or_path", M,
+                        "--per_device_train_batch_size", "4", "--max_length", "512"])).spec
+    assert orpo.micro_batch_size == 8 and orpo.reference_model is None
+    config = f"model_name_or_path: {M}\nstage: rm\nfinetuning_type: lora\nper_device_train_batch_size: 1\n"
+    rm = one_job(pod(["bash", "-c", f"cat > /c.yaml <<EOF\n{config}EOF\nllamafactory-cli train /c.yaml"])).spec
+    assert rm.micro_batch_size == 2
