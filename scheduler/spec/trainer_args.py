@@ -3039,6 +3039,7 @@ _TUNE_FAMILIES = {
     "gemma2": "gemma-2",
     "qwen2": "qwen2",
     "qwen2_5": "qwen2.5",
+    "qwen3": "qwen3",
     "phi3": "phi-3",
     "phi4": "phi-4",
 }

@@ -181,8 +181,12 @@ def test_torchtune_runtime_fixture_gives_gpus_and_model_to_a_trainjob() -> None:
     assert isinstance(outcomes[1], NoTrainingJob)
     assert job.spec.gpus == 2  # nvidia.com/gpu: 2 lives only in the runtime
     assert job.spec.model == "llama-3.2-1b"  # torchtune config llama3_2/1B_full wins over the initializer
-    assert job.provenance["model"] == "torchtune config llama3_2/1B_full"
+    assert job.provenance["model"].startswith("torchtune config llama3_2/1B_full")
     assert (job.spec.method, job.spec.sharding) == ("full", "fsdp")
+    # the config as torchtune ships it (scheduler/data/torchtune_configs.yaml): batch 4, no checkpointing, fused
+    # AdamW, the chunked loss; before, the TrainingSpec's defaults (batch 1, a plain AdamW and loss)
+    assert (job.spec.micro_batch_size, job.spec.gradient_checkpointing, job.spec.fused_optimizer,
+            job.spec.cross_entropy) == (4, "none", True, "chunked")
 
 
 def test_admission_review_fixture_with_a_gpu_job_inside() -> None:
