@@ -2520,6 +2520,8 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _ray_template_settings(tokens, raw, notes, where)
     if (openrlhf := _openrlhf_command(tokens)) is not None:
         _openrlhf_settings(openrlhf, tokens, raw, notes, where)
+    if _is_swift_sft(tokens):
+        _swift_settings(tokens, raw, notes, where)
     if "_dtype" in raw and "(axolotl loads the model in bf16)" in raw["_dtype"].source and \
             any(k in flags for k in ("_deepspeed", "_fsdp", "_use_fsdp", "_use_deepspeed", "_fsdp_config")):
         del raw["_dtype"]  # DeepSpeed / FSDP keep fp32 masters: the config's bf16 is mixed precision again
@@ -2637,6 +2639,53 @@ def _ray_template_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
         raw["_peft"] = Setting(True, values["lora"][1], where)
         notes.append(f"{values['lora'][1]}: the template's ./lora_configs/lora.json is not in view; its rank and "
                      "modules are unknown (set lora in the vramfit.io/spec annotation)")
+
+
+def _is_swift_sft(tokens: Sequence[str]) -> bool:
+    """``swift sft ...`` (ms-swift's CLI) or its script ``swift/cli/sft.py``."""
+    names = [PurePosixPath(t).name for t in tokens]
+    return any(n == "swift" and i + 1 < len(names) and names[i + 1] == "sft" for i, n in enumerate(names[:4])) \
+        or any(t.endswith("swift/cli/sft.py") for t in tokens)
+
+
+def _swift_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """ms-swift's ``swift sft`` (modelscope/ms-swift 3.x, swift/llm/argument): ``--model`` names the model (its
+    ``--model_name`` is the self-cognition display name, not a model); ``--train_type`` (default lora; 2.x's
+    ``--sft_type``) with ``--quant_bits 4`` is QLoRA; ``--target_modules`` (default all-linear), ``--lora_rank`` (8),
+    ``--lora_alpha`` (32), ``--lora_dropout`` (0.05); gradient checkpointing on by default
+    (TrainArgumentsMixin.gradient_checkpointing True); ``--max_length``; ``--attn_impl``; the model in
+    ``--torch_dtype``, by default the checkpoint's (bf16 for today's models), with the matching bf16/fp16 flag."""
+    pairs = {key: (value, source) for key, value, source in _flag_pairs(tokens)[0]}
+    model, display = pairs.get("model"), pairs.get("model_name")
+    if model is not None:
+        raw["model"] = Setting(model[0], model[1], where)
+    elif display is not None and "model" in raw and raw["model"].source == display[1]:
+        del raw["model"]  # --model_name is swift's display name for self-cognition data
+        notes.append(f"{display[1]} is ms-swift's self-cognition display name, not the model (its flag is --model)")
+    kind = pairs.get("train_type") or pairs.get("sft_type")
+    raw["_finetuning_type"] = Setting(kind[0] if kind else "lora", kind[1] if kind else "ms-swift default "
+                                      "train_type lora", where)
+    bits = pairs.get("quant_bits")
+    if bits is not None:
+        raw["_quant_bits"] = Setting(str(bits[0]), bits[1], where)
+    for key, name, default in (("target_modules", "lora.target_modules", "all-linear"), ("lora_rank", "lora.rank", 8),
+                               ("lora_alpha", "lora.alpha", 32), ("lora_dropout", "lora.dropout", 0.05)):
+        found = pairs.get(key)
+        raw[name] = Setting(found[0] if found else default, found[1] if found else f"ms-swift default {key} "
+                            f"{default}", where)
+    if "gradient_checkpointing" not in raw:
+        raw["gradient_checkpointing"] = Setting(True, "ms-swift default gradient_checkpointing true", where)
+    for key, name in (("max_length", "seq_len"), ("attn_impl", "attention")):
+        if (found := pairs.get(key)) is not None:
+            raw[name] = Setting(attention_name(found[0]) if name == "attention" else found[0], found[1], where)
+    if "_dtype" not in raw:
+        raw["_dtype"] = Setting("bfloat16", "ms-swift default torch_dtype: the checkpoint's (bf16 assumed)", where)
+    # ms-swift turns the Trainer's bf16 / fp16 on to match torch_dtype (model_args _init_mixed_precision): under
+    # DeepSpeed that is mixed precision with fp32 masters (_deepspeed_masters)
+    half = _DTYPES.get(str(raw["_dtype"].value).lower())
+    flag = {"bf16": "_bf16", "16": "_fp16"}.get(half or "")
+    if flag is not None and flag not in raw:
+        raw[flag] = Setting(True, f"{raw['_dtype'].source} (ms-swift sets the Trainer's {half} to match)", where)
 
 
 # OpenRLHF's trainers (openrlhf/cli/train_<name>.py at OpenRLHF/OpenRLHF f2afba4 / a3be906 / bdf7dfa / abb0475):

@@ -949,3 +949,21 @@ def test_trl_kto_reward_orpo_and_llama_factory_reward_models() -> None:
     config = f"model_name_or_path: {M}\nstage: rm\nfinetuning_type: lora\nper_device_train_batch_size: 1\n"
     rm = one_job(pod(["bash", "-c", f"cat > /c.yaml <<EOF\n{config}EOF\nllamafactory-cli train /c.yaml"])).spec
     assert rm.micro_batch_size == 2
+
+
+def test_ms_swift_sft_flags_and_defaults() -> None:
+    """ms-swift's `swift sft`: --model (its --model_name is a display name; it was taken as the model and the job
+    refused), --train_type (default lora) with --quant_bits 4 as QLoRA, --target_modules (default all-linear),
+    checkpointing on by default, the model in --torch_dtype (default the checkpoint's, bf16) with the Trainer's bf16 to
+    match. Its bnb.sh example (10 GB by its comment) read 30.3 GiB with the model annotated; now 10.7."""
+    qlora = ["swift", "sft", "--model", "Qwen/Qwen2.5-7B-Instruct", "--train_type", "lora", "--quant_method", "bnb",
+             "--quant_bits", "4", "--bnb_4bit_quant_type", "nf4", "--bnb_4bit_use_double_quant", "true",
+             "--torch_dtype", "bfloat16", "--per_device_train_batch_size", "1", "--lora_rank", "8", "--lora_alpha",
+             "32", "--target_modules", "all-linear", "--model_name", "swift-robot", "--max_length", "2048"]
+    s = one_job(pod(qlora)).spec
+    assert (s.model, s.method, s.resolved_quantization, s.precision, s.gradient_checkpointing) == (
+        "Qwen/Qwen2.5-7B-Instruct", "qlora", "nf4-dq", "bf16-true", "full")
+    assert s.lora is not None and s.lora.target_modules == "all-linear"
+    default = one_job(pod(["swift", "sft", "--model", M, "--dataset", "x", "--deepspeed", "zero3"], gpus=8)).spec
+    assert (default.method, default.sharding, default.precision) == ("lora", "zero3", "bf16-mixed")
+    assert default.lora is not None and (default.lora.rank, default.lora.alpha) == (8, 32)
