@@ -45,6 +45,7 @@ from scheduler.integrations.records import (
     StoredActual,
     StoredDecision,
     merge_same_source,
+    ran_to_end,
     spec_hash,
     utc,
 )
@@ -593,15 +594,21 @@ class SqliteLedger(Ledger):
             joined.append(found)
         return DecisionResult(stored, created=True, newly_joined=tuple(joined))
 
-    def _ended_before(self, decision_id: str, source: str, started: datetime) -> bool:
-        """Whether the decision already holds a report of ``source`` whose run ended before ``started``: an earlier
-        run of a job re-created under the same name, whose own decision has not reached the ledger yet (a forwarder
-        or the ledger writer still holds it). Such a report is kept under its uid or name until that decision comes
-        (and pins it). The caller holds the lock."""
+    def _ended_before(self, decision_id: str, source: str, started: datetime | None) -> bool:
+        """Whether the decision already holds a report of ``source`` of a run that finished its work more than the
+        clock skew before this report's run started: an earlier run of a job re-created under the same name, whose own
+        decision has not reached the ledger yet (a forwarder or the ledger writer still holds it). Such a report is
+        kept under its uid or name until that decision comes (and pins it). Not when this report gives no runtime
+        (its start is unknown: another rank's report, say), nor when the held run failed (a retried pod of the same
+        job comes after it). The caller holds the lock."""
+        if started is None:
+            return False
         row = self._db.execute("SELECT payload FROM actuals WHERE job_ref = ? AND source = ?",
                                (f"id:{decision_id}", source)).fetchone()
         held = self._actual_payload(f"id:{decision_id}", source, row[0]) if row else None
-        return held is not None and held.finished_at is not None and utc(held.finished_at) < started
+        return (held is not None and held.finished_at is not None
+                and ran_to_end(held.oom, held.exit_reason, held.runtime_seconds)
+                and utc(held.finished_at) < started - timedelta(seconds=CLOCK_SKEW_SECONDS))
 
     def _pin(self, ref: str, source: str, found: StoredActual, decision_id: str) -> StoredActual:
         """Store an actual kept under its uid or name under its decision's id from now on (merged with a report of
@@ -637,7 +644,8 @@ class SqliteLedger(Ledger):
             if actual.runtime_seconds is not None:
                 started -= timedelta(seconds=min(float(actual.runtime_seconds), 1e9))
             owner = self._decision_for(actual, started + timedelta(seconds=CLOCK_SKEW_SECONDS))
-            waits = owner is not None and self._ended_before(owner.decision_id, actual.source, started)
+            waits = owner is not None and self._ended_before(
+                owner.decision_id, actual.source, started if actual.runtime_seconds is not None else None)
             if owner is not None and not waits:
                 actual = actual.model_copy(update={"decision_id": owner.decision.decision_id})
         ref = actual.job_ref
