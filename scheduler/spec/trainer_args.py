@@ -296,7 +296,7 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "auto_find_batch_size": ("_auto_batch", to_bool),
     **dict.fromkeys(("lora_r", "lora_rank"), ("lora.rank", _same)),
     "lora_alpha": ("lora.alpha", _same),
-    "lora_dropout": ("lora.dropout", _same),
+    **dict.fromkeys(("lora_dropout", "lora_dropout_p"), ("lora.dropout", _same)),  # ms-swift 2.x: lora_dropout_p
     **dict.fromkeys(("lora_target_modules", "lora_target"), ("lora.target_modules", _same)),
     "lora_target_linear": ("_lora_all_linear", to_bool),
     # PEFT modules_to_save (axolotl: lora_modules_to_save; LLaMA-Factory: additional_target)
@@ -2656,7 +2656,7 @@ def _swift_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[
     (TrainArgumentsMixin.gradient_checkpointing True); ``--max_length``; ``--attn_impl``; the model in
     ``--torch_dtype``, by default the checkpoint's (bf16 for today's models), with the matching bf16/fp16 flag."""
     pairs = {key: (value, source) for key, value, source in _flag_pairs(tokens)[0]}
-    model, display = pairs.get("model"), pairs.get("model_name")
+    model, display = pairs.get("model") or pairs.get("model_id_or_path"), pairs.get("model_name")
     if model is not None:
         raw["model"] = Setting(model[0], model[1], where)
     elif display is not None and "model" in raw and raw["model"].source == display[1]:
@@ -2665,19 +2665,39 @@ def _swift_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[
     kind = pairs.get("train_type") or pairs.get("sft_type")
     raw["_finetuning_type"] = Setting(kind[0] if kind else "lora", kind[1] if kind else "ms-swift default "
                                       "train_type lora", where)
+    if kind is not None and str(kind[0]).lower() not in ("lora", "full", "qlora"):
+        notes.append(f"{kind[1]} {kind[0]}: an ms-swift tuner vramfit does not model; read as "
+                     f"{'full fine-tuning' if str(kind[0]).lower() == 'llamapro' else 'LoRA'}")
+        raw["_finetuning_type"] = Setting("full" if str(kind[0]).lower() == "llamapro" else "lora", kind[1], where)
+    if "sft_type" in pairs and (batch := pairs.get("batch_size")) is not None:
+        raw["micro_batch_size"] = Setting(batch[0], batch[1], where)  # 2.x SftArguments batch_size: per device
     bits = pairs.get("quant_bits")
-    if bits is not None:
-        raw["_quant_bits"] = Setting(str(bits[0]), bits[1], where)
+    if bits is not None and str(bits[0]).strip() not in ("", "0", "None"):
+        if str(raw["_finetuning_type"].value).lower() == "full":
+            notes.append(f"{bits[1]} with full fine-tuning: ms-swift refuses to train quantized weights in full "
+                         "(the job does not start as written); read as full fine-tuning of the unquantized model")
+        else:
+            raw["_quant_bits"] = Setting(str(bits[0]), bits[1], where)
     for key, name, default in (("target_modules", "lora.target_modules", "all-linear"), ("lora_rank", "lora.rank", 8),
                                ("lora_alpha", "lora.alpha", 32), ("lora_dropout", "lora.dropout", 0.05)):
         found = pairs.get(key)
-        raw[name] = Setting(found[0] if found else default, found[1] if found else f"ms-swift default {key} "
-                            f"{default}", where)
+        if found is not None:
+            raw[name] = Setting(found[0], found[1], where)
+        elif name in raw and str(raw[name].value).upper() in ("DEFAULT", "['DEFAULT']"):
+            # 2.x's --lora_target_modules DEFAULT: the model type's attention projections (q/v for most)
+            raw[name] = Setting(["q_proj", "v_proj"], f"{raw[name].source} (ms-swift 2.x DEFAULT: the attention "
+                                                      "projections)", where)
+        else:  # a value read from the flag's other name (2.x's --lora_target_modules, --lora_dropout_p) stays
+            raw.setdefault(name, Setting(default, f"ms-swift default {key} {default}", where))
     if "gradient_checkpointing" not in raw:
         raw["gradient_checkpointing"] = Setting(True, "ms-swift default gradient_checkpointing true", where)
     for key, name in (("max_length", "seq_len"), ("attn_impl", "attention")):
-        if (found := pairs.get(key)) is not None:
+        if (found := pairs.get(key)) is not None and str(found[0]).strip() != "-1":
             raw[name] = Setting(attention_name(found[0]) if name == "attention" else found[0], found[1], where)
+        elif found is not None:  # 2.x's max_length -1: no limit, the data's longest sample
+            raw.pop(name, None)
+            notes.append(f"{found[1]} -1: no length limit (the data's longest sample); set seq_len in the "
+                         "vramfit.io/spec annotation")
     if "_dtype" not in raw:
         raw["_dtype"] = Setting("bfloat16", "ms-swift default torch_dtype: the checkpoint's (bf16 assumed)", where)
     # ms-swift turns the Trainer's bf16 / fp16 on to match torch_dtype (model_args _init_mixed_precision): under
@@ -2864,7 +2884,20 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
             notes.append(f"trl dpo defaults where its command sets none: {', '.join(applied)}")
         if "_rl" not in raw:  # DPOTrainer: pairs in one forward, a reference model without an adapter
             raw["_rl"] = Setting("dpo", "TRL DPOTrainer", where)
-    if command in ("kto", "reward") and "model" in raw:
+    legacy = any(t.endswith(("examples/scripts/reward_modeling.py", "examples/scripts/kto.py")) for t in tokens)
+    if command in ("kto", "reward") and "model" in raw and legacy:
+        # the examples/scripts era's configs set no checkpointing or bf16 default (the scripts' docstrings pass them):
+        # TrainingArguments' per-device batch 8 only
+        applied = _fill_defaults(raw, (("micro_batch_size", 8, "per_device_train_batch_size 8"),),
+                                 "transformers TrainingArguments default", where, batch_decided_elsewhere="_deepspeed"
+                                 in raw)
+        if "_deepspeed" not in raw and not any(k in raw for k in _PRECISION_KEYS):
+            raw["_dtype"] = Setting("float32", "transformers TrainingArguments default (no --bf16 / --fp16: fp32)",
+                                    where)
+            applied.append("fp32 (no --bf16 / --fp16)")
+        if applied:
+            notes.append(f"TRL {command} example script defaults where its command sets none: {', '.join(applied)}")
+    if command in ("kto", "reward") and "model" in raw and not legacy:
         # KTOConfig (trl/experimental/kto/kto_config.py) and RewardConfig (trl/trainer/reward_config.py): max_length
         # 1024, gradient_checkpointing True, bf16 True when fp16 is not set; TrainingArguments' per-device batch 8.
         # KTO keeps a frozen reference model (the script loads it) and runs its KL term under no_grad; the reward
@@ -2880,12 +2913,25 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
             applied.append("bf16")
         if applied:
             notes.append(f"trl {command} defaults where its command sets none: {', '.join(applied)}")
+    if command in ("kto", "reward") and "model" in raw:
         trainer_name = {"kto": "TRL KTOTrainer", "reward": "TRL RewardTrainer"}[command]
         raw.setdefault("_rl", Setting(command, trainer_name, where))
         if command == "reward":
             raw.setdefault("task", Setting("seq-classification", "TRL RewardTrainer (a sequence classifier, "
                                                                  "num_labels 1)", where))
-    if command in ("orpo", "cpo") and "model" in raw:  # ORPOTrainer / CPOTrainer: pairs in one forward, no reference
+        elif _enabled(raw.get("_peft")) is True or any(k.startswith("lora.") for k in raw):
+            notes.append("TRL's kto script loads a reference model and passes it to KTOTrainer even with a LoRA "
+                         "adapter: a second copy of the base that vramfit does not count with an adapter (an "
+                         "under-estimate by the base's weights)")
+    if command in ("orpo", "cpo") and "model" in raw:
+        # ORPOTrainer / CPOTrainer: pairs in one forward, no reference; ORPOConfig / CPOConfig max_length 1024 and
+        # TrainingArguments' per-device batch 8
+        applied = _fill_defaults(raw, (("seq_len", 1024, "max_length 1024"),
+                                       ("micro_batch_size", 8, "per_device_train_batch_size 8")),
+                                 f"TRL {command.upper()}Config default", where,
+                                 batch_decided_elsewhere="_deepspeed" in raw)
+        if applied:
+            notes.append(f"TRL {command} defaults where its command sets none: {', '.join(applied)}")
         raw.setdefault("_rl", Setting(command, f"TRL {command.upper()}Trainer", where))
     if command == "sft" and "model" in raw:
         # SFTConfig's own defaults (its docstring: max_length 1024; "gradient_checkpointing: Defaults to True";

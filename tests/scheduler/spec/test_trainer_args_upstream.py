@@ -967,3 +967,23 @@ def test_ms_swift_sft_flags_and_defaults() -> None:
     default = one_job(pod(["swift", "sft", "--model", M, "--dataset", "x", "--deepspeed", "zero3"], gpus=8)).spec
     assert (default.method, default.sharding, default.precision) == ("lora", "zero3", "bf16-mixed")
     assert default.lora is not None and (default.lora.rank, default.lora.alpha) == (8, 32)
+
+
+def test_review_fixes_for_trl_example_scripts_and_ms_swift_2x() -> None:
+    """TRL's ORPO/CPO scripts keep TrainingArguments' batch 8 (pairs: 16 sequences; they had lost it when the scripts
+    were first read as ORPO); the older examples/scripts/reward_modeling.py has no checkpointing or bf16 default (fp32
+    without --bf16); ms-swift 2.x's --model_id_or_path, --batch_size, --lora_target_modules and --max_length -1;
+    --train_type full with --quant_bits (which ms-swift refuses) is noted, not read as QLoRA."""
+    orpo = one_job(pod(["python", "examples/scripts/orpo.py", "--model_name_or_path", M, "--do_train"])).spec
+    assert (orpo.micro_batch_size, orpo.seq_len) == (16, 1024)
+    old_reward = one_job(pod(["python", "examples/scripts/reward_modeling.py", "--model_name_or_path", M])).spec
+    assert (old_reward.gradient_checkpointing, old_reward.precision, old_reward.micro_batch_size) == (
+        "none", "32-true", 16)
+    two = one_job(pod(["swift", "sft", "--model_type", "qwen2_5-7b-instruct", "--model_id_or_path",
+                       "Qwen/Qwen2.5-7B-Instruct", "--sft_type", "lora", "--batch_size", "4",
+                       "--lora_target_modules", "q_proj", "v_proj", "--max_length", "-1"]))
+    assert (two.spec.micro_batch_size, two.spec.model) == (4, "Qwen/Qwen2.5-7B-Instruct")
+    assert two.spec.lora is not None and two.spec.lora.target_modules == ["q_proj", "v_proj"]
+    assert "no length limit" in notes_of(two)
+    full = one_job(pod(["swift", "sft", "--model", M, "--train_type", "full", "--quant_bits", "4"]))
+    assert full.spec.method == "full" and "refuses to train quantized weights" in notes_of(full)
