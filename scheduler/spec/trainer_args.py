@@ -2783,6 +2783,10 @@ def _openrlhf_settings(command: str, tokens: Sequence[str], raw: dict[str, Setti
                                                 "gathered layer by layer)", where)
     else:
         raw["reference_model"] = Setting(True, f"{label} (ref_model: an Actor of its own, with LoRA too)", where)
+        if "_peft" in raw:
+            notes.append(f"{label} with LoRA still loads the reference model as an Actor of its own: a second copy of "
+                         "the base that vramfit does not count with an adapter (an under-estimate by the base's "
+                         "weights; --ref_offload moves it to the CPU)")
 
 
 def _is_megatron(tokens: Sequence[str]) -> bool:
