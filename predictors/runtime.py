@@ -633,7 +633,7 @@ def predict_runtime(
     # a frozen reference model (reference_model: DPO/KTO without an adapter) runs one forward per micro-batch, under
     # no_grad, beside the trained model's forward and backward
     reference_s = 0.0
-    if spec.reference_model and spec.method == "full":
+    if spec.reference_model and (spec.method == "full" or spec.reference_model == "copy"):
         reference_s = tokens_micro * fpt.forward * scale / model_parallel / (peak * efficiency)
     micro_s += reference_s
     # a distillation teacher (teacher_model) runs one no_grad forward per micro-batch on the same tokens: its forward

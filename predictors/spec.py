@@ -341,10 +341,11 @@ class TrainingSpec(BaseModel):
         None, description="vramfit extension: full (default) | chunked (torchtune CEWithChunkedOutputLoss) | "
                           "fused-linear (Liger FusedLinearCrossEntropy, Cut Cross-Entropy)"
     )
-    reference_model: bool | None = Field(
+    reference_model: Annotated[bool | Literal["copy"], BeforeValidator(_lower)] | None = Field(
         None, description="vramfit extension: preference training (DPO, KTO) that holds a frozen reference copy of the "
                           "model beside the one it trains (TRL's ref_model; with LoRA/QLoRA the reference is the base "
-                          "with the adapter disabled, no copy)"
+                          "with the adapter disabled, no copy); copy: a separate frozen copy of the base even with an "
+                          "adapter (TRL's kto script, OpenRLHF's reference Actor)"
     )
     trainable_layers: int | None = Field(
         None, description="vramfit extension: with method full, only these transformer blocks train (LLaMA-Factory "

@@ -766,8 +766,11 @@ def _predict_stage(
     # ZeRO-3 or FSDP shard it as they shard the model it copies, trl/trainer/dpo_trainer.py _prepare_deepspeed /
     # prepare_fsdp); with an adapter the reference is the same base with the adapter disabled
     reference = 0.0
-    if spec.reference_model and method == "full" and not offload_params:
-        reference = params_gpu * weight_bytes / (dp if shard_params else 1)
+    copy = spec.reference_model == "copy"
+    if spec.reference_model and (method == "full" or copy) and not offload_params:
+        # with an adapter, a trainer that loads its own reference (reference_model: copy) holds the base again, in the
+        # compute dtype (TRL's kto script loads it without the model's quantization config)
+        reference = params_gpu * (weight_bytes if method == "full" else float(e)) / (dp if shard_params else 1)
         notes.append(f"reference_model: a frozen copy of the weights, {reference / 2**30:.2f} GiB per GPU")
     elif spec.reference_model and method != "full":
         notes.append("reference_model: with an adapter the reference is the base with the adapter disabled (no copy)")

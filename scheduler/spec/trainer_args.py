@@ -2782,11 +2782,8 @@ def _openrlhf_settings(command: str, tokens: Sequence[str], raw: dict[str, Setti
         raw["reference_model"] = Setting(False, f"{offload[1]} (the reference model's weights in CPU memory, "
                                                 "gathered layer by layer)", where)
     else:
-        raw["reference_model"] = Setting(True, f"{label} (ref_model: an Actor of its own, with LoRA too)", where)
-        if "_peft" in raw:
-            notes.append(f"{label} with LoRA still loads the reference model as an Actor of its own: a second copy of "
-                         "the base that vramfit does not count with an adapter (an under-estimate by the base's "
-                         "weights; --ref_offload moves it to the CPU)")
+        raw["reference_model"] = Setting("copy" if "_peft" in raw else True,
+                                         f"{label} (ref_model: an Actor of its own, with LoRA too)", where)
 
 
 def _is_megatron(tokens: Sequence[str]) -> bool:
@@ -2924,9 +2921,9 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
             raw.setdefault("task", Setting("seq-classification", "TRL RewardTrainer (a sequence classifier, "
                                                                  "num_labels 1)", where))
         elif _enabled(raw.get("_peft")) is True or any(k.startswith("lora.") for k in raw):
-            notes.append("TRL's kto script loads a reference model and passes it to KTOTrainer even with a LoRA "
-                         "adapter: a second copy of the base that vramfit does not count with an adapter (an "
-                         "under-estimate by the base's weights)")
+            # trl/scripts/kto.py loads ref_model itself and passes it to KTOTrainer, adapter or not
+            raw.setdefault("reference_model", Setting("copy", "TRL's kto script (it loads a reference model of its "
+                                                              "own, with an adapter too)", where))
     if command in ("orpo", "cpo") and "model" in raw:
         # ORPOTrainer / CPOTrainer: pairs in one forward, no reference; ORPOConfig / CPOConfig max_length 1024 and
         # TrainingArguments' per-device batch 8

@@ -490,3 +490,23 @@ def test_reference_model_holds_a_frozen_copy_and_runs_a_forward() -> None:
     assert math.isclose(with_ref.components_seconds["reference_forward"], expected, rel_tol=1e-12)
     assert base.components_seconds["reference_forward"] == 0.0
     assert math.isclose(with_ref.step_time_seconds - base.step_time_seconds, expected, rel_tol=1e-9)
+
+
+def test_reference_model_copy_holds_the_base_again_with_an_adapter() -> None:
+    """reference_model: copy, a trainer that loads a reference model of its own even with a LoRA adapter (TRL's kto
+    script, OpenRLHF's reference Actor): the base once more in the compute dtype, and its forward. true with an
+    adapter stays the base with the adapter disabled (no copy)."""
+    base_params = vram(precision="bf16-true").params_total
+    lora = vram(method="lora", precision="bf16-true", reference_model=True)
+    copy = vram(method="lora", precision="bf16-true", reference_model="copy")
+    assert "reference_weights" not in lora.breakdown_bytes
+    assert copy.breakdown_bytes["reference_weights"] == 2 * base_params
+    assert copy.peak_allocated_bytes - lora.peak_allocated_bytes == 2 * base_params
+    qlora = vram(method="qlora", precision="bf16-true", reference_model="copy")
+    assert qlora.breakdown_bytes["reference_weights"] == 2 * base_params  # 16-bit, not the 4-bit base's bytes
+    spec = TrainingSpec.model_validate({"model": "llama-3.2-1b", "method": "lora", "micro_batch_size": 4,
+                                        "seq_len": 2048})
+    arch = resolve_model(spec).architecture
+    gpu = lookup_gpu("A100-80GB")
+    assert predict_runtime(spec.model_copy(update={"reference_model": "copy"}), arch, gpu).components_seconds[
+        "reference_forward"] > 0

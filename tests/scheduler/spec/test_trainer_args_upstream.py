@@ -987,3 +987,15 @@ def test_review_fixes_for_trl_example_scripts_and_ms_swift_2x() -> None:
     assert "no length limit" in notes_of(two)
     full = one_job(pod(["swift", "sft", "--model", M, "--train_type", "full", "--quant_bits", "4"]))
     assert full.spec.method == "full" and "refuses to train quantized weights" in notes_of(full)
+
+
+def test_a_reference_model_loaded_beside_an_adapter_is_a_copy() -> None:
+    """TRL's kto script and OpenRLHF's DPO load a reference model of their own even with a LoRA adapter: reference_model
+    copy, which counts the base once more (PEFT's disabled-adapter reference holds none)."""
+    kto = one_job(pod(["trl", "kto", "--model_name_or_path", M, "--use_peft", "--lora_r", "16"])).spec
+    assert (kto.method, kto.reference_model) == ("lora", "copy")
+    dpo = one_job(pod(["deepspeed", "--module", "openrlhf.cli.train_dpo", "--pretrain", M, "--lora_rank", "16"],
+                      gpus=8)).spec
+    assert (dpo.method, dpo.reference_model) == ("lora", "copy")
+    trl_dpo = one_job(pod(["trl", "dpo", "--model_name_or_path", M, "--use_peft"])).spec
+    assert trl_dpo.reference_model in (None, False)  # DPOTrainer with PEFT: the disabled adapter, no copy
