@@ -665,11 +665,19 @@ def _check_model(obj: ObjectRef, merged: Settings) -> list[str]:
         return [f"model {name} read as {base} (same architecture; the catalog lists the base model)"]
     local = name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
     what = "is a local path, which vramfit cannot read" if local else "is not in the model catalog"
+    quantized = _QUANTIZED_CHECKPOINT.search(name)
+    if quantized:  # the base model alone would be read as 16-bit weights: say how to give the quantization too
+        what += (f"; it is a {quantized.group(1).upper()} checkpoint: annotate its base model with method: qlora and "
+                 f"quantization: {'nf4' if quantized.group(1).lower() == 'bnb' else 'gptq-int4'}")
     raise obj.error(
         setting.where,
         f"{setting.source} names the model {name!r}, which {what}",
         f"{ANNOTATION_HINT}; {hint}" if hint and not local else ANNOTATION_HINT,
     )
+
+
+# Name parts of a quantized checkpoint (hugging-quants/...-GPTQ-INT4, ...-AWQ, unsloth/...-bnb-4bit)
+_QUANTIZED_CHECKPOINT = re.compile(r"[-_](gptq|awq|bnb)(?:[-_]|$)", re.IGNORECASE)
 
 
 # Families whose positions are a learned table (GPT-2, GPT-BigCode, OPT; the BERT-style encoders): no sequence longer

@@ -305,6 +305,9 @@ KEYS: dict[str, tuple[str, Convert]] = {
     **dict.fromkeys(("use_peft", "use_peft_lora"), ("_peft", to_bool)),
     # preference training: axolotl `rl: dpo|ipo|orpo|simpo|kto`, LLaMA-Factory `stage: dpo|kto` with `pref_loss`
     "rl": ("_rl", _same),
+    "max_new_tokens": ("_max_new_tokens", _same),  # LLaMA-Factory's generation length (PPO rollouts)
+    # axolotl reward_model: true (AxolotlRewardTrainer, TRL's RewardTrainer: chosen and rejected scored together)
+    "reward_model": ("_rl", lambda v: "reward" if to_bool(v) is True else None),
     "stage": ("_stage", _same),
     "pref_loss": ("_pref_loss", _same),
     "adapter": ("_adapter", _same),
@@ -688,6 +691,14 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
             else:
                 notes.append(f"{label} sets use_badam with badam_mode {mode}: BAdam trains part of the model at a "
                              "time; read as full fine-tuning (an over-estimate)")
+        for key, what in (("use_adam_mini", "Adam-mini keeps the first moment and one second-moment value per block, "
+                                            "about one fp32 state per parameter"),
+                          ("use_muon", "Muon keeps one momentum buffer per hidden weight matrix and AdamW's two "
+                                       "states for the embeddings and the head")):
+            if to_bool(keys.get(key)) is True:
+                # LLaMA-Factory's create_custom_optimizer replaces the Trainer's optimizer (train/trainer_utils.py)
+                implied["optimizer"] = Setting("adamw", f"{label} key {key} (read as AdamW)", where)
+                notes.append(f"{label} sets {key}: {what}; read as AdamW's two states (an over-estimate)")
         checkpointing = implied.get("gradient_checkpointing")
         if "trainable_layers" in implied and checkpointing is not None and checkpointing.value is True:
             # LLaMA-Factory's checkpointing function runs a block without trainable parameters unchecked
@@ -1600,10 +1611,25 @@ def _resolve_preference(raw: Mapping[str, Setting], out: Settings, notes: list[s
         kind, source = "kto", stage
     elif stage is not None and str(stage.value).strip().lower() == "rm":
         kind, source = "reward", stage
+    if stage is not None and str(stage.value).strip().lower() == "ppo":
+        # LLaMA-Factory's PPO (train/ppo/trainer.py): rollouts generate up to max_new_tokens after a prompt of up to
+        # cutoff_len, and the policy (with its value head) trains on both
+        length, new = out.get("seq_len"), raw.get("_max_new_tokens")
+        if length is not None and new is not None and (total := launch_count(str(length.value))) is not None \
+                and (extra := launch_count(str(new.value))) is not None:
+            out["seq_len"] = Setting(total + extra, f"{length.source} + {new.source} (PPO trains on prompt and "
+                                                    "response)", length.where)
+        notes.append(f"{stage.source} ppo: the rollout's generation (its KV cache), the value head and the reward "
+                     "model's forward are not in the prediction (an under-estimate)")
     if kind is None or source is None:
         return
     if kind in _PAIRED_LOSSES:
         _pair_batch(out, source.source, source.where)
+    if kind == "reward" and "task" not in out and stage is None:
+        # a reward model scores a sequence with one label: AutoModelForSequenceClassification, num_labels 1 (axolotl
+        # reward_model, TRL's RewardTrainer); LLaMA-Factory's stage rm keeps the LM head under a value head instead
+        out["task"] = Setting("seq-classification", f"{source.source} (a sequence classifier with one label)",
+                              source.where)
     method = out.get("method")
     if kind in _REFERENCE_LOSSES and "reference_model" not in out and (method is None or method.value == "full"):
         out["reference_model"] = Setting(True, f"{source.source} (a frozen reference model beside the trained one)",
@@ -2522,6 +2548,9 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _openrlhf_settings(openrlhf, tokens, raw, notes, where)
     if _is_swift_sft(tokens):
         _swift_settings(tokens, raw, notes, where)
+    script = next((PurePosixPath(t).name for t in tokens if PurePosixPath(t).name in _SCRIPT_TASKS), None)
+    if script is not None and "task" not in raw:
+        raw["task"] = Setting(_SCRIPT_TASKS[script], f"transformers' {script} example script", where)
     if "_dtype" in raw and "(axolotl loads the model in bf16)" in raw["_dtype"].source and \
             any(k in flags for k in ("_deepspeed", "_fsdp", "_use_fsdp", "_use_deepspeed", "_fsdp_config")):
         del raw["_dtype"]  # DeepSpeed / FSDP keep fp32 masters: the config's bf16 is mixed precision again
@@ -2639,6 +2668,13 @@ def _ray_template_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
         raw["_peft"] = Setting(True, values["lora"][1], where)
         notes.append(f"{values['lora'][1]}: the template's ./lora_configs/lora.json is not in view; its rank and "
                      "modules are unknown (set lora in the vramfit.io/spec annotation)")
+
+
+# transformers' task example scripts (examples/pytorch/*) and the task their Auto class trains
+_SCRIPT_TASKS = {"run_glue.py": "seq-classification", "run_classification.py": "seq-classification",
+                 "run_glue_no_trainer.py": "seq-classification", "run_ner.py": "token-classification",
+                 "run_ner_no_trainer.py": "token-classification", "run_mlm.py": "masked-lm",
+                 "run_mlm_no_trainer.py": "masked-lm"}
 
 
 def _is_swift_sft(tokens: Sequence[str]) -> bool:

@@ -999,3 +999,26 @@ def test_a_reference_model_loaded_beside_an_adapter_is_a_copy() -> None:
     assert (dpo.method, dpo.reference_model) == ("lora", "copy")
     trl_dpo = one_job(pod(["trl", "dpo", "--model_name_or_path", M, "--use_peft"])).spec
     assert trl_dpo.reference_model in (None, False)  # DPOTrainer with PEFT: the disabled adapter, no copy
+
+
+def test_third_review_reward_models_task_scripts_optimizers_ppo_and_quantized_names() -> None:
+    """axolotl reward_model: a one-label sequence classifier scoring pairs; transformers' run_glue / run_ner / run_mlm
+    train their task's head; LLaMA-Factory's use_adam_mini / use_muon are noted (read as AdamW, not the Trainer's fused
+    default); stage ppo trains on prompt + max_new_tokens (noted: the rollout is not counted); a GPTQ checkpoint's
+    error names the quantization to annotate."""
+    config = f"base_model: {M}\nreward_model: true\nmicro_batch_size: 2\nsequence_len: 1024\n"
+    rm = one_job(pod(["bash", "-c", f"cat > /c.yml <<EOF\n{config}EOF\naxolotl train /c.yml"])).spec
+    assert (rm.task, rm.micro_batch_size) == ("seq-classification", 4)
+    for script, task in (("run_glue.py", "seq-classification"), ("run_ner.py", "token-classification"),
+                         ("run_mlm.py", "masked-lm")):
+        job = one_job(pod(["python", script, "--model_name_or_path", "bert-base-uncased", "--do_train"]))
+        assert job.spec.task == task, script
+    for key in ("use_adam_mini", "use_muon"):
+        lf = f"model_name_or_path: {M}\nstage: sft\nfinetuning_type: full\n{key}: true\n"
+        job = one_job(pod(["bash", "-c", f"cat > /c.yaml <<EOF\n{lf}EOF\nllamafactory-cli train /c.yaml"]))
+        assert job.spec.optimizer == "adamw" and job.spec.fused_optimizer is not True and key in notes_of(job)
+    ppo = f"model_name_or_path: {M}\nstage: ppo\nfinetuning_type: lora\ncutoff_len: 1024\nmax_new_tokens: 512\n"
+    job = one_job(pod(["bash", "-c", f"cat > /c.yaml <<EOF\n{ppo}EOF\nllamafactory-cli train /c.yaml"]))
+    assert job.spec.seq_len == 1536 and "rollout" in notes_of(job)
+    outcomes = scan(pod(["python", "train.py", "--model_name_or_path", "org/Llama-3.1-8B-Instruct-GPTQ-INT4"]))
+    assert any("quantization: gptq-int4" in str(o) for o in outcomes)
