@@ -388,7 +388,9 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "pad_to_sequence_len": ("_pad_to_length", to_bool),
     "pytorch_cuda_alloc_conf": ("expandable_segments", _expandable_segments),
     **dict.fromkeys(
-        ("use_liger_kernel", "enable_liger_kernel", "liger_fused_linear_cross_entropy", "cut_cross_entropy"),
+        # TRL's SFTConfig use_liger (0.14-0.16, before TrainingArguments' use_liger_kernel took over)
+        ("use_liger_kernel", "enable_liger_kernel", "liger_fused_linear_cross_entropy", "cut_cross_entropy",
+         "use_liger"),
         ("cross_entropy", lambda v: "fused-linear" if to_bool(v) is True else None),
     ),
     **dict.fromkeys(("activation_offloading", "enable_activation_offloading"), ("activation_offloading", _offloading)),
@@ -2548,6 +2550,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _openrlhf_settings(openrlhf, tokens, raw, notes, where)
     if _is_swift_sft(tokens):
         _swift_settings(tokens, raw, notes, where)
+    _research_scripts(tokens, raw, notes, where)
     script = next((PurePosixPath(t).name for t in tokens if PurePosixPath(t).name in _SCRIPT_TASKS), None)
     if script is not None and "task" not in raw:
         raw["task"] = Setting(_SCRIPT_TASKS[script], f"transformers' {script} example script", where)
@@ -2668,6 +2671,46 @@ def _ray_template_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
         raw["_peft"] = Setting(True, values["lora"][1], where)
         notes.append(f"{values['lora'][1]}: the template's ./lora_configs/lora.json is not in view; its rank and "
                      "modules are unknown (set lora in the vramfit.io/spec annotation)")
+
+
+def _research_scripts(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """Training scripts of research codebases that take HF-style flags but train differently from what the flags say:
+    - allenai/open-instruct ``dpo_tune_cache.py`` / ``dpo_tune.py`` / ``dpo.py``: DPO with the chosen and rejected
+      sequences forwarded together (FlatArguments.concatenated_forward True); ``dpo_tune_cache`` computes the reference
+      log-probabilities before training, so no reference model is resident while it trains;
+    - open-instruct ``reward_modeling.py``: a one-label sequence classifier scoring ``torch.cat((chosen, rejected))``,
+      ``--max_token_length`` (default 512) the length, torch's foreach AdamW;
+    - DeepSpeed-Chat (``step1_supervised_finetuning`` / ``step2_reward_model_finetuning`` ``main.py``): ``--offload``
+      puts parameters and optimizer on the CPU (utils/ds_utils.py get_train_ds_config: both offload devices "cpu";
+      DeepSpeed uses the parameter offload at ZeRO-3 only), and step 2 is a reward model (a value head on the base,
+      ``DataCollatorReward`` concatenating the chosen and rejected batches)."""
+    pairs = {key: (value, source) for key, value, source in _flag_pairs(tokens)[0]}
+    paths = [t for t in tokens if t.endswith(".py")]
+    name = PurePosixPath(paths[0]).name if paths else ""
+    open_instruct = any("open_instruct" in p for p in paths)
+    if open_instruct and name in ("dpo_tune_cache.py", "dpo_tune.py", "dpo.py"):
+        raw.setdefault("_rl", Setting("dpo", f"open-instruct {name} (chosen and rejected forwarded together)", where))
+        if name == "dpo_tune_cache.py":
+            raw.setdefault("reference_model", Setting(False, "open-instruct dpo_tune_cache.py (reference log-probs "
+                                                             "cached before training)", where))
+    if open_instruct and name == "reward_modeling.py":
+        raw.setdefault("_rl", Setting("reward", "open-instruct reward_modeling.py (chosen and rejected scored "
+                                                "together)", where))
+        length = pairs.get("max_token_length")
+        raw.setdefault("seq_len", Setting(length[0] if length else 512, length[1] if length else
+                                          "open-instruct default --max_token_length 512", where))
+        raw.setdefault("fused_optimizer", Setting(False, "open-instruct reward_modeling.py (torch.optim.AdamW, "
+                                                         "foreach)", where))
+    # DeepSpeed-Chat's scripts are main.py run from their step's folder: known by their paths or by their own flags
+    # (--zero_stage with the store_true --deepspeed; step 2's --num_padding_at_beginning)
+    chat = any("step1_supervised_finetuning" in p or "step2_reward_model_finetuning" in p or "DeepSpeed-Chat" in p
+               for p in paths) or (name == "main.py" and "zero_stage" in pairs and "deepspeed" in pairs)
+    if chat and (off := pairs.get("offload")) is not None and to_bool(off[0]) is not False:
+        raw["_offload_optimizer"] = Setting("cpu", off[1], where)
+        raw["_offload_param"] = Setting("cpu", off[1], where)
+    if chat and (any("step2_reward_model_finetuning" in p for p in paths) or "num_padding_at_beginning" in pairs):
+        raw.setdefault("_rl", Setting("reward", "DeepSpeed-Chat step 2 (a reward model: chosen and rejected "
+                                                "concatenated)", where))
 
 
 # transformers' task example scripts (examples/pytorch/*) and the task their Auto class trains

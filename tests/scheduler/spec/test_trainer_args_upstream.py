@@ -1022,3 +1022,23 @@ def test_third_review_reward_models_task_scripts_optimizers_ppo_and_quantized_na
     assert job.spec.seq_len == 1536 and "rollout" in notes_of(job)
     outcomes = scan(pod(["python", "train.py", "--model_name_or_path", "org/Llama-3.1-8B-Instruct-GPTQ-INT4"]))
     assert any("quantization: gptq-int4" in str(o) for o in outcomes)
+
+
+def test_open_instruct_deepspeed_chat_step2_and_trl_use_liger() -> None:
+    """open-instruct's dpo_tune_cache.py forwards chosen and rejected together with its reference log-probs cached
+    (read as one sequence before: 10.1 GiB where Tulu 3's 8B DPO needs 14.1); its reward_modeling.py is a one-label
+    classifier over concatenated pairs at --max_token_length (26.0 -> 29.4 GiB, off the A100-40GB it was listed on);
+    DeepSpeed-Chat's step 2 is a reward model and --offload puts parameters and optimizer on the CPU; TRL's older
+    use_liger is the fused linear cross-entropy (open-r1's 32K-token recipe read 439 GiB, 58.2 now)."""
+    dpo = one_job(pod(["accelerate", "launch", "open_instruct/dpo_tune_cache.py", "--model_name_or_path", M,
+                       "--per_device_train_batch_size", "1", "--max_seq_length", "2048"])).spec
+    assert (dpo.micro_batch_size, dpo.reference_model) == (2, False)
+    rm = one_job(pod(["accelerate", "launch", "open_instruct/reward_modeling.py", "--model_name_or_path", M,
+                      "--per_device_train_batch_size", "4", "--max_token_length", "4096"])).spec
+    assert (rm.task, rm.micro_batch_size, rm.seq_len, rm.fused_optimizer) == ("seq-classification", 8, 4096, False)
+    chat = ["deepspeed", "main.py", "--model_name_or_path", M, "--per_device_train_batch_size", "8",
+            "--num_padding_at_beginning", "0", "--zero_stage", "3", "--deepspeed", "--offload"]
+    step2 = one_job(pod(chat, gpus=8)).spec
+    assert (step2.task, step2.micro_batch_size, step2.offload) == ("seq-classification", 16, "params+optimizer")
+    liger = one_job(pod(["python", "train.py", "--model_name_or_path", M, "--use_liger", "true"])).spec
+    assert liger.cross_entropy == "fused-linear"
