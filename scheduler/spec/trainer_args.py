@@ -2349,6 +2349,12 @@ def _exports(text: str, env: dict[str, str], budget: TextBudget) -> str:
 _LIST_FLAGS = {"lora_target_modules", "lora_modules_to_save", "modules_to_save", "optim_target_modules"}
 
 
+def _flag_values(tokens: Sequence[str]) -> dict[str, tuple[Any, str]]:
+    """Every flag of a command line by its normalised key, as (value, source): what the trainer-specific readers
+    (Megatron-LM, OpenRLHF, ms-swift, ...) look up beside :data:`KEYS`."""
+    return {key: (value, source) for key, value, source in _flag_pairs(tokens)[0]}
+
+
 def read_flags(tokens: Sequence[str], where: str) -> tuple[dict[str, Setting], list[str]]:
     """``--key value`` / ``--key=value`` / bare boolean flags, and positional arguments."""
     pairs, positionals = _flag_pairs(tokens)
@@ -2540,7 +2546,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
             raw = {**implied, **raw}
             notes += implied_notes
     raw.update(flags)
-    if "training_parameters" in {k for k, _, _ in _flag_pairs(tokens)[0]}:
+    if "training_parameters" in _flag_values(tokens):
         _kubeflow_sdk_settings(tokens, raw, notes, where)
     if _is_megatron(tokens):
         _megatron_settings(tokens, raw, notes, where)
@@ -2591,7 +2597,7 @@ def _kubeflow_sdk_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
     --training_parameters JSON``): ``TrainingArguments(**json.loads(training_parameters))``, the model loaded by the
     Auto class and always wrapped in ``LoraConfig(**json.loads(lora_config))`` (an empty config: PEFT's defaults).
     Before, none of it was read: a LoRA job at batch 4 with checkpointing was a full fine-tune at batch 1."""
-    pairs = {key: (value, source) for key, value, source in _flag_pairs(tokens)[0]}
+    pairs = _flag_values(tokens)
     params, lora, uri, auto = (pairs.get(k) for k in ("training_parameters", "lora_config", "model_uri",
                                                      "transformer_type"))
     def unquoted(text: Any) -> str:  # Katib's templates keep the shell quotes around the JSON: '{...}'
@@ -2684,7 +2690,7 @@ def _research_scripts(tokens: Sequence[str], raw: dict[str, Setting], notes: lis
       puts parameters and optimizer on the CPU (utils/ds_utils.py get_train_ds_config: both offload devices "cpu";
       DeepSpeed uses the parameter offload at ZeRO-3 only), and step 2 is a reward model (a value head on the base,
       ``DataCollatorReward`` concatenating the chosen and rejected batches)."""
-    pairs = {key: (value, source) for key, value, source in _flag_pairs(tokens)[0]}
+    pairs = _flag_values(tokens)
     paths = [t for t in tokens if t.endswith(".py")]
     name = PurePosixPath(paths[0]).name if paths else ""
     open_instruct = any("open_instruct" in p for p in paths)
@@ -2734,7 +2740,7 @@ def _swift_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[
     ``--lora_alpha`` (32), ``--lora_dropout`` (0.05); gradient checkpointing on by default
     (TrainArgumentsMixin.gradient_checkpointing True); ``--max_length``; ``--attn_impl``; the model in
     ``--torch_dtype``, by default the checkpoint's (bf16 for today's models), with the matching bf16/fp16 flag."""
-    pairs = {key: (value, source) for key, value, source in _flag_pairs(tokens)[0]}
+    pairs = _flag_values(tokens)
     model, display = pairs.get("model") or pairs.get("model_id_or_path"), pairs.get("model_name")
     if model is not None:
         raw["model"] = Setting(model[0], model[1], where)
@@ -2814,7 +2820,7 @@ def _openrlhf_settings(command: str, tokens: Sequence[str], raw: dict[str, Setti
     default all-linear, dropout 0); DPO and KTO load the reference model as an Actor of its own beside the trained one
     (with LoRA too), which ``--ref_offload`` puts in CPU memory. Before, the model, batch and length were not read and
     DPO's paired forward and reference model were missed: a 12.5 GiB under-estimate for its Llama 3 8B example."""
-    pairs = {key: (value, source) for key, value, source in _flag_pairs(tokens)[0]}
+    pairs = _flag_values(tokens)
     label = f"OpenRLHF train_{command}"
 
     def given(key: str, field: str, default: Any = None, what: str = "") -> None:
@@ -2883,7 +2889,7 @@ def _megatron_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: li
     accumulation once the GPU count is known); ``--train-iters``. With no model named, a SwiGLU + RMSNorm
     architecture given by flags (``--num-layers``, ``--hidden-size``, ``--ffn-hidden-size``, ``--num-attention-heads``,
     ``--num-query-groups``, ``--vocab-size``, ...) becomes an inline Llama-style config."""
-    pairs = {key: (value, source) for key, value, source in _flag_pairs(tokens)[0]}
+    pairs = _flag_values(tokens)
 
     def flag(key: str) -> tuple[Any, str] | None:
         return pairs.get(key)
