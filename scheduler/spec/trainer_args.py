@@ -306,6 +306,16 @@ KEYS: dict[str, tuple[str, Convert]] = {
     # preference training: axolotl `rl: dpo|ipo|orpo|simpo|kto`, LLaMA-Factory `stage: dpo|kto` with `pref_loss`
     "rl": ("_rl", _same),
     "max_new_tokens": ("_max_new_tokens", _same),  # LLaMA-Factory's generation length (PPO rollouts)
+    # online RL (TRL GRPOConfig, open-r1): the policy trains on prompt + generated completion; beta > 0 keeps a
+    # frozen reference model; a colocated vLLM engine shares the training GPUs
+    "max_prompt_length": ("_max_prompt_length", _same),
+    "max_completion_length": ("_max_completion_length", _same),
+    "num_generations": ("_num_generations", _same),
+    "beta": ("_beta", _same),
+    "use_vllm": ("_use_vllm", to_bool),
+    "vllm_mode": ("_vllm_mode", _same),
+    "vllm_gpu_memory_utilization": ("_vllm_gpu_memory_utilization", _same),
+    "vllm_enable_sleep_mode": ("_vllm_sleep", to_bool),
     # axolotl reward_model: true (AxolotlRewardTrainer, TRL's RewardTrainer: chosen and rejected scored together)
     "reward_model": ("_rl", lambda v: "reward" if to_bool(v) is True else None),
     "stage": ("_stage", _same),
@@ -2535,6 +2545,8 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
                 f"{trainer} config {path} is not in the manifest; its settings are unknown "
                 "(inline it, or set them in the vramfit.io/spec annotation)"
             )
+    if unread and not accelerate:
+        _accelerate_config_by_name(tokens, unread, raw, notes, where)
     if trainer == "LLaMA-Factory":  # llamafactory-cli train CONFIG key=value ...
         raw.update(read_pairs(((k, v, f"override {k}={v}") for k, v in _key_values(positionals)), where))
         flag_map = {k: v for k, v, _ in _flag_pairs(tokens)[0]}
@@ -2570,6 +2582,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         raw["fused_optimizer"] = Setting(False, "torch.optim.AdamW of a *_no_trainer script (foreach, not the "
                                                 "Trainer's fused default)", where)
     _trl_defaults(tokens, trainer, raw, flags, notes, where, all_read=not unread)
+    _online_rl_settings(tokens, raw, notes, where)
     _hf_trainer_defaults(tokens, trainer, raw, notes, where, all_read=not unread)
     if trainer == "LLaMA-Factory" and not notes and "_finetuning_type" not in raw and "model" in raw:
         # every setting is in view (flags, overrides, configs read) and none names the method: LLaMA-Factory's
@@ -2971,6 +2984,14 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
         if "_rl" not in raw:  # DPOTrainer: pairs in one forward, a reference model without an adapter
             raw["_rl"] = Setting("dpo", "TRL DPOTrainer", where)
     legacy = any(t.endswith(("examples/scripts/reward_modeling.py", "examples/scripts/kto.py")) for t in tokens)
+    if command == "grpo" and "model" in raw:
+        # GRPOConfig's own defaults (trl/trainer/grpo_config.py: "gradient_checkpointing: Defaults to True", "bf16:
+        # Defaults to True if fp16 is not set") and TrainingArguments' per-device batch 8 (completions per device)
+        applied = _trl_config_defaults(raw, (("micro_batch_size", 8, "per_device_train_batch_size 8"),
+                                             ("gradient_checkpointing", True, "gradient_checkpointing on")),
+                                       "TRL GRPOConfig default", where)
+        if applied:
+            notes.append(f"trl grpo defaults where its command sets none: {', '.join(applied)}")
     if command in ("kto", "reward") and "model" in raw and legacy:
         # the examples/scripts era's configs set no checkpointing or bf16 default (the scripts' docstrings pass them):
         # TrainingArguments' per-device batch 8 only
@@ -2988,15 +3009,11 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
         # 1024, gradient_checkpointing True, bf16 True when fp16 is not set; TrainingArguments' per-device batch 8.
         # KTO keeps a frozen reference model (the script loads it) and runs its KL term under no_grad; the reward
         # model is a sequence classifier (AutoModelForSequenceClassification, num_labels 1) scoring pairs
-        deepspeed = "_deepspeed" in raw
         label = {"kto": "TRL KTOConfig default", "reward": "TRL RewardConfig default"}[command]
-        applied = _fill_defaults(raw, (("seq_len", 1024, "max_length 1024"),
-                                       ("micro_batch_size", 8, "per_device_train_batch_size 8"),
-                                       ("gradient_checkpointing", True, "gradient_checkpointing on")),
-                                 label, where, batch_decided_elsewhere=deepspeed)
-        if not deepspeed and not any(k in raw for k in _PRECISION_KEYS):
-            raw["_bf16"] = Setting(True, f"{label} bf16 (fp16 not set)", where)
-            applied.append("bf16")
+        applied = _trl_config_defaults(raw, (("seq_len", 1024, "max_length 1024"),
+                                             ("micro_batch_size", 8, "per_device_train_batch_size 8"),
+                                             ("gradient_checkpointing", True, "gradient_checkpointing on")),
+                                       label, where)
         if applied:
             notes.append(f"trl {command} defaults where its command sets none: {', '.join(applied)}")
     if command in ("kto", "reward") and "model" in raw:
@@ -3022,14 +3039,10 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
     if command == "sft" and "model" in raw:
         # SFTConfig's own defaults (its docstring: max_length 1024; "gradient_checkpointing: Defaults to True";
         # "bf16: Defaults to True if fp16 is not set") and TrainingArguments' per_device_train_batch_size 8
-        deepspeed = "_deepspeed" in raw  # its config may set the micro-batch and the precision: read later, it wins
-        applied = _fill_defaults(raw, (("seq_len", 1024, "max_length 1024"),
-                                       ("micro_batch_size", 8, "per_device_train_batch_size 8"),
-                                       ("gradient_checkpointing", True, "gradient_checkpointing on")),
-                                 "TRL SFTConfig default", where, batch_decided_elsewhere=deepspeed)
-        if not deepspeed and not any(k in raw for k in _PRECISION_KEYS):
-            raw["_bf16"] = Setting(True, "TRL SFTConfig default bf16 (fp16 not set)", where)
-            applied.append("bf16")
+        applied = _trl_config_defaults(raw, (("seq_len", 1024, "max_length 1024"),
+                                             ("micro_batch_size", 8, "per_device_train_batch_size 8"),
+                                             ("gradient_checkpointing", True, "gradient_checkpointing on")),
+                                       "TRL SFTConfig default", where)
         if applied:
             notes.append(f"trl sft defaults where its command sets none: {', '.join(applied)} (a field the "
                          "vramfit.io/spec annotation sets still wins)")
@@ -3037,12 +3050,8 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
         # DistillationConfig's own defaults (trl/trainer/distillation_config.py: "gradient_checkpointing: Defaults to
         # True", "bf16: Defaults to True if fp16 is not set"); its sequences are prompts + on-policy completions
         # (max_completion_length 512), whose length the command does not say
-        deepspeed = "_deepspeed" in raw
-        applied = _fill_defaults(raw, (("gradient_checkpointing", True, "gradient_checkpointing on"),),
-                                 "TRL DistillationConfig default", where)
-        if not deepspeed and not any(k in raw for k in _PRECISION_KEYS):
-            raw["_bf16"] = Setting(True, "TRL DistillationConfig default bf16 (fp16 not set)", where)
-            applied.append("bf16")
+        applied = _trl_config_defaults(raw, (("gradient_checkpointing", True, "gradient_checkpointing on"),),
+                                       "TRL DistillationConfig default", where)
         if applied:
             notes.append(f"trl distillation defaults where its command sets none: {', '.join(applied)}")
     four = raw.get("_4bit")
@@ -3052,6 +3061,80 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
 
 # raw keys that state a precision: a trainer's default precision applies only without any of them
 _PRECISION_KEYS = ("_bf16", "_fp16", "_dtype", "_pure_bf16", "_mixed")
+
+
+# TRL GRPOConfig max_completion_length default (trl/trainer/grpo_config.py), and the max_prompt_length default of the
+# releases that truncated prompts (GRPOConfig 0.14-0.2x; later releases keep prompts whole)
+_GRPO_COMPLETION_TOKENS = 256
+_GRPO_PROMPT_TOKENS = 512
+
+
+def _online_rl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """GRPO as TRL's GRPOTrainer runs it (``trl grpo``, open-r1's grpo.py, any script taking GRPOConfig's
+    ``--num_generations`` and ``--max_completion_length``): each micro-batch holds ``per_device_train_batch_size``
+    completions, and the policy's forward and backward run over prompt + completion, so the trained length is
+    ``max_prompt_length + max_completion_length``; ``beta > 0`` keeps a frozen reference model (with an adapter, the
+    base with the adapter disabled), ``beta`` 0 none. The rollout's generation and a colocated vLLM engine are named
+    in the notes, not predicted."""
+    grpo = _trl_command(tokens) == "grpo" or ("_num_generations" in raw and "_max_completion_length" in raw)
+    if not grpo or "model" not in raw:
+        return
+    completion, prompt = raw.get("_max_completion_length"), raw.get("_max_prompt_length")
+    if "seq_len" not in raw:
+        new = launch_count(completion.value) if completion is not None else None
+        new_what = f"{completion.source} {new}" if new is not None and completion is not None else \
+            f"GRPOConfig default max_completion_length {_GRPO_COMPLETION_TOKENS}"
+        new = new or _GRPO_COMPLETION_TOKENS
+        old = launch_count(prompt.value) if prompt is not None else None
+        if old is None:
+            old = _GRPO_PROMPT_TOKENS
+            old_what = f"max_prompt_length {_GRPO_PROMPT_TOKENS} assumed"
+            notes.append(f"GRPO: the prompts' length is not stated; {_GRPO_PROMPT_TOKENS} tokens assumed (the "
+                         "max_prompt_length default of TRL releases that truncate prompts; later ones keep prompts "
+                         "whole): pass --max_prompt_length, or set seq_len in the vramfit.io/spec annotation")
+        else:
+            old_what = f"{prompt.source} {old}" if prompt is not None else ""
+        raw["seq_len"] = Setting(old + new, f"{old_what} + {new_what} (GRPO trains on prompt and completion)",
+                                 where)
+    beta = raw.get("_beta")
+    try:
+        beta_value = float(beta.value) if beta is not None else None
+    except (TypeError, ValueError):
+        beta_value = None
+    if beta_value is not None and beta_value > 0 and "reference_model" not in raw:
+        raw["reference_model"] = Setting(True, f"{beta.source} {beta.value} > 0 (GRPO's KL term: a frozen reference "
+                                               "model; with an adapter, the base with the adapter disabled)", where)
+    elif beta is None:
+        notes.append("GRPO: beta not set; TRL's current GRPOConfig default 0.0 loads no reference model (older "
+                     "releases defaulted to 0.04 and load one: set beta to say which)")
+    use_vllm, mode = raw.get("_use_vllm"), raw.get("_vllm_mode")
+    if use_vllm is not None and use_vllm.value is True:
+        colocate = mode is not None and str(mode.value).strip().lower() == "colocate"
+        sleep = raw.get("_vllm_sleep")
+        if colocate and not (sleep is not None and sleep.value is True):
+            share = raw.get("_vllm_gpu_memory_utilization")
+            fraction = share.value if share is not None else "0.3 (GRPOConfig default)"
+            notes.append(f"GRPO with vLLM colocated: its engine keeps vllm_gpu_memory_utilization {fraction} of every "
+                         "training GPU's memory beside the training peak, which this prediction does not include "
+                         "(an under-estimate: leave that share free, or use --vllm_enable_sleep_mode)")
+        elif not colocate:
+            notes.append("GRPO with vLLM in server mode: generation runs on the vLLM server's own GPUs, not in this "
+                         "prediction")
+    else:
+        notes.append("GRPO: the rollout generates with the policy itself (transformers generate); its KV cache, "
+                     "freed before the training step, is not in the prediction")
+
+
+def _trl_config_defaults(raw: dict[str, Setting], defaults: Sequence[tuple[str, Any, str]], label: str, where: str
+                         ) -> list[str]:
+    """A TRL config's defaults where the command sets none (:func:`_fill_defaults`), and its bf16 default (on when
+    fp16 is not set); a DeepSpeed config may set the micro-batch and the precision: read later, it wins."""
+    deepspeed = "_deepspeed" in raw
+    applied = _fill_defaults(raw, defaults, label, where, batch_decided_elsewhere=deepspeed)
+    if not deepspeed and not any(k in raw for k in _PRECISION_KEYS):
+        raw["_bf16"] = Setting(True, f"{label} bf16 (fp16 not set)", where)
+        applied.append("bf16")
+    return applied
 
 
 def _fill_defaults(raw: dict[str, Setting], defaults: Sequence[tuple[str, Any, str]], source: str, where: str,
@@ -3093,6 +3176,7 @@ def _hf_trainer_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Set
 # TRL's example scripts, run directly or by its CLI (trl/cli.py runs trl/scripts/<command>.py with the same argv):
 # older releases kept them in examples/scripts/
 _TRL_SCRIPTS = {"sft": ("trl/scripts/sft.py", "examples/scripts/sft.py"),
+                "grpo": ("trl/scripts/grpo.py", "examples/scripts/grpo.py", "open_r1/grpo.py"),
                 "dpo": ("trl/scripts/dpo.py", "examples/scripts/dpo.py"),
                 "distillation": ("trl/scripts/distillation.py", "examples/scripts/distillation.py"),
                 "kto": ("trl/scripts/kto.py", "examples/scripts/kto.py"),
@@ -3110,6 +3194,42 @@ def _trl_command(tokens: Sequence[str]) -> str | None:
     if "trl" in names:
         return next((c for c in _TRL_SCRIPTS if c in tokens[:4]), None)
     return next((c for c, paths in _TRL_SCRIPTS.items() if any(t.endswith(paths) for t in tokens)), None)
+
+
+def _accelerate_config_by_name(tokens: Sequence[str], unread: Sequence[str], raw: dict[str, Setting],
+                               notes: list[str], where: str) -> None:
+    """``accelerate launch --config_file zero2.yaml ...`` whose config the manifest does not carry (baked into the
+    image: open-r1's recipes/accelerate_configs/zero2.yaml, TRL's examples/accelerate_configs/deepspeed_zero3.yaml):
+    its distributed type read from the file name, as an unread DeepSpeed config's stage is, and said so. Without
+    this, such a job read as plain data parallel: the model states of every rank unsharded."""
+    if [PurePosixPath(t).name for t in tokens[:2]] != ["accelerate", "launch"]:
+        return
+    path = next((t.split("=", 1)[1] if t.startswith("--config_file=") else tokens[i + 1]
+                 for i, t in enumerate(tokens[:-1] if tokens else [])
+                 if t == "--config_file" or t.startswith("--config_file=")), None)
+    if path is None and tokens and tokens[-1].startswith("--config_file="):
+        path = tokens[-1].split("=", 1)[1]
+    if path is None or path not in unread:
+        return
+    if any(k in raw for k in ("_deepspeed", "_fsdp", "_zero_stage", "_use_fsdp", "_use_deepspeed")):
+        return  # the trainer's own flags say it
+    name = PurePosixPath(path).name.lower()
+    stage, offload = deepspeed_stage_from_name(name)
+    missing = f"accelerate config {path} is not in the manifest"
+    if stage is not None and "fsdp" not in name:
+        raw["_zero_stage"] = Setting(stage, f"accelerate config {path} (its file name: DeepSpeed ZeRO-{stage})", where)
+        if offload:
+            raw["offload"] = Setting("params+optimizer" if stage == 3 else "optimizer",
+                                     f"accelerate config {path} (its file name: CPU offload)", where)
+        notes.append(f"{missing}: DeepSpeed ZeRO stage {stage}{' with CPU offload' if offload else ''} read from its "
+                     "file name (inline the config, or set sharding in the vramfit.io/spec annotation, if it says "
+                     "otherwise)")
+    elif "fsdp" in name:
+        raw["_use_fsdp"] = Setting(True, f"accelerate config {path} (its file name: FSDP)", where)
+        notes.append(f"{missing}: FSDP (full shard) read from its file name; its offload and precision are unknown")
+    elif not any(word in name for word in ("multi_gpu", "ddp", "single_gpu")):
+        notes.append(f"{missing} and its name does not say the distributed type: read as plain data parallel (inline "
+                     "it, or set sharding in the vramfit.io/spec annotation)")
 
 
 def _trl_accelerate_config(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:

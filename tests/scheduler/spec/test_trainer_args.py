@@ -814,3 +814,47 @@ def test_a_torchtune_packed_value_that_is_no_boolean_is_refused_not_a_crash() ->
                      _tune_job(TUNE_QLORA_CONFIG, "dataset.packed=maybe")):
         errors = [o for o in outcomes if isinstance(o, SpecError) and "is not a workload" not in str(o)]
         assert len(errors) == 1 and "dataset.packed" in str(errors[0]), outcomes
+
+
+def test_trl_grpo_trains_on_prompt_and_completion_with_its_defaults() -> None:
+    """``trl grpo``: the policy's forward and backward run over prompt + completion (max_prompt_length +
+    max_completion_length), beta > 0 keeps a frozen reference model, and GRPOConfig's defaults (checkpointing on, bf16,
+    the per-device batch of 8 completions) apply. Read before as an SFT job at the spec's default 2,048 tokens with
+    no reference model."""
+    base = ["trl", "grpo", "--model_name_or_path", "Qwen/Qwen2.5-7B-Instruct", "--dataset_name", "trl-lib/tldr"]
+    job = one_job(pod([*base, "--max_prompt_length", "512", "--max_completion_length", "1024", "--beta", "0.04",
+                       "--use_vllm", "--vllm_mode", "colocate"], gpus=8))
+    s = job.spec
+    assert (s.seq_len, s.reference_model, s.micro_batch_size) == (1536, True, 8)
+    assert (s.gradient_checkpointing, s.precision) == ("full", "bf16-mixed")
+    assert "GRPO trains on prompt and completion" in job.provenance["seq_len"]
+    assert any("vLLM colocated" in a and "0.3" in a for a in job.assumptions), job.assumptions
+    # no prompt length, no completion length, no beta: GRPOConfig's 256-token completions after a 512-token prompt
+    # assumed, and no reference model (beta's default 0.0), each said
+    plain = one_job(pod(base, gpus=8))
+    assert (plain.spec.seq_len, plain.spec.reference_model) == (768, None)
+    assert any("prompts' length is not stated" in a for a in plain.assumptions), plain.assumptions
+    assert any("beta not set" in a for a in plain.assumptions)
+    zero = one_job(pod([*base, "--beta", "0", "--max_completion_length", "2048", "--max_prompt_length", "256"]))
+    assert (zero.spec.seq_len, zero.spec.reference_model) == (2304, None)
+
+
+def test_open_r1_grpo_recipe_with_an_accelerate_config_baked_into_the_image() -> None:
+    """open-r1's GRPO recipe (src/open_r1/grpo.py --config recipe.yaml) under ``accelerate launch --config_file
+    recipes/accelerate_configs/zero2.yaml``, a file the image carries: ZeRO-2 read from the config's name (with fp32
+    masters for the bf16-loaded model), and the recipe's lengths. Read before as plain data parallel at 2,048 tokens."""
+    recipe = {"model_name_or_path": "Qwen/Qwen2.5-1.5B-Instruct", "torch_dtype": "bfloat16", "bf16": True,
+              "use_vllm": True, "gradient_checkpointing": True, "max_prompt_length": 512,
+              "max_completion_length": 1024, "num_generations": 16, "per_device_train_batch_size": 16}
+    launch = ["accelerate", "launch", "--config_file", "recipes/accelerate_configs/zero2.yaml", "src/open_r1/grpo.py",
+              "--config"]
+    job = _config_job(recipe, launch, gpus=8)
+    s = job.spec
+    assert (s.sharding, s.precision, s.seq_len, s.micro_batch_size) == ("zero2", "bf16-mixed", 1536, 16)
+    assert any("zero2.yaml is not in the manifest" in a for a in job.assumptions), job.assumptions
+    assert any("server mode" in a for a in job.assumptions)
+    fsdp = _config_job(recipe, [*launch[:3], "configs/fsdp.yaml", *launch[4:]], gpus=8)
+    assert fsdp.spec.sharding == "fsdp"
+    other = _config_job(recipe, [*launch[:3], "configs/cluster.yaml", *launch[4:]], gpus=8)
+    assert other.spec.sharding is None  # the multi-GPU default, data parallel
+    assert any("does not say the distributed type" in a for a in other.assumptions), other.assumptions
