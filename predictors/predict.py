@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +13,15 @@ from predictors.features import resident_bytes
 from predictors.hardware import GpuSpec, lookup_gpu
 from predictors.runtime import Interconnect, RuntimePrediction, predict_runtime
 from predictors.spec import TrainingSpec
-from predictors.vram import VramPrediction, device_peak_on_gpu, on_gpu, predict_vram_without_gpu, with_breakdown
+from predictors.vram import (
+    VramPrediction,
+    colocated_engine_bytes,
+    device_peak_on_gpu,
+    on_gpu,
+    predict_vram_without_gpu,
+    with_breakdown,
+    with_colocated_engine,
+)
 
 if TYPE_CHECKING:
     from predictors.persistence import LoadedModel
@@ -318,16 +326,18 @@ class SpecPredictor:
         if known is not None:
             return known.peak_vram_upper_bytes
         base = self._base(gpus)
-        device = device_peak_on_gpu(base, resolve_gpu(self.spec, gpu_name))
+        gpu = resolve_gpu(self.spec, gpu_name)
+        device = device_peak_on_gpu(base, gpu)
+        engine = colocated_engine_bytes(self.spec, gpu)  # added after the bound, as memory_many adds it
         loaded = self._vram_model
         if loaded is None:
-            return int(device * (1 + DEFAULT_UPPER_MARGIN))
+            return int(device * (1 + DEFAULT_UPPER_MARGIN)) + engine
         if self._floor_factor is None:  # the model's upper_floor_bytes, its per-spec factor worked out once
             self._floor_factor = (loaded.model.upper_floor_factor(self.spec),)
         factor = self._floor_factor[0]
         floor = float(resident_bytes(base)) if factor is None else device * factor
         # a hair below the float floor: the bound itself is rounded to whole bytes
-        return math.floor(floor * (1 - 1e-9))
+        return math.floor(floor * (1 - 1e-9)) + engine
 
     def required_floor_bytes(self, gpu_name: str | None, gpus: int | None) -> int:
         """Bytes that the memory prediction's :attr:`MemoryPrediction.required_bytes` is never below (the floor of
@@ -388,7 +398,7 @@ class SpecPredictor:
             if loaded is None:
                 for key, gpu, vram in zip(missing, gpu_specs, vrams, strict=True):
                     upper = int(vram.peak_vram_bytes * (1 + DEFAULT_UPPER_MARGIN))
-                    memory[key] = MemoryPrediction(gpu, vram, upper, {})
+                    memory[key] = self._with_engine(MemoryPrediction(gpu, vram, upper, {}))
             else:
                 from predictors.residual_serving import correct_vram_many
 
@@ -396,8 +406,27 @@ class SpecPredictor:
                                           list(zip(gpu_specs, vrams, strict=True)))
                 for key, gpu, f in zip(missing, gpu_specs, fixed, strict=True):
                     extra = {"model_version": loaded.version, "residual_correction_ratio": f.correction_ratio}
-                    memory[key] = MemoryPrediction(gpu, f.vram, f.upper_bytes, extra)
+                    memory[key] = self._with_engine(MemoryPrediction(gpu, f.vram, f.upper_bytes, extra))
         return [memory[r] for r in requests]
+
+    def _with_engine(self, mem: MemoryPrediction) -> MemoryPrediction:
+        """``mem`` with the colocated inference engine's share of its GPU (``colocated_engine_memory_fraction``):
+        a setting, so added to the levels and to the bound as it is, after the residual model (which learned the
+        training step's error, not the engine's)."""
+        fraction = self.spec.colocated_engine_memory_fraction
+        if not fraction:
+            return mem
+        engine = colocated_engine_bytes(self.spec, mem.gpu)
+        if not engine:
+            note = (f"a colocated inference engine holds {fraction:.0%} of each GPU's memory beside this peak: "
+                    "counted once the GPU is known (--gpu, or placement)")
+            return replace(mem, vram=replace(mem.vram, notes=(*mem.vram.notes, note)))
+        note = (f"a colocated inference engine holds {fraction:.0%} of the {mem.gpu.name if mem.gpu else 'GPU'}'s "
+                f"memory ({engine / 2**30:.2f} GiB) through the training step: added to every level and to the bound "
+                "as it is")
+        vram = with_colocated_engine(mem.vram, engine)
+        return replace(mem, vram=replace(vram, notes=(*vram.notes, note)),
+                       peak_vram_upper_bytes=mem.peak_vram_upper_bytes + engine)
 
     def predict_many(self, requests: Sequence[tuple[str | None, int | None, Interconnect | None]]
                      ) -> list[Prediction]:

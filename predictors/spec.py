@@ -431,6 +431,12 @@ class TrainingSpec(BaseModel):
                           "parameter that is used again within this many parameter elements is kept rather than "
                           "released (0: every parameter is released after its module). Unset: DeepSpeed's default 1e9"
     )
+    colocated_engine_memory_fraction: Annotated[float, Field(gt=0, lt=1)] | None = Field(
+        None, description="vramfit extension: the share of every training GPU's memory that an inference engine in the "
+                          "same processes holds through the training step: online RL generating with vLLM colocated "
+                          "(TRL's vllm_mode colocate, its vllm_gpu_memory_utilization; not with vLLM's sleep mode, "
+                          "which frees it while training). Counted exactly on each GPU, outside the learned bound"
+    )
 
     @field_validator("gradient_checkpointing", mode="before")
     @classmethod

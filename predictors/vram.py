@@ -277,7 +277,30 @@ def predict_vram(
     ``gpus`` overrides ``spec.gpus`` (needed when the spec says ``auto``); ``teacher`` is the architecture of the
     spec's ``teacher_model`` (``ResolvedModel.teacher_architecture``), required when it names one.
     """
-    return on_gpu(predict_vram_without_gpu(spec, arch, gpus, params_override, teacher), gpu)
+    vram = on_gpu(predict_vram_without_gpu(spec, arch, gpus, params_override, teacher), gpu)
+    return with_colocated_engine(vram, colocated_engine_bytes(spec, gpu))
+
+
+def colocated_engine_bytes(spec: TrainingSpec, gpu: GpuSpec | None) -> int:
+    """The memory a colocated inference engine holds on ``gpu`` beside training: ``colocated_engine_memory_fraction``
+    of the memory the device reports (vLLM sizes its instance, weights and KV cache, as gpu_memory_utilization times
+    the device's total memory: vllm/worker gpu_worker.py determine_available_memory), 0 without the setting or a
+    GPU. It is a setting, not a prediction: added after the learned bound, never scaled by it."""
+    fraction = spec.colocated_engine_memory_fraction
+    if not fraction or gpu is None:
+        return 0
+    return int(round(fraction * gpu.memory_bytes))
+
+
+def with_colocated_engine(vram: VramPrediction, engine_bytes: int) -> VramPrediction:
+    """``vram`` with a colocated engine's ``engine_bytes`` (:func:`colocated_engine_bytes`): tensors of the same
+    processes (vLLM allocates through PyTorch), so in every level, and its own breakdown component."""
+    if engine_bytes <= 0:
+        return vram
+    return replace(vram, peak_allocated_bytes=vram.peak_allocated_bytes + engine_bytes,
+                   peak_reserved_bytes=vram.peak_reserved_bytes + engine_bytes,
+                   peak_vram_bytes=vram.peak_vram_bytes + engine_bytes,
+                   breakdown_bytes={**vram.breakdown_bytes, "colocated_engine": engine_bytes})
 
 
 def _context_bytes(gpu: GpuSpec | None) -> int:

@@ -13,6 +13,7 @@ from predictors.hardware import alias_alternatives, gpu_catalog, lookup_gpu
 from predictors.predict import Prediction, predict, reclaimable_bytes, required_bytes
 from predictors.spec import MAX_GPUS
 from predictors.units import format_bytes
+from predictors.vram import colocated_engine_bytes
 from scheduler.placement import format_duration
 from scheduler.spec import read_jobs
 from scheduler.spec.document import ParsedJob, answer_each
@@ -148,8 +149,10 @@ def render_table(pred: Prediction, title: str = "") -> str:
         upper = (f" (upper bound {format_duration(pred.runtime_upper_seconds)})"
                  if pred.runtime_upper_seconds is not None else "")
         lines.append(f"  runtime: {format_duration(pred.runtime_seconds)}{upper}")
-    needed = required_bytes(pred.peak_vram_upper_bytes, v)  # paged optimizer states without the margin
-    fits = [g.name for g in gpu_catalog().values() if needed <= g.memory_bytes and g.runs(pred.spec.precision)]
+    # paged optimizer states without the margin; a colocated engine's share is each GPU's own
+    needed = required_bytes(pred.peak_vram_upper_bytes, v) - v.breakdown_bytes.get("colocated_engine", 0)
+    fits = [g.name for g in gpu_catalog().values()
+            if needed + colocated_engine_bytes(pred.spec, g) <= g.memory_bytes and g.runs(pred.spec.precision)]
     lines.append("  fits on: " + (", ".join(fits) if fits else "no single catalog GPU (shard it or change the method)"))
     for note in v.notes:
         lines.append(f"  note: {note}")

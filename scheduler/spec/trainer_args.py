@@ -3066,6 +3066,7 @@ _PRECISION_KEYS = ("_bf16", "_fp16", "_dtype", "_pure_bf16", "_mixed")
 # TRL GRPOConfig max_completion_length default (trl/trainer/grpo_config.py), and the max_prompt_length default of the
 # releases that truncated prompts (GRPOConfig 0.14-0.2x; later releases keep prompts whole)
 _GRPO_COMPLETION_TOKENS = 256
+_VLLM_COLOCATE_SHARE = 0.3
 _GRPO_PROMPT_TOKENS = 512
 
 
@@ -3074,8 +3075,9 @@ def _online_rl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: l
     ``--num_generations`` and ``--max_completion_length``): each micro-batch holds ``per_device_train_batch_size``
     completions, and the policy's forward and backward run over prompt + completion, so the trained length is
     ``max_prompt_length + max_completion_length``; ``beta > 0`` keeps a frozen reference model (with an adapter, the
-    base with the adapter disabled), ``beta`` 0 none. The rollout's generation and a colocated vLLM engine are named
-    in the notes, not predicted."""
+    base with the adapter disabled), ``beta`` 0 none; a vLLM engine colocated in the training processes (``vllm_mode
+    colocate`` without sleep mode) holds its ``vllm_gpu_memory_utilization`` share of every GPU. The rollout's own
+    generation (transformers' generate, or a vLLM server on other GPUs) is named in a note."""
     grpo = _trl_command(tokens) == "grpo" or ("_num_generations" in raw and "_max_completion_length" in raw)
     if not grpo or "model" not in raw:
         return
@@ -3112,12 +3114,26 @@ def _online_rl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: l
         colocate = mode is not None and str(mode.value).strip().lower() == "colocate"
         sleep = raw.get("_vllm_sleep")
         if colocate and not (sleep is not None and sleep.value is True):
+            # GRPOConfig vllm_gpu_memory_utilization default 0.3 (trl/trainer/grpo_config.py); vLLM sizes its
+            # instance as that share of the device's memory and holds it through the training step
             share = raw.get("_vllm_gpu_memory_utilization")
-            fraction = share.value if share is not None else "0.3 (GRPOConfig default)"
-            notes.append(f"GRPO with vLLM colocated: its engine keeps vllm_gpu_memory_utilization {fraction} of every "
-                         "training GPU's memory beside the training peak, which this prediction does not include "
-                         "(an under-estimate: leave that share free, or use --vllm_enable_sleep_mode)")
-        elif not colocate:
+            try:
+                fraction = float(share.value) if share is not None else _VLLM_COLOCATE_SHARE
+            except (TypeError, ValueError):
+                fraction = -1.0
+            source = f"{share.source} {share.value}" if share is not None else \
+                f"GRPOConfig default vllm_gpu_memory_utilization {_VLLM_COLOCATE_SHARE}"
+            if 0 < fraction < 1:
+                raw.setdefault("colocated_engine_memory_fraction", Setting(
+                    fraction, f"{source} (vLLM colocated in the training processes: its share of every GPU's "
+                              "memory, held through the training step)", where))
+            else:
+                notes.append(f"GRPO with vLLM colocated: {source} is not a share between 0 and 1; the engine's "
+                             "memory is not in the prediction")
+        elif colocate:
+            notes.append("GRPO with vLLM colocated in sleep mode: the engine frees its memory while the policy trains, "
+                         "so only the training step is predicted")
+        else:
             notes.append("GRPO with vLLM in server mode: generation runs on the vLLM server's own GPUs, not in this "
                          "prediction")
     else:

@@ -44,11 +44,13 @@ def varied_specs(n: int, seed: int) -> list[TrainingSpec]:
                                   ("none", "full"), ("bf16-mixed", "bf16-true")))
     rng = random.Random(seed)
     specs = []
-    for model, method, micro, seq, gpus, ckpt, precision in rng.sample(grid, n):
+    for i, (model, method, micro, seq, gpus, ckpt, precision) in enumerate(rng.sample(grid, n)):
         work = rng.choice(({"train_tokens": 5e8}, {"steps": 3000}, {}))
+        # every seventh with a colocated inference engine's share of each GPU (added after the bound)
+        engine = {"colocated_engine_memory_fraction": 0.3} if i % 7 == 3 else {}
         specs.append(TrainingSpec.model_validate({
             "model": model, "method": method, "micro_batch_size": micro, "seq_len": seq,
-            "gradient_checkpointing": ckpt, "precision": precision, **gpus, **work}))
+            "gradient_checkpointing": ckpt, "precision": precision, **gpus, **work, **engine}))
     return specs
 
 

@@ -828,7 +828,17 @@ def test_trl_grpo_trains_on_prompt_and_completion_with_its_defaults() -> None:
     assert (s.seq_len, s.reference_model, s.micro_batch_size) == (1536, True, 8)
     assert (s.gradient_checkpointing, s.precision) == ("full", "bf16-mixed")
     assert "GRPO trains on prompt and completion" in job.provenance["seq_len"]
-    assert any("vLLM colocated" in a and "0.3" in a for a in job.assumptions), job.assumptions
+    # vLLM colocated in the training processes keeps GRPOConfig's default 0.3 of every GPU's memory
+    assert s.colocated_engine_memory_fraction == 0.3
+    assert "vllm_gpu_memory_utilization 0.3" in job.provenance["colocated_engine_memory_fraction"]
+    colocate = [*base, "--use_vllm", "true", "--vllm_mode", "colocate"]
+    half = one_job(pod([*colocate, "--vllm_gpu_memory_utilization", "0.5"], gpus=8)).spec
+    asleep = one_job(pod([*colocate, "--vllm_enable_sleep_mode", "true"], gpus=8))
+    assert (half.colocated_engine_memory_fraction, asleep.spec.colocated_engine_memory_fraction) == (0.5, None)
+    assert any("sleep mode" in a for a in asleep.assumptions)
+    server = one_job(pod([*base, "--use_vllm", "true"], gpus=8))
+    assert server.spec.colocated_engine_memory_fraction is None
+    assert any("server mode" in a for a in server.assumptions)
     # no prompt length, no completion length, no beta: GRPOConfig's 256-token completions after a 512-token prompt
     # assumed, and no reference model (beta's default 0.0), each said
     plain = one_job(pod(base, gpus=8))
