@@ -2566,8 +2566,10 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _ray_template_settings(tokens, raw, notes, where)
     if (openrlhf := _openrlhf_command(tokens)) is not None:
         _openrlhf_settings(openrlhf, tokens, raw, notes, where)
-    if _is_swift_sft(tokens):
+    if (swift := _swift_command(tokens)) is not None:
         _swift_settings(tokens, raw, notes, where)
+        if swift == "rlhf":
+            _swift_rlhf_settings(tokens, raw, notes, where)
     _research_scripts(tokens, raw, notes, where)
     script = next((PurePosixPath(t).name for t in tokens if PurePosixPath(t).name in _SCRIPT_TASKS), None)
     if script is not None and "task" not in raw:
@@ -2739,11 +2741,51 @@ _SCRIPT_TASKS = {"run_glue.py": "seq-classification", "run_classification.py": "
                  "run_mlm_no_trainer.py": "masked-lm"}
 
 
-def _is_swift_sft(tokens: Sequence[str]) -> bool:
-    """``swift sft ...`` (ms-swift's CLI) or its script ``swift/cli/sft.py``."""
+def _swift_command(tokens: Sequence[str]) -> str | None:
+    """``sft`` / ``rlhf`` for ``swift sft ...`` / ``swift rlhf ...`` (ms-swift's CLI) or their scripts
+    ``swift/cli/sft.py`` / ``swift/cli/rlhf.py``."""
     names = [PurePosixPath(t).name for t in tokens]
-    return any(n == "swift" and i + 1 < len(names) and names[i + 1] == "sft" for i, n in enumerate(names[:4])) \
-        or any(t.endswith("swift/cli/sft.py") for t in tokens)
+    for command in ("sft", "rlhf"):
+        if any(n == "swift" and i + 1 < len(names) and names[i + 1] == command for i, n in enumerate(names[:4])) \
+                or any(t.endswith(f"swift/cli/{command}.py") for t in tokens):
+            return command
+    return None
+
+
+# ms-swift RLHFArguments rlhf_type (swift/llm/argument/rlhf_args.py; default dpo) as vramfit's preference kinds:
+# simpo runs as CPO with the simpo loss (_init_simpo), rm is a pairwise reward model
+_SWIFT_RLHF = {"dpo": "dpo", "simpo": "simpo", "orpo": "orpo", "cpo": "cpo", "kto": "kto", "rm": "reward",
+               "grpo": "grpo"}
+
+
+def _swift_rlhf_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """ms-swift's ``swift rlhf --rlhf_type dpo|simpo|orpo|cpo|kto|rm|grpo|ppo|gkd`` (default dpo): the preference
+    kinds take the paired forward and, for full training, the reference model that RLHFArguments loads (not for
+    cpo/orpo/simpo/rm); GRPO is read as TRL's GRPOTrainer, which ms-swift's trainer extends, with ms-swift's vLLM
+    defaults (colocate unless a server is named, vllm_gpu_memory_utilization 0.9, sleep_level 0)."""
+    pairs = _flag_values(tokens)
+    found = pairs.get("rlhf_type")
+    kind = str(found[0]).strip().lower() if found is not None else "dpo"
+    label = f"{found[1]} {kind}" if found is not None else "ms-swift default rlhf_type dpo"
+    mapped = _SWIFT_RLHF.get(kind)
+    if mapped is None:
+        notes.append(f"{label}: an ms-swift RLHF algorithm vramfit does not model beyond the trained policy (PPO's "
+                     "value and reward models, GKD's teacher are not in the prediction: an under-estimate)")
+        return
+    raw.setdefault("_rl", Setting(mapped, f"{label} (ms-swift RLHF)", where))
+    if mapped != "grpo":
+        return
+    if "_vllm_mode" not in raw and "_use_vllm" in raw:
+        server = any(k in pairs for k in ("vllm_server_host", "vllm_server_base_url"))
+        raw["_vllm_mode"] = Setting("server" if server else "colocate", "ms-swift vllm_mode default (colocate unless "
+                                    "a vllm_server_host / base_url is given)", where)
+    sleep = pairs.get("sleep_level")
+    if sleep is not None and launch_count(sleep[0]) is not None:
+        raw.setdefault("_vllm_sleep", Setting(True, f"{sleep[1]} {sleep[0]}", where))
+    raw.setdefault("_vllm_gpu_memory_utilization", Setting(0.9, "ms-swift default vllm_gpu_memory_utilization", where))
+    if "seq_len" in raw:
+        notes.append(f"ms-swift GRPO: {raw['seq_len'].source} read as the whole trained sequence (prompt and "
+                     "completion)")
 
 
 def _swift_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
@@ -3078,7 +3120,9 @@ def _online_rl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: l
     base with the adapter disabled), ``beta`` 0 none; a vLLM engine colocated in the training processes (``vllm_mode
     colocate`` without sleep mode) holds its ``vllm_gpu_memory_utilization`` share of every GPU. The rollout's own
     generation (transformers' generate, or a vLLM server on other GPUs) is named in a note."""
-    grpo = _trl_command(tokens) == "grpo" or ("_num_generations" in raw and "_max_completion_length" in raw)
+    rl = raw.get("_rl")
+    grpo = _trl_command(tokens) == "grpo" or ("_num_generations" in raw and "_max_completion_length" in raw) or (
+        rl is not None and str(rl.value).strip().lower() == "grpo")
     if not grpo or "model" not in raw:
         return
     completion, prompt = raw.get("_max_completion_length"), raw.get("_max_prompt_length")

@@ -868,3 +868,29 @@ def test_open_r1_grpo_recipe_with_an_accelerate_config_baked_into_the_image() ->
     other = _config_job(recipe, [*launch[:3], "configs/cluster.yaml", *launch[4:]], gpus=8)
     assert other.spec.sharding is None  # the multi-GPU default, data parallel
     assert any("does not say the distributed type" in a for a in other.assumptions), other.assumptions
+
+
+def test_ms_swift_rlhf_reads_its_algorithm_and_vllm_defaults() -> None:
+    """``swift rlhf`` (ms-swift's RLHF entry point): the model, tuner and dtype as ``swift sft`` reads them; rlhf_type
+    dpo (the default) forwards pairs and, in full training, keeps a reference model; simpo/orpo/cpo keep none; GRPO
+    as TRL's GRPOTrainer, with ms-swift's vLLM defaults (colocate unless a server is named, 0.9 of each GPU,
+    sleep_level 0). Not read at all before: the job had no model."""
+    base = ["swift", "rlhf", "--model", "Qwen/Qwen2.5-7B-Instruct", "--train_type", "full", "--torch_dtype",
+            "bfloat16", "--per_device_train_batch_size", "2", "--max_length", "2048"]
+    dpo = one_job(pod(base)).spec
+    assert (dpo.micro_batch_size, dpo.reference_model, dpo.seq_len) == (4, True, 2048)
+    simpo = one_job(pod([*base, "--rlhf_type", "simpo"])).spec
+    assert (simpo.micro_batch_size, simpo.reference_model) == (4, None)
+    lora = one_job(pod([*base[:5], "lora", *base[6:], "--rlhf_type", "kto"])).spec
+    assert (lora.method, lora.micro_batch_size, lora.reference_model) == ("lora", 2, None)
+    grpo = [*base[:-2], "--rlhf_type", "grpo", "--max_completion_length", "2048", "--num_generations", "8",
+            "--use_vllm", "true", "--beta", "0.04"]
+    colocated = one_job(pod(grpo, gpus=8)).spec
+    assert (colocated.seq_len, colocated.reference_model, colocated.colocated_engine_memory_fraction) == (
+        2560, True, 0.9)
+    asleep = one_job(pod([*grpo, "--sleep_level", "1", "--vllm_gpu_memory_utilization", "0.5"], gpus=8)).spec
+    assert asleep.colocated_engine_memory_fraction is None
+    server = one_job(pod([*grpo, "--vllm_server_host", "10.0.0.2"], gpus=8)).spec
+    assert server.colocated_engine_memory_fraction is None
+    ppo = one_job(pod([*base, "--rlhf_type", "ppo"]))
+    assert any("does not model beyond the trained policy" in a for a in ppo.assumptions)
