@@ -431,6 +431,13 @@ class TrainingSpec(BaseModel):
                           "parameter that is used again within this many parameter elements is kept rather than "
                           "released (0: every parameter is released after its module). Unset: DeepSpeed's default 1e9"
     )
+    kbit_prepared: bool | None = Field(
+        None, description="vramfit extension, qlora with bitsandbytes: the model went through PEFT's "
+                          "prepare_model_for_kbit_training (TRL's trainers call it for a 4-bit model that FSDP/ZeRO-3 "
+                          "do not shard; most QLoRA scripts do), which leaves the non-quantized parameters "
+                          "(embeddings, norms, head) in fp32, so the residual stream runs in fp32 whatever the "
+                          "precision. Unset: as the precision says (*-mixed: fp32, *-true: the 16-bit dtype)"
+    )
     colocated_engine_memory_fraction: Annotated[float, Field(gt=0, lt=1)] | None = Field(
         None, description="vramfit extension: the share of every training GPU's memory that an inference engine in the "
                           "same processes holds through the training step: online RL generating with vLLM colocated "
@@ -542,6 +549,9 @@ class TrainingSpec(BaseModel):
                              "is not supported. To fix: use method: qlora, or drop quantization")
         if self.method == "lora" and self.quantization is not None:
             raise ValueError("`quantization` is set but method is lora. To fix: use method: qlora")
+        if self.kbit_prepared is not None and self.method != "qlora":
+            raise ValueError(f"kbit_prepared applies to qlora (PEFT's preparation of a quantized model); method is "
+                             f"{self.method}. To fix: drop kbit_prepared")
         if self.method == "full" and self.lora is not None:
             raise ValueError("`lora` settings given but method is full. To fix: set method: lora or qlora")
         if self.optimizer_in_backward:

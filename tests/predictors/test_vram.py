@@ -337,3 +337,30 @@ def test_extra_norms_keep_their_fp32_inputs() -> None:
     assert activations("gemma2", head_dim=16) - llama == tokens * L * 2 * 4 * H
     # q (4 heads) and k (2 kv heads) of head_dim 16, 4 bytes each
     assert activations("qwen3", head_dim=16) - llama == tokens * L * 4 * (4 + 2) * 16
+
+
+def test_kbit_prepared_qlora_runs_its_stream_in_fp32() -> None:
+    """PEFT's prepare_model_for_kbit_training leaves a QLoRA model's non-quantized parameters in fp32, so its norms
+    put the residual stream in fp32 even over a bf16 base (the v1 reading of a bf16 model with autocast): the
+    prediction is the *-mixed one. IBM's fms-acceleration A100 run of this spec (TRL 0.11 SFTTrainer) peaked at
+    19.15 GiB allocated; the 16-bit reading gave 14.5."""
+    from predictors.spec import TrainingSpec
+
+    base = {"model": "mistral-7b-v0.1", "method": "qlora", "quantization": "nf4-dq", "micro_batch_size": 4,
+            "seq_len": 4096, "gradient_checkpointing": "full", "attention": "flash", "framework": "transformers",
+            "lora": {"rank": 16, "alpha": 16, "dropout": 0.1, "target_modules": ["q_proj", "k_proj", "v_proj",
+                                                                                 "o_proj"]}}
+    from predictors.catalog import resolve_model
+
+    arch = resolve_model(TrainingSpec.model_validate(base)).architecture
+    plain = predict_vram(TrainingSpec.model_validate({**base, "precision": "bf16-true"}), arch)
+    prepared = predict_vram(TrainingSpec.model_validate({**base, "precision": "bf16-true", "kbit_prepared": True}),
+                            arch)
+    mixed = predict_vram(TrainingSpec.model_validate({**base, "precision": "bf16-mixed"}), arch)
+    assert prepared.peak_allocated_bytes == mixed.peak_allocated_bytes
+    assert 19.0 < prepared.peak_allocated_bytes / 2**30 < 19.6 and plain.peak_allocated_bytes / 2**30 < 15
+    unprepared = predict_vram(TrainingSpec.model_validate({**base, "precision": "bf16-mixed", "kbit_prepared": False}),
+                              arch)
+    assert unprepared.peak_allocated_bytes == plain.peak_allocated_bytes
+    with pytest.raises(ValueError, match="kbit_prepared applies to qlora"):
+        TrainingSpec.model_validate({"model": "mistral-7b-v0.1", "method": "lora", "kbit_prepared": True})
