@@ -201,6 +201,23 @@ def test_read_jobs_skips_configmaps_and_reports_a_file_without_jobs() -> None:
     assert "Pod trainer: no container requests nvidia.com/gpu" in str(info.value)
 
 
+def test_objects_that_travel_with_gpu_jobs_do_not_fail_the_file() -> None:
+    """A GB200 job as NVIDIA documents it (a ComputeDomain beside the pods), a DRA job's ResourceClaimTemplate, a
+    Kueue ProvisioningRequest with its PodTemplate: reported as no training job, so the file's pod is still predicted
+    (they failed the whole file as unsupported kinds before)."""
+    companions = [
+        {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain", "metadata": {"name": "imex"}},
+        {"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaimTemplate", "metadata": {"name": "claim"}},
+        {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "tpl"}},
+        {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest", "metadata": {"name": "req"}},
+    ]
+    jobs = read_jobs_text(dump(*companions, pod(ARGS)), "f.yaml")
+    assert [j.ref for j in jobs] == ["Pod trainer"]
+    with pytest.raises(NoTrainingJob) as info:
+        read_jobs_text(dump(*companions), "f.yaml")
+    assert "ComputeDomain imex: is not a workload" in str(info.value)
+
+
 def test_plain_training_spec_still_reads() -> None:
     jobs = read_jobs_text("model: llama-2-7b\nmethod: lora\n", "spec.yaml")
     assert jobs[0].kind == "TrainingSpec" and jobs[0].pod_templates == [] and jobs[0].pinned_gpu is None
