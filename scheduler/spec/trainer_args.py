@@ -381,6 +381,10 @@ KEYS: dict[str, tuple[str, Convert]] = {
     # DistillationTrainer (trl/scripts/distillation.py), axolotl's GKD plugin (integrations/gkd: gkd_teacher, "held
     # in-process and run every step")
     **dict.fromkeys(("teacher_model_name_or_path", "gkd_teacher"), ("teacher_model", _same)),
+    # DistillKit-style logit-distillation scripts (--teacher_model NAME; aws-samples' distil_logits_cli.py loads it in
+    # bf16 and runs it every step): a model id only (torchtune's teacher_model is a component mapping, read there)
+    **dict.fromkeys(("teacher_model", "teacher_model_id", "teacher_name_or_path"),
+                    ("teacher_model", lambda v: v if isinstance(v, str) else None)),
     # vramfit extensions: HF TrainingArguments --torch_compile / axolotl torch_compile; Liger's fused linear
     # cross-entropy (HF --use_liger_kernel, LLaMA-Factory enable_liger_kernel, axolotl
     # liger_fused_linear_cross_entropy) and Cut Cross-Entropy (axolotl cut_cross_entropy); activation offloading
