@@ -2575,6 +2575,8 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         if swift == "rlhf":
             _swift_rlhf_settings(tokens, raw, notes, where)
     _research_scripts(tokens, raw, notes, where)
+    if _is_llama_cookbook(tokens):
+        _llama_cookbook_defaults(tokens, raw, notes, where)
     script = next((PurePosixPath(t).name for t in tokens if PurePosixPath(t).name in _SCRIPT_TASKS), None)
     if script is not None and "task" not in raw:
         raw["task"] = Setting(_SCRIPT_TASKS[script], f"transformers' {script} example script", where)
@@ -2698,6 +2700,58 @@ def _ray_template_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
         raw["_peft"] = Setting(True, values["lora"][1], where)
         notes.append(f"{values['lora'][1]}: the template's ./lora_configs/lora.json is not in view; its rank and "
                      "modules are unknown (set lora in the vramfit.io/spec annotation)")
+
+
+# Meta's llama-cookbook (llama-recipes) finetuning entry point and the flags only it takes
+_LLAMA_COOKBOOK_FLAGS = ("--enable_fsdp", "--batch_size_training", "--context_length", "--batching_strategy",
+                         "--peft_method", "--one_gpu", "--fsdp_config.")
+
+
+def _is_llama_cookbook(tokens: Sequence[str]) -> bool:
+    """``finetuning.py`` (recipes/quickstart, getting-started/finetuning) or ``-m llama_recipes.finetuning`` /
+    ``llama_cookbook.finetuning``, with at least one flag of its train_config / fsdp_config."""
+    script = any(PurePosixPath(t).name == "finetuning.py" or t.endswith(("llama_recipes.finetuning",
+                                                                          "llama_cookbook.finetuning"))
+                 for t in tokens)
+    return script and any(t.startswith(_LLAMA_COOKBOOK_FLAGS) for t in tokens)
+
+
+def _llama_cookbook_defaults(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """llama-cookbook's own defaults where the command sets none (src/llama_cookbook/configs/training.py, fsdp.py,
+    peft.py @ meta-llama/llama-recipes 341539a): batch_size_training 4; batching_strategy "packing" to
+    context_length 4096 (every sample a full 4,096-token block; "padding" pads each batch to its longest sample); under
+    --enable_fsdp, fsdp_activation_checkpointing True, which finetuning.py applies (apply_fsdp_checkpointing); with
+    --use_peft, peft_method lora with r 8, alpha 32, q_proj and v_proj, dropout 0.05. Read before as the TrainingSpec's
+    defaults: 2,048 tokens, no checkpointing (Llama-3-8B on 2 x 8 GPUs: 142.8 GiB, fitting no GPU, for 65.4)."""
+    label = "llama-cookbook default"
+    applied = _fill_defaults(raw, (("micro_batch_size", 4, "batch_size_training 4"),), label, where)
+    strategy = _flag_values(tokens).get("batching_strategy")
+    if strategy is not None and str(strategy[0]).strip().lower() == "padding":
+        raw.setdefault("sequence_lengths", Setting("variable", f"{strategy[1]} padding (each batch padded to its "
+                                                               "longest sample)", where))
+        if "seq_len" not in raw:
+            notes.append(f"{strategy[1]} padding: batches are as long as their longest sample, up to the data's "
+                         "longest; 4,096 (context_length's default) assumed")
+            raw["seq_len"] = Setting(4096, f"{label} context_length 4096 (padding: the longest sample assumed "
+                                           "under it)", where)
+    else:
+        applied += _fill_defaults(raw, (("seq_len", 4096, "context_length 4096 (packing)"),), label, where)
+    fsdp = raw.get("_use_fsdp")
+    if fsdp is not None and fsdp.value is True:
+        ckpt = _flag_values(tokens).get("fsdp_config.fsdp_activation_checkpointing")
+        if ckpt is not None:
+            raw["gradient_checkpointing"] = Setting(to_bool(ckpt[0]) is not False, ckpt[1], where)
+        else:
+            applied += _fill_defaults(raw, (("gradient_checkpointing", True,
+                                             "fsdp_activation_checkpointing True (under --enable_fsdp)"),),
+                                      label, where)
+    peft = raw.get("_peft")
+    if peft is not None and peft.value is True:
+        applied += _fill_defaults(raw, (("lora.rank", 8, "lora_config r 8"), ("lora.alpha", 32, "lora_alpha 32"),
+                                        ("lora.target_modules", ["q_proj", "v_proj"], "target_modules q_proj, v_proj"),
+                                        ("lora.dropout", 0.05, "lora_dropout 0.05")), label, where)
+    if applied:
+        notes.append(f"llama-cookbook defaults where its command sets none: {', '.join(applied)}")
 
 
 def _research_scripts(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:

@@ -919,3 +919,21 @@ def test_a_teacher_model_flag_is_the_distillation_teacher() -> None:
                        "--teacher_model=Qwen/Qwen2.5-3B"]))
     assert job.spec.teacher_model == "Qwen/Qwen2.5-3B"
     assert job.provenance["teacher_model"] == "flag --teacher_model"
+
+
+def test_llama_cookbook_defaults_apply_where_its_command_sets_none() -> None:
+    """Meta's llama-cookbook finetuning.py packs every sample to context_length 4096, trains 4 per device and, under
+    --enable_fsdp, checkpoints every block (configs/training.py, fsdp.py): nebius's 2 x 8-GPU Llama-3-8B job read
+    as 2,048 tokens without checkpointing, 142.8 GiB fitting no GPU, where it needs 66 GiB."""
+    base = ["torchrun", "--nnodes=2", "--nproc_per_node=8", "getting-started/finetuning/finetuning.py",
+            "--model_name", "meta-llama/Meta-Llama-3-8B"]
+    job = one_job(pod([*base, "--enable_fsdp", "--fsdp_config.pure_bf16", "--batch_size_training=8"], gpus=8))
+    s = job.spec
+    assert (s.seq_len, s.micro_batch_size, s.gradient_checkpointing, s.sharding) == (4096, 8, "full", "fsdp")
+    assert "context_length 4096" in job.provenance["seq_len"]
+    off = one_job(pod([*base, "--enable_fsdp", "--fsdp_config.fsdp_activation_checkpointing", "False"], gpus=8)).spec
+    assert (off.gradient_checkpointing, off.micro_batch_size) == ("none", 4)
+    lora = one_job(pod([*base, "--use_peft", "--peft_method", "lora", "--batching_strategy", "padding"])).spec
+    assert lora.method == "lora" and lora.lora is not None
+    assert (lora.lora.rank, lora.lora.alpha, lora.lora.target_modules) == (8, 32, ["q_proj", "v_proj"])
+    assert (lora.sequence_lengths, lora.gradient_checkpointing) == ("variable", "none")
