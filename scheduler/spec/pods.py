@@ -46,7 +46,26 @@ GPU_LABELS: tuple[str, ...] = (
     "cloud.google.com/gke-accelerator",
     "karpenter.k8s.aws/instance-gpu-name",
     "ray.io/accelerator-type",
+    "eks.amazonaws.com/instance-gpu-name",  # EKS Auto Mode (the same values as Karpenter's)
+    "gpu.nvidia.com/class",  # CoreWeave (A100_NVLINK_80GB, H100_NVLINK_80GB, A40, ...)
+    "gpu.nvidia.com/model",  # CoreWeave's older label
+    "node.kubernetes.io/instance-type",  # the cloud machine type: its GPU by _INSTANCE_GPUS
+    "beta.kubernetes.io/instance-type",
 )
+_INSTANCE_TYPE_LABELS = frozenset({"node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type"})
+# Cloud machine types and the GPU they carry (the providers' instance pages: aws.amazon.com/ec2/instance-types,
+# cloud.google.com/compute/docs/gpus, learn.microsoft.com/azure/virtual-machines/sizes), matched on the type's
+# prefix, longest first; a machine type of no listed family pins nothing.
+_INSTANCE_GPUS: dict[str, str] = {
+    "p4d.": "A100-40GB", "p4de.": "A100-80GB", "p5.": "H100-80GB", "p5e.": "H200", "p5en.": "H200",
+    "p6-b200.": "B200", "p3dn.": "V100-32GB", "p3.": "V100-16GB", "g4dn.": "T4", "g5.": "A10G", "g6.": "L4",
+    "g6e.": "L40S",
+    "a2-highgpu-": "A100-40GB", "a2-megagpu-": "A100-40GB", "a2-ultragpu-": "A100-80GB", "a3-highgpu-": "H100-80GB",
+    "a3-megagpu-": "H100-80GB", "a3-edgegpu-": "H100-80GB", "a3-ultragpu-": "H200", "a4-highgpu-": "B200",
+    "g2-standard-": "L4",
+    "standard_nd96asr_v4": "A100-40GB", "standard_nd96amsr_a100_v4": "A100-80GB",
+    "standard_nd96isr_h100_v5": "H100-80GB", "standard_nd96isr_h200_v5": "H200",
+}
 # GKE accelerator values whose memory size the name leaves out (the others map by name).
 _GKE_ACCELERATORS: dict[str, str] = {
     "nvidia-tesla-a100": "A100-40GB",
@@ -480,6 +499,14 @@ def map_gpu_label(label: str, value: str) -> str | None:
     text = value.strip()
     if label == "cloud.google.com/gke-accelerator":
         text = _GKE_ACCELERATORS.get(text.lower(), re.sub(r"^nvidia-(tesla-)?", "", text.lower()))
+    elif label in _INSTANCE_TYPE_LABELS:
+        lowered = text.lower()
+        family = max((p for p in _INSTANCE_GPUS if lowered.startswith(p)), key=len, default=None)
+        return _INSTANCE_GPUS[family] if family is not None else None
+    elif label.startswith("gpu.nvidia.com/"):
+        # CoreWeave writes A100_NVLINK_80GB, H100_PCIE, RTX_A6000: the interconnect word is no GPU of its own
+        parts = [p for p in text.upper().split("_") if p not in ("NVLINK", "SXM", "SXM4", "SXM5")]
+        text = "-".join("PCIe" if p == "PCIE" else p for p in parts)
     try:
         return lookup_gpu(text).name
     except SpecError:

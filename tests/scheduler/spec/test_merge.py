@@ -186,6 +186,23 @@ def test_affinity_pin_and_uncatalogued_label() -> None:
     assert any("not in the catalog; not pinned" in a for a in odd.assumptions)
 
 
+@pytest.mark.parametrize(("label", "value", "gpu"), [
+    ("gpu.nvidia.com/class", "A100_NVLINK_80GB", "A100-80GB"),  # CoreWeave
+    ("gpu.nvidia.com/model", "A40", "A40"),
+    ("eks.amazonaws.com/instance-gpu-name", "l40s", "L40S"),  # EKS Auto Mode
+    ("node.kubernetes.io/instance-type", "p5.48xlarge", "H100-80GB"),  # the cloud machine type
+    ("node.kubernetes.io/instance-type", "a3-ultragpu-8g", "H200"),
+    ("node.kubernetes.io/instance-type", "Standard_ND96amsr_A100_v4", "A100-80GB"),
+])
+def test_gpu_labels_of_more_clouds_pin_the_gpu(label: str, value: str, gpu: str) -> None:
+    """The GPU-type labels of CoreWeave, EKS Auto Mode and the machine types of AWS, GCP and Azure pin the job's GPU;
+    they were ignored without a note, so placement could pick another GPU than the one the job is bound to."""
+    job = one_job(pod(ARGS, nodeSelector={label: value}))
+    assert (job.pinned_gpu, job.spec.gpu) == (gpu, gpu)
+    cpu = one_job(pod(ARGS, nodeSelector={"node.kubernetes.io/instance-type": "m5.large"}))
+    assert cpu.pinned_gpu is None
+
+
 def test_annotation_without_gpu_request_makes_gpus_auto() -> None:
     job = one_job(pod(["python", "t.py"], gpus=0, annotations={"vramfit.io/spec": "model: gpt2"}))
     assert job.spec.gpus == "auto" and job.pod_templates == []
