@@ -9,8 +9,9 @@ that shape (:func:`architecture_from_config`).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from predictors.errors import SpecError
@@ -229,7 +230,7 @@ class Architecture:
                 hit = tuple(g for g in self.linears if g.role not in ("lm_head", "router"))
             else:
                 found: list[LinearGroup] = []
-                for name in target_modules:
+                for name in _expand_patterns(target_modules):
                     if name in FUSED_MODULES:
                         # one adapter on the fused projection (GPT-2 c_attn, Falcon query_key_value): in x the
                         # parts' outputs together, as the role the parts have in this canonical shape
@@ -277,6 +278,48 @@ _ROLE_ALIASES = {
     "wi_1": "up_proj", "wi": "up_proj", "fc1": "up_proj", "fc2": "down_proj", "c_fc": "up_proj",
     "dense_h_to_4h": "up_proj", "dense_4h_to_h": "down_proj", "output": "lm_head", "embed_out": "lm_head",
 }
+
+
+# A target written as a regular expression over module paths, as PEFT takes a string target_modules (re.fullmatch
+# against each module's full name; axolotl's multimodal docs write 'model.language_model.layers.[\d]+.(mlp|
+# self_attn).(up|down|gate|q|k|v|o)_proj'): matched against each role's module names in the block layouts of the
+# common families, every role one of them matches taken.
+_REGEX_CHARS = frozenset("[](){}|*+?\\^$")
+_PATH_PREFIXES = ("model.layers.0", "model.language_model.layers.0", "language_model.model.layers.0",
+                  "model.model.layers.0", "base_model.model.model.layers.0", "transformer.h.0",
+                  "model.decoder.layers.0", "gpt_neox.layers.0", "transformer.blocks.0", "encoder.layer.0",
+                  "decoder.block.0")
+_PATH_BLOCKS = ("self_attn", "mlp", "attn", "attention", "self_attention", "cross_attn", "feed_forward",
+                "block_sparse_moe.experts.0", "mlp.experts.0", "attention.self", "attention.output",
+                "intermediate", "output", "layer.0.SelfAttention", "layer.1.DenseReluDense")
+
+
+def _expand_patterns(targets: list[str] | tuple[str, ...]) -> list[str]:
+    """``targets`` with each regular expression replaced by the role and module names it matches in a block."""
+    return [m for name in targets for m in (_pattern_names(name) if set(name) & _REGEX_CHARS else (name,))]
+
+
+# What a target expression may be: a module path's length, and no quantified group that holds a quantifier ("(a+)+",
+# "(.*)*"), whose backtracking grows exponentially with the path (a spec reaches the webhook from any user)
+_MAX_PATTERN_CHARS = 300
+_NESTED_QUANTIFIER = re.compile(r"\([^()]*[*+}][^()]*\)[*+{]")
+
+
+@lru_cache(maxsize=256)
+def _pattern_names(name: str) -> tuple[str, ...]:
+    """The module names the expression ``name`` matches (memoised: a few thousand matches each); ``(name,)`` for
+    none, or for a string that is not a valid expression (a literal name, matching nothing, reported as such)."""
+    if len(name) > _MAX_PATTERN_CHARS or _NESTED_QUANTIFIER.search(name):
+        return (name,)  # a quantified group of quantifiers can backtrack for ever: never matched against
+    try:
+        pattern = re.compile(name)
+    except re.error:
+        return (name,)
+    names = {*ATTENTION_ROLES, *MLP_ROLES, *_ROLE_ALIASES, *FUSED_MODULES, *_MULTI_ROLE_ALIASES}
+    matched = tuple(module for module in sorted(names)
+                    if pattern.fullmatch(module) or any(pattern.fullmatch(f"{prefix}.{block}.{module}")
+                                                        for prefix in _PATH_PREFIXES for block in _PATH_BLOCKS))
+    return matched or (name,)
 
 
 def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:

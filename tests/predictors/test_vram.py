@@ -364,3 +364,18 @@ def test_kbit_prepared_qlora_runs_its_stream_in_fp32() -> None:
     assert unprepared.peak_allocated_bytes == plain.peak_allocated_bytes
     with pytest.raises(ValueError, match="kbit_prepared applies to qlora"):
         TrainingSpec.model_validate({"model": "mistral-7b-v0.1", "method": "lora", "kbit_prepared": True})
+
+
+def test_a_regex_target_is_the_roles_it_matches() -> None:
+    """A string target_modules is a regular expression to PEFT (fullmatch on each module's path), the form axolotl's
+    multimodal docs use; it was taken for one literal name and the job refused ("match no linear layer")."""
+    from predictors.catalog import resolve_model
+    from predictors.spec import TrainingSpec
+
+    arch = resolve_model(TrainingSpec.model_validate({"model": "llama-3.1-8b"})).architecture
+    pattern = r"model.language_model.layers.[\d]+.(mlp|cross_attn|self_attn).(up|down|gate|q|k|v|o)_proj"
+    assert arch.lora_roles([pattern]) == arch.lora_roles("all-linear")
+    assert arch.lora_roles([r".*\.(q_proj|v_proj)"]) == {"q_proj", "v_proj"}
+    assert arch.lora_roles(["(unbalanced"]) == set()  # not an expression: a literal name, matching nothing
+    # a quantified group of quantifiers is never run (exponential backtracking; a spec comes from any user)
+    assert arch.lora_roles([r"(.*)*q_proj"]) == set()
