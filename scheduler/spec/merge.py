@@ -249,6 +249,8 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
             dotted(w.annotation_path),
             f"no model found in the job ({_summary(w, gpus)}); "
             + (f"{command.unresolved_model}; " if command.unresolved_model else "")
+            # the scripts the command runs: read (what they run names no model) or not carried by the manifest
+            + "".join(f"{note.split(': ', 1)[-1]}; " for note in command.notes if "the command runs " in note)
             + "looked for --model_name_or_path-style flags, torchtune configs, inline axolotl / "
             "LLaMA-Factory configs, MODEL_ID-style env vars and the annotation",
             ANNOTATION_HINT,

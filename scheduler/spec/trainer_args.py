@@ -2436,6 +2436,7 @@ def read_command(
 
     script = split_script(argv, env, budget, where)
     known = {**(files or {}), **script.files}
+    _run_carried_scripts(script, known, budget or TextBudget(), where)
     reading = Reading(notes=list(script.notes))
     for tokens in script.commands:
         if tokens and PurePosixPath(tokens[0]).name in _FILE_WRITERS:
@@ -2456,6 +2457,66 @@ def read_command(
         reading.unresolved_model = reading.unresolved_model or part.unresolved_model
         reading.not_training = reading.not_training or part.not_training
     return reading, script
+
+
+# How deep a script that runs a script that the manifest carries is followed (a script may run itself)
+_MAX_SCRIPT_DEPTH = 4
+_SHELL_SHEBANG = re.compile(r"#![ \t]*\S*(?:/|env[ \t]+)(?:ba|z|da|a)?sh\b")
+
+
+def _script_run(tokens: Sequence[str]) -> str | None:
+    """The script file a command runs: ``bash [-x] FILE``, ``source FILE`` / ``. FILE``, or ``FILE`` itself when it
+    is a path (``/opt/tas/train.sh``, ``./run.sh``); None for anything else (``bash -c`` is split_script's)."""
+    if not tokens:
+        return None
+    head = PurePosixPath(tokens[0]).name
+    if head in _SHELLS or head in ("source", "."):
+        flags = [t for t in tokens[1:] if t.startswith("-")]
+        if head in _SHELLS and any("c" in f for f in flags if not f.startswith("--")):
+            return None
+        args = [t for t in tokens[1:] if not t.startswith("-")]
+        return args[0] if args else None
+    return tokens[0] if "/" in tokens[0] or tokens[0].endswith(".sh") else None
+
+
+def _run_carried_scripts(script: Script, known: dict[str, str], budget: TextBudget, where: str, depth: int = 0
+                         ) -> None:
+    """Replace each command that runs a script file the manifest carries (a ConfigMap key mounted where the command
+    looks for it, or a heredoc) by that script's commands, read as a ``bash -c`` script is: platform teams template
+    jobs as an entrypoint script in a ConfigMap (``command: [bash, /workspace/script.sh]``), which was never opened
+    (the container's env then named the model the script overrides). A script that is not carried is named."""
+    commands: list[list[str]] = []
+    for tokens in script.commands:
+        path = _script_run(tokens)
+        content = known.get(PurePosixPath(path).name) if path else None
+        runs_shell = bool(tokens) and PurePosixPath(tokens[0]).name in (*_SHELLS, "source", ".")
+        if content is not None and not runs_shell and not path.endswith(".sh") and \
+                not _SHELL_SHEBANG.match(content.lstrip()):
+            content = None  # a carried file that is no shell script (a Python entry point, a config)
+        if path is None or content is None or depth >= _MAX_SCRIPT_DEPTH or len(content) > budget.left:
+            if path is not None and content is None and (runs_shell or path.endswith(".sh")):
+                note = (f"{where}: the command runs {path}, which the manifest does not carry: what it runs is not "
+                        "read (carry it in a ConfigMap of the same file, or set the settings in the vramfit.io/spec "
+                        "annotation)")
+            elif content is not None:
+                note = (f"{where}: the command runs {path}, carried by the manifest, but it is run more often or "
+                        "more deeply than vramfit reads scripts of one job: not read again")
+            else:
+                note = ""
+            if note and note not in script.notes:
+                script.notes.append(note)
+            commands.append(tokens)
+            continue
+        inner = split_script(["bash", "-c", content], script.env, budget, f"{where}: {path}")
+        known.update(inner.files)
+        script.files.update(inner.files)
+        _run_carried_scripts(inner, known, budget, where, depth + 1)
+        script.env.update(inner.env)
+        for note in [*inner.notes, f"{where}: the command runs {path}, carried by the manifest: read as its commands"]:
+            if note not in script.notes:
+                script.notes.append(note)
+        commands += inner.commands
+    script.commands = commands
 
 
 def _trainer_label(tokens: Sequence[str]) -> str:

@@ -15,7 +15,7 @@ from scheduler.spec.trainer_args import (
     split_script,
 )
 from scheduler.spec.yamltext import MAX_EMBEDDED_CHARS, MAX_JOB_EMBEDDED_CHARS, TextBudget
-from tests.scheduler.spec.helpers import one_job, pod
+from tests.scheduler.spec.helpers import one_job, pod, scan
 
 M = "meta-llama/Llama-3.1-8B"
 AXOLOTL = """base_model: mistralai/Mistral-7B-v0.1
@@ -937,3 +937,47 @@ def test_llama_cookbook_defaults_apply_where_its_command_sets_none() -> None:
     assert lora.method == "lora" and lora.lora is not None
     assert (lora.lora.rank, lora.lora.alpha, lora.lora.target_modules) == (8, 32, ["q_proj", "v_proj"])
     assert (lora.sequence_lengths, lora.gradient_checkpointing) == ("variable", "none")
+
+
+def _scripts(data: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "scripts"}, "data": data}
+
+
+ENTRYPOINT = """#!/bin/bash
+set -euo pipefail
+MODEL_NAME=Qwen/Qwen2.5-7B
+exec torchrun --nproc_per_node 2 train.py --model_name_or_path $MODEL_NAME \\
+  --per_device_train_batch_size 2 --max_seq_length 4096 --gradient_checkpointing true --bf16 true
+"""
+
+
+@pytest.mark.parametrize("command", [["bash", "-xc", "/workspace/script.sh"], ["bash", "/workspace/script.sh"],
+                                     ["/workspace/script.sh"], ["sh", "-c", "source /workspace/script.sh"]])
+def test_an_entrypoint_script_carried_in_a_configmap_is_read(command: list[str]) -> None:
+    """Platform teams template a job as an entrypoint script in a ConfigMap the pod mounts; the script was never
+    opened, and the container's MODEL_NAME (which the script overrides) named a model the job does not train."""
+    job = one_job(_scripts({"script.sh": ENTRYPOINT}),
+                  pod(command, env={"MODEL_NAME": "meta-llama/Llama-3.1-8B-Instruct"}, gpus=2))
+    s = job.spec
+    assert (s.model, s.micro_batch_size, s.seq_len, s.gradient_checkpointing) == ("Qwen/Qwen2.5-7B", 2, 4096, "full")
+    assert any("/workspace/script.sh, carried by the manifest" in a for a in job.assumptions), job.assumptions
+
+
+def test_a_script_the_manifest_does_not_carry_is_named() -> None:
+    outcomes = scan(pod(["bash", "/opt/train.sh"]))
+    assert "the command runs /opt/train.sh, which the manifest does not carry" in str(outcomes[0])
+
+
+def test_a_script_that_runs_itself_is_followed_a_few_levels() -> None:
+    job = one_job(_scripts({"loop.sh": "#!/bin/sh\n/opt/loop.sh\n" + ENTRYPOINT.split("\n", 1)[1]}),
+                  pod(["/opt/loop.sh"], gpus=2))
+    assert job.spec.model == "Qwen/Qwen2.5-7B"
+
+
+def test_a_script_that_fans_out_is_read_within_the_job_budget() -> None:
+    """A carried script that runs itself thousands of times is expanded only while the job's text budget lasts, with
+    one note, not once per line per level (4 levels of 20,000 lines would be 1.6e17 commands)."""
+    job = one_job(_scripts({"fan.sh": "#!/bin/sh\n" + "/opt/fan.sh\n" * 20_000}),
+                  pod(["/opt/fan.sh"], annotations={"vramfit.io/spec": "model: gpt2"}))
+    notes = [a for a in job.assumptions if "/opt/fan.sh" in a]
+    assert len(notes) <= 3 and any("more often or more deeply" in a for a in notes), notes
