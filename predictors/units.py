@@ -21,8 +21,11 @@ _BYTE_IEC = {"ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30, 
              "ti": 2**40, "tib": 2**40}
 
 
-# ``$NAME``, ``${NAME}``, ``{{ .Values.x }}``: a value a template engine has not filled in yet
-_TEMPLATE_RE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\{\{.*?\}\}")
+# Unrendered template values: $VAR / ${VAR} (envsubst), {{ .Values.x }} (helm, Jinja), and the placeholder words
+# repositories leave for a sed to fill (PLACEHOLDER_NUM_NODES, <NUM_GPUS>, __REPLICAS__, %NODES%, @NODES@, CHANGEME)
+_TEMPLATE_RE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\{\{.*?\}\}|\bPLACEHOLDER\w*|<[A-Za-z_][\w-]*>"
+                          r"|__[A-Za-z][A-Za-z0-9_]*__|%[A-Za-z_][A-Za-z0-9_]*%|@[A-Za-z_][A-Za-z0-9_]*@"
+                          r"|\b(?:REPLACE[_-]?ME|CHANGE[_-]?ME|TODO|TBD)\b", re.IGNORECASE)
 
 
 class QuantityError(ValueError):

@@ -793,10 +793,16 @@ def _defaults_assumed(spec: TrainingSpec, merged: Settings) -> list[str]:
         out.append(f"sharding = {spec.resolved_sharding()} (default for gpus = {spec.gpus})")
     if spec.method == "qlora" and "quantization" not in merged:
         out.append(f"quantization = {spec.resolved_quantization} (default for qlora)")
-    if spec.method != "full" and not any(k.startswith("lora.") for k in merged):
+    if spec.method != "full":
         lora = spec.resolved_lora
         assert lora is not None
-        out.append(
-            f"lora rank {lora.rank}, alpha {lora.alpha:g}, target_modules {lora.target_modules} (defaults)"
-        )
+        if not any(k.startswith("lora.") for k in merged):
+            out.append(
+                f"lora rank {lora.rank}, alpha {lora.alpha:g}, target_modules {lora.target_modules} (defaults)"
+            )
+        else:  # some set (LORA_R alone in the env): the others are the TrainingSpec's defaults, said as such
+            unset = [f"{name} {getattr(lora, name)}" for name in ("rank", "alpha", "target_modules", "dropout")
+                     if f"lora.{name}" not in merged]
+            if unset:
+                out.append(f"lora {', '.join(unset)} (TrainingSpec defaults; the job does not say)")
     return out

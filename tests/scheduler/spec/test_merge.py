@@ -338,6 +338,11 @@ def test_llama_cookbook_flags_lora_env_vars_and_template_variables() -> None:
                                      "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}}
     outcome = scan(templated)[0]
     assert isinstance(outcome, Problem) and "unfilled template variable" in str(outcome), outcome
+    # the placeholder words repositories leave for a sed to fill get the same hint (aws-samples' verl RayCluster)
+    for word in ("PLACEHOLDER_NUM_NODES", "<NUM_NODES>", "__NUM_NODES__"):
+        templated["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = word
+        outcome = scan(templated)[0]
+        assert isinstance(outcome, Problem) and "unfilled template variable" in str(outcome), (word, outcome)
 
 
 def _ds_configmap(key: str, stage: int, name: str = "ds") -> dict[str, Any]:
@@ -420,3 +425,13 @@ def test_a_rayjob_entrypoint_reads_the_file_its_head_pod_mounts() -> None:
                            "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, **group("stage1", 4)}]}}}
     job = one_job(configmap, rayjob)
     assert job.spec.sharding == "zero3", job.assumptions
+
+
+def test_lora_defaults_beside_a_stated_rank_are_said() -> None:
+    """GKE's Gemma tutorials set LORA_R and LORA_ALPHA only: the dropout and target modules are the TrainingSpec's
+    defaults, which the assumptions now name (they had no provenance and no note)."""
+    job = one_job(pod(["python", "finetune.py"], env={"MODEL_ID": "google/gemma-2b", "LORA_R": "16",
+                                                      "LORA_ALPHA": "32"}))
+    assert job.spec.method == "lora"
+    assert any("target_modules ['q_proj', 'v_proj']" in a and "dropout 0.05" in a and "rank" not in a
+               for a in job.assumptions), job.assumptions
