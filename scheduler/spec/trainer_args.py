@@ -2299,9 +2299,22 @@ def _split_shell(text: str) -> list[str]:
     lexer.whitespace_split = True
     lexer.commenters = ""
     try:
-        return list(lexer)
+        tokens = list(lexer)
     except ValueError:  # unbalanced quotes: fall back to words
         return text.split()
+    return [part for token in tokens for part in _operator_run(token)]
+
+
+_OPERATOR_PARTS = re.compile(r"&&|\|\||;;|[;&|()]")
+
+
+def _operator_run(token: str) -> list[str]:
+    """shlex joins adjacent punctuation into one token: ``cmd &`` at the end of a line becomes ``&;`` (the newline is
+    a ``;`` by then), which separated nothing, so a server started in the background swallowed the trainer's command
+    after it. Such a run is split into the operators it is made of."""
+    if token in _OPERATORS or not token or set(token) - set(";&|()"):
+        return [token]
+    return _OPERATOR_PARTS.findall(token)
 
 
 def split_script(
@@ -2441,6 +2454,12 @@ def read_command(
     for tokens in script.commands:
         if tokens and PurePosixPath(tokens[0]).name in _FILE_WRITERS:
             continue  # ``cat > f.yml <<EOF``: writes the config a later command reads (the heredoc is in files)
+        if (server := _inference_server(tokens)) is not None:
+            # a generation server started beside the trainer (TRL's one-node GRPO example: vLLM on GPUs 0-3 in the
+            # background, the trainer on 4-7): its tensor-parallel size and model are not the training job's
+            reading.notes.append(f"{where}: {server} serves generation beside the training; its flags are not read "
+                                 "as the trainer's, and the GPUs it holds are not in the prediction")
+            continue
         if len(tokens) >= 2 and PurePosixPath(tokens[0]).name == "tune" and tokens[1] == "run":
             part = read_torchtune(tokens[2:], where, script.env, known)
         elif is_torchtitan(tokens):
@@ -2462,6 +2481,23 @@ def read_command(
 # How deep a script that runs a script that the manifest carries is followed (a script may run itself)
 _MAX_SCRIPT_DEPTH = 4
 _SHELL_SHEBANG = re.compile(r"#![ \t]*\S*(?:/|env[ \t]+)(?:ba|z|da|a)?sh\b")
+
+
+def _inference_server(tokens: Sequence[str]) -> str | None:
+    """The inference server a command starts (``trl vllm-serve``, ``vllm serve``, vLLM's or SGLang's server module,
+    ``swift rollout`` / ``swift deploy``, TGI's launcher), or None."""
+    names = [PurePosixPath(t).name for t in tokens[:4]]
+    pairs = list(zip(names, names[1:], strict=False))
+    if ("trl", "vllm-serve") in pairs or ("vllm", "serve") in pairs:
+        return " ".join(next(p for p in pairs if p in (("trl", "vllm-serve"), ("vllm", "serve"))))
+    if ("swift", "rollout") in pairs or ("swift", "deploy") in pairs:
+        return " ".join(next(p for p in pairs if p[0] == "swift"))
+    if names and names[0] == "text-generation-launcher":
+        return "text-generation-launcher"
+    module = next((tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "-m"), "")
+    if module.startswith(("vllm.entrypoints", "sglang.launch_server")):
+        return f"python -m {module}"
+    return None
 
 
 def _script_run(tokens: Sequence[str]) -> str | None:

@@ -981,3 +981,18 @@ def test_a_script_that_fans_out_is_read_within_the_job_budget() -> None:
                   pod(["/opt/fan.sh"], annotations={"vramfit.io/spec": "model: gpt2"}))
     notes = [a for a in job.assumptions if "/opt/fan.sh" in a]
     assert len(notes) <= 3 and any("more often or more deeply" in a for a in notes), notes
+
+
+def test_a_server_started_in_the_background_is_not_the_trainer() -> None:
+    """TRL's one-node GRPO example starts vLLM in the background and then trains: shlex read `&` at the end of the
+    line as `&;`, which separated nothing, so the trainer's command was swallowed and the server's
+    --tensor-parallel-size became training tensor parallelism (75.5 instead of 156.6 GiB)."""
+    script = ("CUDA_VISIBLE_DEVICES=0,1,2,3 trl vllm-serve --model Qwen/Qwen2.5-7B --tensor-parallel-size 2 "
+              "--data-parallel-size 2 &\n"
+              "CUDA_VISIBLE_DEVICES=4,5,6,7 trl grpo --model_name_or_path Qwen/Qwen2.5-7B --use_vllm "
+              "--vllm_mode server\n")
+    job = one_job(pod(["bash", "-c", script], gpus=8))
+    assert (job.spec.tensor_parallel, job.spec.micro_batch_size, job.spec.gradient_checkpointing) == (1, 8, "full")
+    assert any("trl vllm-serve serves generation beside the training" in a for a in job.assumptions)
+    tokens = split_script(["bash", "-c", "a &\nb && c ;& d"], {}).commands
+    assert tokens == [["a"], ["b"], ["c"], ["d"]]
