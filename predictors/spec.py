@@ -433,10 +433,10 @@ class TrainingSpec(BaseModel):
     )
     kbit_prepared: bool | None = Field(
         None, description="vramfit extension, qlora with bitsandbytes: the model went through PEFT's "
-                          "prepare_model_for_kbit_training (TRL's trainers call it for a 4-bit model that FSDP/ZeRO-3 "
-                          "do not shard; most QLoRA scripts do), which leaves the non-quantized parameters "
-                          "(embeddings, norms, head) in fp32, so the residual stream runs in fp32 whatever the "
-                          "precision. Unset: as the precision says (*-mixed: fp32, *-true: the 16-bit dtype)"
+                          "prepare_model_for_kbit_training (most hand-written QLoRA scripts call it; TRL's trainers "
+                          "did in 0.9-0.2x), which leaves the non-quantized parameters (embeddings, norms, head) in "
+                          "fp32, so the residual stream runs in fp32 whatever the precision; false: they stay 16-bit. "
+                          "Unset: as the precision says (*-mixed: fp32, *-true: the 16-bit dtype)"
     )
     colocated_engine_memory_fraction: Annotated[float, Field(gt=0, lt=1)] | None = Field(
         None, description="vramfit extension: the share of every training GPU's memory that an inference engine in the "

@@ -2698,8 +2698,6 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
     framework = framework_setting(trainer, raw, where)
     if framework is not None and reading.settings:
         reading.settings.setdefault("framework", framework)
-    if trainer == "TRL" or _trl_command(tokens) is not None:
-        _trl_kbit_preparation(reading.settings, where)
     reading.notes = notes + reading.notes
     reading.trainer = trainer if reading.settings else ""
     reading.launch = launch_layout(tokens, accelerate, env)
@@ -3340,21 +3338,6 @@ def _online_rl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: l
     else:
         notes.append("GRPO: the rollout generates with the policy itself (transformers generate); its KV cache, "
                      "freed before the training step, is not in the prediction")
-
-
-def _trl_kbit_preparation(out: Settings, where: str) -> None:
-    """TRL's trainers prepare a 4-bit or 8-bit bitsandbytes model with PEFT's prepare_model_for_kbit_training unless
-    FSDP or ZeRO-3 shard it (trl models/utils.py prepare_peft_model, the SFT/DPO trainers' _prepare_peft_model:
-    ``if is_qlora and not is_sharded_qlora``): its non-quantized parameters become fp32 (``kbit_prepared``)."""
-    method, quant, sharding = (out.get(k) for k in ("method", "quantization", "sharding"))
-    if method is None or method.value != "qlora" or "kbit_prepared" in out:
-        return
-    if quant is not None and str(quant.value).startswith("gptq"):
-        return
-    if sharding is not None and str(sharding.value) in ("zero3", "fsdp", "fsdp-grad-op"):
-        return
-    out["kbit_prepared"] = Setting(True, "TRL prepares an unsharded quantized model with PEFT's "
-                                         "prepare_model_for_kbit_training (fp32 embeddings, norms and head)", where)
 
 
 def _trl_config_defaults(raw: dict[str, Setting], defaults: Sequence[tuple[str, Any, str]], label: str, where: str

@@ -896,19 +896,18 @@ def test_ms_swift_rlhf_reads_its_algorithm_and_vllm_defaults() -> None:
     assert any("does not model beyond the trained policy" in a for a in ppo.assumptions)
 
 
-def test_trl_prepares_an_unsharded_quantized_model() -> None:
-    """TRL's trainers run PEFT's prepare_model_for_kbit_training on a 4-bit model that FSDP/ZeRO-3 do not shard:
-    fp32 embeddings, norms and head, so a bf16-loaded QLoRA job (--torch_dtype bfloat16) runs its residual stream in
-    fp32 (Mistral-7B at 4 x 4,096 tokens: 14.7 -> 19.6 GiB allocated; IBM's A100 run of it measured 19.15)."""
+def test_trl_qlora_leaves_kbit_preparation_to_the_spec() -> None:
+    """Whether a TRL job's 4-bit model went through PEFT's prepare_model_for_kbit_training depends on the TRL release
+    (0.9-0.2x prepared an unsharded one and cast embeddings and head back to bf16 under bf16; today's SFTTrainer does
+    not prepare it): the parser leaves kbit_prepared unset, and a spec or the vramfit.io/spec annotation says it."""
     cmd = ["trl", "sft", "--model_name_or_path", "mistralai/Mistral-7B-v0.1", "--load_in_4bit", "--torch_dtype",
            "bfloat16", "--use_peft", "--per_device_train_batch_size", "4", "--max_length", "4096"]
     job = one_job(pod(cmd))
-    assert (job.spec.method, job.spec.precision, job.spec.kbit_prepared) == ("qlora", "bf16-true", True)
-    assert "prepare_model_for_kbit_training" in job.provenance["kbit_prepared"]
-    sharded = one_job(pod([*cmd, "--accelerate_config", "fsdp1"], gpus=2))
-    assert sharded.spec.sharding == "fsdp" and sharded.spec.kbit_prepared is None
-    lora = one_job(pod([c for c in cmd if c != "--load_in_4bit"]))
-    assert lora.spec.method == "lora" and lora.spec.kbit_prepared is None
+    assert (job.spec.method, job.spec.kbit_prepared) == ("qlora", None)
+    stated = one_job(pod(cmd, annotations={"vramfit.io/spec": "kbit_prepared: true"}))
+    assert stated.spec.kbit_prepared is True
+    as_lora = one_job(pod(cmd, annotations={"vramfit.io/spec": "method: lora"}))  # no conflict with the annotation
+    assert (as_lora.spec.method, as_lora.spec.kbit_prepared) == ("lora", None)
 
 
 def test_a_teacher_model_flag_is_the_distillation_teacher() -> None:
