@@ -23,6 +23,7 @@ import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -2487,7 +2488,7 @@ def _inference_server(tokens: Sequence[str]) -> str | None:
     """The inference server a command starts (``trl vllm-serve``, ``vllm serve``, vLLM's or SGLang's server module,
     ``swift rollout`` / ``swift deploy``, TGI's launcher), or None."""
     names = [PurePosixPath(t).name for t in tokens[:4]]
-    pairs = list(zip(names, names[1:], strict=False))
+    pairs = list(pairwise(names))
     if ("trl", "vllm-serve") in pairs or ("vllm", "serve") in pairs:
         return " ".join(next(p for p in pairs if p in (("trl", "vllm-serve"), ("vllm", "serve"))))
     if ("swift", "rollout") in pairs or ("swift", "deploy") in pairs:
