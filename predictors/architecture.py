@@ -230,7 +230,10 @@ class Architecture:
                 hit = tuple(g for g in self.linears if g.role not in ("lm_head", "router"))
             else:
                 found: list[LinearGroup] = []
-                for name in _expand_patterns(target_modules):
+                for name in target_modules:
+                    if set(name) & _REGEX_CHARS:
+                        found += [g for g in self._pattern_groups(name) if g not in found]
+                        continue
                     if name in FUSED_MODULES:
                         # one adapter on the fused projection (GPT-2 c_attn, Falcon query_key_value): in x the
                         # parts' outputs together, as the role the parts have in this canonical shape
@@ -244,6 +247,16 @@ class Architecture:
                 hit = tuple(found)
             memo[key] = hit
         return hit
+
+    def _pattern_groups(self, name: str) -> list[LinearGroup]:
+        """The linear groups a regular-expression target adapts: every block's, or a layer-restricted share."""
+        layers = max(self.num_layers, 1)
+        groups: list[LinearGroup] = []
+        for role, hit in _pattern_layers(name, layers):
+            for g in self.linears:
+                if g.role == role:
+                    groups.append(g if hit >= layers else replace(g, count=max(1, round(g.count * hit / layers))))
+        return groups
 
     def lora_roles(self, target_modules: list[str] | str) -> set[str]:
         """The canonical roles whose inputs a LoRA adapter on ``target_modules`` reads (fused ones split)."""
@@ -282,44 +295,60 @@ _ROLE_ALIASES = {
 
 # A target written as a regular expression over module paths, as PEFT takes a string target_modules (re.fullmatch
 # against each module's full name; axolotl's multimodal docs write 'model.language_model.layers.[\d]+.(mlp|
-# self_attn).(up|down|gate|q|k|v|o)_proj'): matched against each role's module names in the block layouts of the
-# common families, every role one of them matches taken.
+# self_attn).(up|down|gate|q|k|v|o)_proj'): matched against the paths a Llama-style block's linears have under the
+# common layouts (attention roles under attention blocks, MLP roles under MLP blocks), layer by layer, so that a
+# pattern restricted to some layers adapts only those.
 _REGEX_CHARS = frozenset("[](){}|*+?\\^$")
-_PATH_PREFIXES = ("model.layers.0", "model.language_model.layers.0", "language_model.model.layers.0",
-                  "model.model.layers.0", "base_model.model.model.layers.0", "transformer.h.0",
-                  "model.decoder.layers.0", "gpt_neox.layers.0", "transformer.blocks.0", "encoder.layer.0",
-                  "decoder.block.0")
-_PATH_BLOCKS = ("self_attn", "mlp", "attn", "attention", "self_attention", "cross_attn", "feed_forward",
-                "block_sparse_moe.experts.0", "mlp.experts.0", "attention.self", "attention.output",
-                "intermediate", "output", "layer.0.SelfAttention", "layer.1.DenseReluDense")
-
-
-def _expand_patterns(targets: list[str] | tuple[str, ...]) -> list[str]:
-    """``targets`` with each regular expression replaced by the role and module names it matches in a block."""
-    return [m for name in targets for m in (_pattern_names(name) if set(name) & _REGEX_CHARS else (name,))]
-
-
-# What a target expression may be: a module path's length, and no quantified group that holds a quantifier ("(a+)+",
-# "(.*)*"), whose backtracking grows exponentially with the path (a spec reaches the webhook from any user)
+_PATH_PREFIXES = ("model.layers", "model.language_model.layers", "language_model.model.layers", "model.model.layers")
+_ATTENTION_BLOCKS = ("self_attn", "attn", "attention", "self_attention", "cross_attn")
+_MLP_BLOCKS = ("mlp", "feed_forward", "block_sparse_moe")
+# What an expression from a spec may be before it is run (a spec reaches the webhook from any user, and Python's re
+# backtracks): at most this long, no quantified group ("(a+)+", "(?:x)*"), at most two unbounded quantifiers (the
+# work grows as the path's length to their number), no repeat count past this.
 _MAX_PATTERN_CHARS = 300
-_NESTED_QUANTIFIER = re.compile(r"\([^()]*[*+}][^()]*\)[*+{]")
+_MAX_UNBOUNDED = 2  # *, + and {m,n} with n past _SMALL_REPEAT (a module path is short: that is unbounded there)
+_MAX_QUANTIFIERS = 4  # of any kind (each ? doubles the ways to match)
+_SMALL_REPEAT = 9
+_QUANTIFIED_GROUP = re.compile(r"\)[*+?{]")
+_QUANTIFIERS = re.compile(r"(?<!\\)[*+?]|\{(\d*)(,?)(\d*)\}")
+
+
+def _safe_pattern(name: str) -> re.Pattern[str] | None:
+    """``name`` compiled when it may be run against module paths (see :data:`_MAX_UNBOUNDED`), else None."""
+    if len(name) > _MAX_PATTERN_CHARS or _QUANTIFIED_GROUP.search(name):
+        return None
+    quantifiers = list(_QUANTIFIERS.finditer(name))
+    unbounded = sum(1 for m in quantifiers if m.group(0) in ("*", "+") or (
+        m.group(0).startswith("{") and (
+            (m.group(2) and not m.group(3)) or int(m.group(3) or m.group(1) or 0) > _SMALL_REPEAT)))
+    if len(quantifiers) > _MAX_QUANTIFIERS or unbounded > _MAX_UNBOUNDED:
+        return None
+    try:
+        return re.compile(name)
+    except (re.error, OverflowError, RecursionError, ValueError):
+        return None
 
 
 @lru_cache(maxsize=256)
-def _pattern_names(name: str) -> tuple[str, ...]:
-    """The module names the expression ``name`` matches (memoised: a few thousand matches each); ``(name,)`` for
-    none, or for a string that is not a valid expression (a literal name, matching nothing, reported as such)."""
-    if len(name) > _MAX_PATTERN_CHARS or _NESTED_QUANTIFIER.search(name):
-        return (name,)  # a quantified group of quantifiers can backtrack for ever: never matched against
-    try:
-        pattern = re.compile(name)
-    except re.error:
-        return (name,)
-    names = {*ATTENTION_ROLES, *MLP_ROLES, *_ROLE_ALIASES, *FUSED_MODULES, *_MULTI_ROLE_ALIASES}
-    matched = tuple(module for module in sorted(names)
-                    if pattern.fullmatch(module) or any(pattern.fullmatch(f"{prefix}.{block}.{module}")
-                                                        for prefix in _PATH_PREFIXES for block in _PATH_BLOCKS))
-    return matched or (name,)
+def _pattern_layers(name: str, layers: int) -> tuple[tuple[str, int], ...]:
+    """Each canonical role the expression ``name`` matches, with the number of the ``layers`` blocks it matches in
+    (the layout that matches most); empty when it matches none or may not be run."""
+    pattern = _safe_pattern(name)
+    if pattern is None:
+        return ()
+    out: list[tuple[str, int]] = []
+    for role in (*ATTENTION_ROLES, *MLP_ROLES):
+        blocks = _ATTENTION_BLOCKS if role in ATTENTION_ROLES else _MLP_BLOCKS
+        best = 0
+        for prefix in _PATH_PREFIXES:
+            for block in blocks:
+                hit = sum(1 for i in range(layers) if pattern.fullmatch(f"{prefix}.{i}.{block}.{role}"))
+                best = max(best, hit)
+            if best == layers:
+                break
+        if best:
+            out.append((role, best))
+    return tuple(out)
 
 
 def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:

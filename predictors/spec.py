@@ -196,6 +196,8 @@ def target_names(value: Any) -> Any:
         value = ",".join(value)
     if isinstance(value, str):
         text = value.strip()
+        if set(text) & set("(){}|*+?\\^$") or "[" in text[1:]:
+            return [text]  # a regular expression (PEFT's string form): its commas ("\\d{1,2}") are not separators
         if text.startswith("[") and text.endswith("]"):
             text = text[1:-1]
         if text.strip().lower().replace("_", "-") in ("all-linear", "all"):

@@ -377,5 +377,17 @@ def test_a_regex_target_is_the_roles_it_matches() -> None:
     assert arch.lora_roles([pattern]) == arch.lora_roles("all-linear")
     assert arch.lora_roles([r".*\.(q_proj|v_proj)"]) == {"q_proj", "v_proj"}
     assert arch.lora_roles(["(unbalanced"]) == set()  # not an expression: a literal name, matching nothing
-    # a quantified group of quantifiers is never run (exponential backtracking; a spec comes from any user)
-    assert arch.lora_roles([r"(.*)*q_proj"]) == set()
+    # a quantified group, more than two unbounded quantifiers or a huge repeat count are never run (Python's re
+    # backtracks, and a spec comes from any user): they match nothing, and the spec is refused as not matching
+    for hostile in (r"(.*)*q_proj", r"(?:(?:.)+)+!", r"(([\w.]+))+!", ".*.*.*.*.*!", r".*q_proj{99999999999}"):
+        assert arch.lora_roles([hostile]) == set(), hostile
+    # roles only where they live: an MLP pattern adapts the MLP, not the attention or the head
+    assert arch.lora_roles([r".*\.mlp\..*"]) == {"gate_proj", "up_proj", "down_proj"}
+    # a pattern restricted to some layers adapts those layers only (PEFT fullmatches each layer's path)
+    ten_to_29 = {g.role: g.count for g in arch.lora_groups([r"model\.layers\.(1[0-9]|2[0-9])\.self_attn\.(q|v)_proj"])}
+    assert ten_to_29 == {"q_proj": 20, "v_proj": 20}
+    # its commas are no list separators
+    spec = TrainingSpec.model_validate({"model": "llama-3.1-8b", "method": "lora", "lora": {
+        "target_modules": r"model\.layers\.\d{1,2}\.self_attn\.(q|v)_proj"}})
+    assert spec.lora is not None and len(spec.lora.target_modules) == 1
+    assert arch.lora_roles(spec.lora.target_modules) == {"q_proj", "v_proj"}
