@@ -2923,25 +2923,45 @@ def _swift_rlhf_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: 
     found = pairs.get("rlhf_type")
     kind = str(found[0]).strip().lower() if found is not None else "dpo"
     label = f"{found[1]} {kind}" if found is not None else "ms-swift default rlhf_type dpo"
+    tp = raw.get("tensor_parallel")
+    if tp is not None and "tensor_parallel_size" in tp.source:
+        # swift rlhf trains without tensor parallelism: --tensor_parallel_size is the vLLM engine's, under its older
+        # name (swift/trainers/arguments.py VllmArguments: "compatibility ... tensor_parallel_size")
+        del raw["tensor_parallel"]
+        notes.append(f"{tp.source} {tp.value}: ms-swift's older name of vllm_tensor_parallel_size (the generation "
+                     "engine's), not training tensor parallelism")
+    if (sp := pairs.get("sequence_parallel_size")) is not None and launch_count(sp[0]) not in (None, 1):
+        raw.setdefault("context_parallel", Setting(sp[0], f"{sp[1]} (ms-swift's Ulysses sequence parallelism)", where))
+    if kind == "gkd":
+        notes.append(f"{label}: the teacher (--teacher_model) is predicted; GKD's on-policy generation is not")
+        return
     mapped = _SWIFT_RLHF.get(kind)
     if mapped is None:
         notes.append(f"{label}: an ms-swift RLHF algorithm vramfit does not model beyond the trained policy (PPO's "
-                     "value and reward models, GKD's teacher are not in the prediction: an under-estimate)")
+                     "value and reward models are not in the prediction: an under-estimate)")
         return
     raw.setdefault("_rl", Setting(mapped, f"{label} (ms-swift RLHF)", where))
     if mapped != "grpo":
         return
+    # ms-swift's GRPO (swift rlhf_args.py _init_grpo and RLHFArguments): --max_length caps the prompt (the maintainers:
+    # "max_length refers to the length of the query (prompt) part"), --max_completion_length defaults to 512, beta to
+    # 0.04 (a reference model; beta 0 drops it)
+    length = raw.get("seq_len")
+    if length is not None and "max_length" in length.source:
+        raw["_max_prompt_length"] = raw.pop("seq_len")
+    raw.setdefault("_max_completion_length", Setting(512, "ms-swift default max_completion_length", where))
+    raw.setdefault("_beta", Setting(0.04, "ms-swift default beta for grpo", where))
     if "_vllm_mode" not in raw and "_use_vllm" in raw:
-        server = any(k in pairs for k in ("vllm_server_host", "vllm_server_base_url"))
-        raw["_vllm_mode"] = Setting("server" if server else "colocate", "ms-swift vllm_mode default (colocate unless "
-                                    "a vllm_server_host / base_url is given)", where)
+        if "vllm_device" in pairs:  # ms-swift 3.2-3.4: vLLM on its own GPU ("the first GPU training does not use")
+            raw["_vllm_mode"] = Setting("server", f"{pairs['vllm_device'][1]} (vLLM on a GPU of its own)", where)
+        else:
+            server = any(k in pairs for k in ("vllm_server_host", "vllm_server_base_url"))
+            raw["_vllm_mode"] = Setting("server" if server else "colocate", "ms-swift vllm_mode default (colocate "
+                                        "unless a vllm_server_host / base_url is given)", where)
     sleep = pairs.get("sleep_level")
     if sleep is not None and launch_count(sleep[0]) is not None:
         raw.setdefault("_vllm_sleep", Setting(True, f"{sleep[1]} {sleep[0]}", where))
     raw.setdefault("_vllm_gpu_memory_utilization", Setting(0.9, "ms-swift default vllm_gpu_memory_utilization", where))
-    if "seq_len" in raw:
-        notes.append(f"ms-swift GRPO: {raw['seq_len'].source} read as the whole trained sequence (prompt and "
-                     "completion)")
 
 
 def _swift_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
@@ -2958,7 +2978,7 @@ def _swift_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[
     elif display is not None and "model" in raw and raw["model"].source == display[1]:
         del raw["model"]  # --model_name is swift's display name for self-cognition data
         notes.append(f"{display[1]} is ms-swift's self-cognition display name, not the model (its flag is --model)")
-    kind = pairs.get("train_type") or pairs.get("sft_type")
+    kind = pairs.get("tuner_type") or pairs.get("train_type") or pairs.get("sft_type")  # 4.x: tuner_type
     raw["_finetuning_type"] = Setting(kind[0] if kind else "lora", kind[1] if kind else "ms-swift default "
                                       "train_type lora", where)
     if kind is not None and str(kind[0]).lower() not in ("lora", "full", "qlora"):

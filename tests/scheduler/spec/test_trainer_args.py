@@ -896,6 +896,31 @@ def test_ms_swift_rlhf_reads_its_algorithm_and_vllm_defaults() -> None:
     assert any("does not model beyond the trained policy" in a for a in ppo.assumptions)
 
 
+def test_ms_swift_grpo_reads_its_own_defaults() -> None:
+    """ms-swift's GRPO is not TRL's: --max_length caps the prompt (its maintainers: "max_length refers to the length
+    of the query (prompt) part"), max_completion_length defaults to 512 and beta to 0.04 (a reference model in full
+    training); --tensor_parallel_size is the vLLM engine's older name; 3.2's --vllm_device puts vLLM on its own GPU;
+    4.x names the tuner --tuner_type; --sequence_parallel_size is Ulysses sequence parallelism. Its qlora.sh example
+    (2,048-token prompts, 8,192-token completions) read as 2,048 tokens: 20.9 instead of 88.7 GiB."""
+    grpo = ["swift", "rlhf", "--rlhf_type", "grpo", "--model", "Qwen/Qwen2.5-7B-Instruct", "--tuner_type", "full",
+            "--torch_dtype", "bfloat16", "--per_device_train_batch_size", "2", "--max_length", "2048", "--use_vllm",
+            "true"]
+    job = one_job(pod([*grpo, "--max_completion_length", "8192", "--tensor_parallel_size", "4",
+                       "--sequence_parallel_size", "2"], gpus=8))
+    s = job.spec
+    assert (s.method, s.seq_len, s.reference_model, s.tensor_parallel, s.context_parallel) == (
+        "full", 10240, True, 1, 2)
+    assert s.colocated_engine_memory_fraction == 0.9
+    defaults = one_job(pod(grpo, gpus=8)).spec
+    assert defaults.seq_len == 2048 + 512
+    separate = one_job(pod([*grpo, "--vllm_device", "auto", "--vllm_gpu_memory_utilization", "0.7"], gpus=8)).spec
+    assert separate.colocated_engine_memory_fraction is None
+    gkd = one_job(pod(["swift", "rlhf", "--rlhf_type", "gkd", "--model", "Qwen/Qwen2.5-7B-Instruct",
+                       "--teacher_model", "Qwen/Qwen2.5-14B-Instruct", "--train_type", "full"]))
+    assert gkd.spec.teacher_model == "Qwen/Qwen2.5-14B-Instruct"
+    assert not any("not in the prediction" in a for a in gkd.assumptions)
+
+
 def test_trl_qlora_leaves_kbit_preparation_to_the_spec() -> None:
     """Whether a TRL job's 4-bit model went through PEFT's prepare_model_for_kbit_training depends on the TRL release
     (0.9-0.2x prepared an unsharded one and cast embeddings and head back to bf16 under bf16; today's SFTTrainer does
