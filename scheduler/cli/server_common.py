@@ -28,6 +28,14 @@ MIN_TLS_RELOAD_SECONDS = 0.1
 # waited for ever on a request whose body never finished, the kubelet's SIGKILL came first and the clean-up
 # never ran.
 DEFAULT_SHUTDOWN_TIMEOUT_SECONDS = 10.0
+# A connection that has not sent a whole request head (request line and headers) this long after it opened, or after
+# its previous response, is closed: uvicorn times out a request's body and an idle keep-alive connection, but not a
+# head sent a byte at a time or never finished, and each such connection held a TLS session and buffers (about 50 KB:
+# ~9,000 of them took the webhook past the chart's 512Mi limit). The API server sends a whole AdmissionReview at once.
+HEADER_TIMEOUT_SECONDS = 10.0
+# Connections and requests in flight beyond which uvicorn answers 503 at once: memory stays bounded whatever a client
+# opens (the API server keeps a few connections per webhook)
+MAX_CONCURRENT_CONNECTIONS = 1000
 
 
 def package_version() -> str:
@@ -171,6 +179,49 @@ def sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
+def header_timeout_protocol(timeout_seconds: float = HEADER_TIMEOUT_SECONDS) -> type:
+    """uvicorn's HTTP protocol (httptools when installed, else h11) that closes a connection whose request head is not
+    complete ``timeout_seconds`` after the connection opened or its last response ended
+    (:data:`HEADER_TIMEOUT_SECONDS`). A request whose head arrived is left to the body and handler limits."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
+    except ImportError:  # httptools is optional
+        from uvicorn.protocols.http.h11_impl import H11Protocol as Base  # type: ignore[assignment]
+
+    class HeaderTimeoutProtocol(Base):  # type: ignore[misc, valid-type]
+        _head_timer: Any = None
+        _responses_seen = 0
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def _arm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer = self.loop.call_later(timeout_seconds, self._head_timeout, self._responses_seen)
+
+        def _head_timeout(self, responses_then: int) -> None:
+            self._head_timer = None
+            cycle = self.cycle
+            waiting = cycle is None or cycle.response_complete
+            if waiting and self._responses_seen == responses_then and not self.transport.is_closing():
+                self.transport.close()  # no request head in time: nothing of the client's is lost
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._responses_seen += 1
+            self._arm()  # the next request's head gets the same time
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().connection_lost(exc)
+
+    return HeaderTimeoutProtocol
+
+
 def run_http_server(app: Any, host: str, port: int, tls_cert: Path | None, tls_key: Path | None,
                     tls_reload_seconds: float, on_exit: Callable[[], None] | None = None,
                     shutdown_timeout_seconds: float = DEFAULT_SHUTDOWN_TIMEOUT_SECONDS) -> None:
@@ -188,7 +239,9 @@ def run_http_server(app: Any, host: str, port: int, tls_cert: Path | None, tls_k
     from scheduler.integrations.tls import CertReloader
 
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False,
-                            timeout_graceful_shutdown=shutdown_timeout_seconds)  # type: ignore[arg-type]
+                            timeout_graceful_shutdown=shutdown_timeout_seconds,
+                            http=header_timeout_protocol(), limit_concurrency=MAX_CONCURRENT_CONNECTIONS,
+                            )  # type: ignore[arg-type]
     reloader = None
     try:
         with sigterm_raises():
