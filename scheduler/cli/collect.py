@@ -117,6 +117,9 @@ def sweep_dcgm(ledger: object, prometheus_url: str, sink: Callable[[Any], object
         except PrometheusError as exc:
             log.warning("DCGM query failed for %s: %s", row.decision.decision_id, exc)
             continue
+        except (ValueError, OverflowError) as exc:  # a reading the actual refuses: that job only, not the sweep
+            log.warning("DCGM reading for %s not stored: %s", row.decision.decision_id, exc)
+            continue
         if actual is not None:
             record(actual)
             stored += 1

@@ -147,11 +147,19 @@ def query_device_peak(
     mib = sample_value(peak[0], peak_query)
     if not math.isfinite(mib) or mib < 0:  # NaN/Inf/negative framebuffer readings are no measurement
         return None
+    if mib > MAX_DEVICE_MIB:  # a broken exporter or a unit mix-up: no GPU has that much memory
+        raise PrometheusError(f"DCGM framebuffer reading {mib:.4g} MiB for {peak_query!r} is more memory than any GPU "
+                              f"has (at most {MAX_DEVICE_MIB:,} MiB); not stored")
     count_query = f"count({per_device})"
     devices = query_instant(prometheus_url, count_query, end, timeout_seconds)
     count = sample_value(devices[0], count_query) if devices else 1.0
     return DevicePeak(peak_vram_bytes=int(round(mib * MIB)),
                       devices=int(count) if math.isfinite(count) and count >= 1 else 1)
+
+
+# More framebuffer than any GPU has (the largest, B300, 288 GB) by a wide margin: a reading above it is an exporter or
+# unit error, and stored it would overflow the ledger's byte columns
+MAX_DEVICE_MIB = 4 * 1024 * 1024
 
 
 def dcgm_actual(

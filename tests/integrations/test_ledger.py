@@ -352,6 +352,33 @@ def test_the_dcgm_sweep_asks_only_about_jobs_within_the_lookback(ledger_path, mo
     assert asked == ["recent"] and empty == {"recent"}
 
 
+def test_one_absurd_dcgm_reading_stops_neither_the_sweep_nor_the_other_jobs(ledger_path, monkeypatch):
+    """A reading of 1e20 MiB (an exporter or unit error) was past the ledger's bound, 1e308 MiB overflowed: the
+    exception aborted the whole sweep, and the job was retried first at every sweep, so no later job got its DCGM
+    actual. Now that reading is refused with a warning, and the other jobs are stored."""
+    from scheduler.cli.collect import sweep_dcgm
+    from scheduler.integrations import prom_actuals
+
+    readings = {"first": [[0, "1e20"]], "second": [[0, "20480"]], "third": [[0, "1e308"]]}
+
+    def fake_query(url, query, at, timeout_seconds=10.0):  # type: ignore[no-untyped-def]
+        name = next(n for n in readings if f'"{n}' in query or f"={n}" in query or n in query)
+        value = readings[name][0][1] if query.startswith("max(") else "1"
+        return [{"metric": {}, "value": [0, value]}]
+
+    monkeypatch.setattr(prom_actuals, "query_instant", fake_query)
+    ledger = SqliteLedger(ledger_path)
+    now = datetime.now(timezone.utc)
+    for name in readings:
+        ledger.record_decision(DecisionIn.model_validate(decision_payload(name)))
+        ledger.record_actual(ActualIn(decision_id=name, peak_vram_bytes=None, oom=False, source="kubernetes",
+                                      runtime_seconds=60.0, finished_at=now - timedelta(hours=2)))
+    assert sweep_dcgm(ledger, "http://127.0.0.1:9", now=now) == 1
+    awaiting = sorted(row.decision.decision_id for row in ledger.rows_awaiting("dcgm", after="kubernetes"))
+    assert awaiting == ["first", "third"]  # "second" stored; the absurd ones are asked again, still refused
+    assert sweep_dcgm(ledger, "http://127.0.0.1:9", now=now) == 0
+
+
 @pytest.mark.parametrize(("kind", "name", "pods", "others"), [
     ("Job", "llama", ["llama-x7k2p", "llama-3-ab12c"], ["llama-70b-x7k2p", "llama-70b-3-x7k2p"]),
     ("PyTorchJob", "ft", ["ft-master-0", "ft-worker-12"], ["ft-70b-worker-0"]),
