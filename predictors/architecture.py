@@ -368,6 +368,22 @@ MAX_LAYERS = 100_000
 MAX_CONFIG_VALUE = 10**15
 
 
+def _flag(cfg: dict[str, Any], key: str, default: bool) -> bool:
+    """A config switch: a JSON boolean, 0/1, or the strings true/false (a YAML config quotes them easily: "false" was
+    read as true, as any non-empty string is, tying Llama-3.1-8B's head and losing 0.5B parameters); ``default`` when
+    unset; anything else is an error naming the key."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise SpecError.one(f"model.config.{key}", f"must be true or false; got {value!r}")
+
+
 def _need(cfg: dict[str, Any], name: str, *keys: str, maximum: int = MAX_CONFIG_VALUE) -> int:
     value = _get(cfg, *keys)
     if value is None:
@@ -503,10 +519,7 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     all_bias = model_type in _ALL_BIAS
     layernorm = model_type in _LAYERNORM or model_type in _LAYERNORM_NO_BIAS or model_type in _NORM_WITHOUT_PARAMS \
         or model_type == "mpt"
-    tie = cfg.get("tie_word_embeddings")
-    if tie is None:
-        tie = _TIE_DEFAULT.get(model_type, False)
-    tie = bool(tie)
+    tie = _flag(cfg, "tie_word_embeddings", _TIE_DEFAULT.get(model_type, False))
 
     # biases on attention projections
     if model_type in ("gptj", "codegen"):
@@ -687,7 +700,7 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     # lm_head with bias: PhiForCausalLM; GPTJForCausalLM and CodeGenForCausalLM (nn.Linear default bias=True,
     # models/gptj/modeling_gptj.py, models/codegen/modeling_codegen.py); PhimoeForCausalLM with
     # config.lm_head_bias (models/phimoe/modeling_phimoe.py)
-    lm_bias = model_type in ("phi", "gptj", "codegen") or (model_type == "phimoe" and bool(cfg.get("lm_head_bias")))
+    lm_bias = model_type in ("phi", "gptj", "codegen") or (model_type == "phimoe" and _flag(cfg, "lm_head_bias", False))
     linears.append(LinearGroup("lm_head", head_in, vocab, 1, lm_bias and not tie, tied=tie))
     other = vocab if (lm_bias and tie) else 0
     return Architecture(
@@ -834,8 +847,7 @@ def _bart(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     dec_ffn = _int(cfg, "decoder_ffn_dim", default=enc_ffn)
     vocab = _need(cfg, "the vocabulary", "vocab_size")
     positions = _int(cfg, "max_position_embeddings", default=1024, minimum=0)
-    tie = cfg.get("tie_word_embeddings")
-    tie = True if tie is None else bool(tie)
+    tie = _flag(cfg, "tie_word_embeddings", True)
     attn_blocks = enc_layers + 2 * dec_layers  # encoder self, decoder self + cross
     linears = [
         LinearGroup("q_proj", h, h, attn_blocks, True), LinearGroup("k_proj", h, h, attn_blocks, True),
@@ -863,9 +875,8 @@ def _t5(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     d_ff = _need(cfg, "the MLP width", "d_ff", "intermediate_size")
     vocab = _need(cfg, "the vocabulary", "vocab_size")
     proj = str(cfg.get("feed_forward_proj", "relu"))
-    gated = proj.startswith("gated") or bool(cfg.get("is_gated_act"))
-    tie = cfg.get("tie_word_embeddings")
-    tie = _TIE_DEFAULT.get(model_type, True) if tie is None else bool(tie)
+    gated = proj.startswith("gated") or _flag(cfg, "is_gated_act", False)
+    tie = _flag(cfg, "tie_word_embeddings", _TIE_DEFAULT.get(model_type, True))
     inner = heads * d_kv
     attn_blocks = enc_layers + 2 * dec_layers  # encoder self, decoder self + cross
     linears = [

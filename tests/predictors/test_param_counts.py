@@ -396,3 +396,21 @@ def test_a_config_size_beyond_any_model_is_a_named_error(base: str, key: str) ->
         assert info.value.problems[0].path == f"model.config.{key}", str(info.value)
         assert "beyond any trainable model" in str(info.value)
     assert predict(TrainingSpec(model=ModelRef(config=config), gpu="H100-80GB")).vram.peak_vram_bytes > 0
+
+
+def test_config_switches_as_strings_are_read_as_written() -> None:
+    """A quoted "false" (easy in a YAML spec's inline config) was any non-empty string, so true: Llama-3.1-8B's head
+    tied, 7.50B parameters instead of 8.03B, with no error. Now "true"/"false" mean what they say and anything else
+    names the key."""
+    import pytest
+
+    from predictors.architecture import architecture_from_config
+    from predictors.errors import SpecError
+
+    cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256}
+    untied = architecture_from_config({**cfg, "tie_word_embeddings": False})
+    assert architecture_from_config({**cfg, "tie_word_embeddings": "false"}).params_total == untied.params_total
+    assert architecture_from_config({**cfg, "tie_word_embeddings": "True"}).tie_word_embeddings is True
+    with pytest.raises(SpecError, match="tie_word_embeddings"):
+        architecture_from_config({**cfg, "tie_word_embeddings": "no"})
