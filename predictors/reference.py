@@ -29,7 +29,9 @@ LEVEL_FOR_METRIC: dict[str, str] = {
 class Measured(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    peak_bytes: int | None = Field(None, ge=0)
+    # at most 2^62 bytes (4 EiB, the ledger's bound too): beyond it a figure is a typo, and past float's range it
+    # overflowed every ratio the evaluation takes
+    peak_bytes: int | None = Field(None, ge=0, le=2**62)
     metric: Metric = "unknown"
     scope: Literal["per_gpu", "total_all_gpus"] = "per_gpu"
     oom: bool = False

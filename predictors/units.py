@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 
 _NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _QUANTITY_RE = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]*)\s*$")
@@ -28,6 +29,9 @@ _TEMPLATE_RE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\{\{.*?\}\}|\bPLACEHO
                           r"|\b(?:REPLACE[_-]?ME|CHANGE[_-]?ME|TODO|TBD)\b", re.IGNORECASE)
 
 
+_FLOAT_MAX_INT = int(sys.float_info.max)
+
+
 class QuantityError(ValueError):
     """A size or count could not be read; the message says what was expected."""
 
@@ -38,6 +42,9 @@ def _split(value: object, what: str) -> tuple[float, str]:
     if isinstance(value, int | float):
         if isinstance(value, float) and not math.isfinite(value):
             raise QuantityError(f"{what} must be a finite number; got {value!r}")
+        if isinstance(value, int) and abs(value) > _FLOAT_MAX_INT:  # float() of it overflows
+            raise QuantityError(f"{what} is too large to be a number; got an integer of {len(str(abs(value)))} "
+                                "digits")
         return float(value), ""
     if not isinstance(value, str):
         raise QuantityError(f"{what} must be a number or a string like '2k'; got {type(value).__name__}")

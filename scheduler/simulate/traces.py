@@ -38,6 +38,10 @@ TRACE_FILES: dict[str, str] = {
 }
 
 
+
+# A century: later than any trace's arrival (and an integer of 400 digits overflowed float())
+_MAX_ARRIVAL_SECONDS = 100 * 365.25 * 86400
+
 def shared_dir() -> Path:
     """The workspace's ``shared/`` folder: ``<repo>/../shared`` for the main checkout, ``<repo>/../../shared``
     for a worktree under ``wt/``. It may not exist outside this workspace (callers say so and how to fix)."""
@@ -213,9 +217,11 @@ def read_specs(path: Path) -> tuple[list[TrainingSpec], list[float | None]]:
                                     "a line is a TrainingSpec, or {spec: {...}, arrival_seconds: S}", str(path))
             arrival = raw.get("arrival_seconds")
             if arrival is not None and (isinstance(arrival, bool) or not isinstance(arrival, int | float)
-                                        or not math.isfinite(arrival) or arrival < 0):
+                                        or arrival < 0 or arrival > _MAX_ARRIVAL_SECONDS
+                                        or not math.isfinite(arrival)):
                 raise SpecError.one(f"line {lineno}: arrival_seconds",
-                                    f"must be a finite number of seconds >= 0; got {arrival!r}", source=str(path))
+                                    f"must be a finite number of seconds from 0 to a century; got "
+                                    f"{str(arrival)[:40]!r}", source=str(path))
             raw = raw["spec"]
         spec = parse_training_spec(raw, source=f"{path}:{lineno}", prefix="spec")
         try:

@@ -389,8 +389,8 @@ def _mounted_files(container: Any, volumes: Mapping[str, _VolumeSources]) -> tup
     mounts = container.get("volumeMounts") if isinstance(container, dict) else None
     found: list[MountedFile] = []
     for mount in mounts if isinstance(mounts, list) else ():
-        if not isinstance(mount, dict) or mount.get("name") not in volumes:
-            continue
+        if not isinstance(mount, dict) or not isinstance(mount.get("name"), str) or mount["name"] not in volumes:
+            continue  # a malformed mount (a list for a name) is the API server's to refuse; it names no file here
         sub_path = mount.get("subPath")
         mount_path = mount.get("mountPath")
         for config_map, paths in volumes[mount["name"]]:

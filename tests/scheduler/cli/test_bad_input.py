@@ -239,3 +239,37 @@ def test_predict_refuses_a_gpu_count_beyond_the_spec_limit(gpus: str, tmp_path: 
     spec.write_text("model: llama-3.2-1b\ngpu: A100-80GB\nsharding: fsdp\n")
     assert_input_error(main(["predict", str(spec), "--gpus", gpus]), capsys.readouterr().err,
                        "`--gpus` must be at most 1,000,000")
+
+
+def test_numbers_past_floats_range_are_named_input_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An integer of hundreds of digits (under Python's 4,300-digit parse limit) in a manifest count, a reference
+    run's peak or a job's arrival overflowed float(): OverflowError tracebacks (exit 1) in predict, place, parse,
+    evaluate, train and simulate. A volumeMount whose name is a list was a TypeError."""
+    import yaml
+
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "annotations": {
+        "vramfit.io/spec": "model: gpt2"}}, "spec": {"parallelism": 10**320, "template": {"spec": {"containers": [
+            {"name": "m", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(job))
+    for command in ("predict", "place", "parse"):
+        assert main([command, str(manifest)]) == 2
+        assert "spec.parallelism` is too large to be a number" in capsys.readouterr().err
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "annotations": {"vramfit.io/spec": "model: gpt2"}},
+           "spec": {"containers": [{"name": "m", "image": "x", "volumeMounts": [{"name": ["a"], "mountPath": "/c"}],
+                                    "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+                    "volumes": [{"name": "a", "configMap": {"name": "c"}}]}}
+    mounted = tmp_path / "pod.yaml"
+    mounted.write_text(yaml.safe_dump(pod))
+    assert main(["parse", str(mounted)]) == 0
+    capsys.readouterr()
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(json.dumps({"id": "BIG", "spec": {"model": "gpt2"}, "gpu": "A100-80GB", "quality": "high",
+                                "measured": {"peak_bytes": 10**400, "metric": "allocated"}}) + "\n")
+    assert main(["train", "--runs", str(runs), "--out", str(tmp_path / "m.skops"), "--no-cv"]) == 2
+    assert "measured.peak_bytes" in capsys.readouterr().err
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"spec": {"model": "gpt2", "train_tokens": 1e6}, "arrival_seconds": ' + "9" * 400 + "}\n")
+    assert main(["simulate", "--jobs", str(jobs), "--no-plots", "--no-progress"]) == 2
+    assert "arrival_seconds" in capsys.readouterr().err
