@@ -504,9 +504,19 @@ def map_gpu_label(label: str, value: str) -> str | None:
         family = max((p for p in _INSTANCE_GPUS if lowered.startswith(p)), key=len, default=None)
         return _INSTANCE_GPUS[family] if family is not None else None
     elif label.startswith("gpu.nvidia.com/"):
-        # CoreWeave writes A100_NVLINK_80GB, H100_PCIE, RTX_A6000: the interconnect word is no GPU of its own
+        # CoreWeave writes A100_NVLINK_80GB, A100_PCIE_40GB, H100_PCIE, RTX_A6000: the interconnect word is no GPU of
+        # its own; its A100_NVLINK and A100_PCIE without a size are the 40 GB cards (CoreWeave's GPU instance table)
         parts = [p for p in text.upper().split("_") if p not in ("NVLINK", "SXM", "SXM4", "SXM5")]
-        text = "-".join("PCIe" if p == "PCIE" else p for p in parts)
+        pcie = "PCIE" in parts
+        parts = [p for p in parts if p != "PCIE"]
+        if parts == ["A100"]:
+            parts.append("40GB")
+        text = "-".join(parts)
+        if pcie:
+            try:
+                return lookup_gpu(f"{text}-PCIe").name
+            except SpecError:
+                pass  # the catalog has one card for both (A100-40GB): its memory is what placement needs
     try:
         return lookup_gpu(text).name
     except SpecError:

@@ -188,6 +188,9 @@ def test_affinity_pin_and_uncatalogued_label() -> None:
 
 @pytest.mark.parametrize(("label", "value", "gpu"), [
     ("gpu.nvidia.com/class", "A100_NVLINK_80GB", "A100-80GB"),  # CoreWeave
+    ("gpu.nvidia.com/class", "A100_NVLINK", "A100-40GB"),  # its 40 GB card: not the catalog's plain "A100" (80 GB)
+    ("gpu.nvidia.com/class", "A100_PCIE_40GB", "A100-40GB"),
+    ("gpu.nvidia.com/class", "A100_PCIE_80GB", "A100-80GB-PCIe"),
     ("gpu.nvidia.com/model", "A40", "A40"),
     ("eks.amazonaws.com/instance-gpu-name", "l40s", "L40S"),  # EKS Auto Mode
     ("node.kubernetes.io/instance-type", "p5.48xlarge", "H100-80GB"),  # the cloud machine type
