@@ -256,6 +256,7 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
             ANNOTATION_HINT,
         )
     notes += _check_model(w.obj, merged)
+    notes += _check_teacher(merged)
     notes += _cap_default_seq_len(merged, dotted(w.annotation_path))
     notes += _freeze_tuning_moe_notes(merged)
     spec = _validate(w.obj, merged)
@@ -643,6 +644,34 @@ def _merge(stages: Sequence[Settings], notes: list[str]) -> tuple[Settings, dict
                                          ("true", "full")):
         del merged["checkpoint_trained_blocks_only"]  # implied by LLaMA-Factory's checkpointing: off, nothing to say
     return merged, {k: s.source for k, s in merged.items()}
+
+
+def _check_teacher(merged: Settings) -> list[str]:
+    """A distillation teacher a command names that vramfit cannot size (an API model such as gpt-4o-mini, a local
+    checkpoint) is dropped with a note: it refused the whole job at prediction time. One the annotation names stays
+    (an error there is the annotation's to fix)."""
+    setting = merged.get("teacher_model")
+    if setting is None or not isinstance(setting.value, str) or ANNOTATION in setting.source:
+        return []
+    name = setting.value
+    try:
+        lookup_model(name)
+        return []
+    except SpecError:
+        pass
+    base = name
+    while (stripped := _VARIANT_SUFFIX.sub("", base)) != base:
+        base = stripped
+        try:
+            lookup_model(base)
+        except SpecError:
+            continue
+        merged["teacher_model"] = Setting(base, setting.source, setting.where)
+        return [f"teacher_model {name} read as {base} (same architecture; the catalog lists the base model)"]
+    del merged["teacher_model"]
+    return [f"teacher_model {name!r} ({setting.source}) is no model vramfit can size (an API model or a local "
+            "checkpoint): a teacher on these GPUs is not in the prediction; name it in the vramfit.io/spec annotation "
+            "(teacher_model: a catalog name or a config)"]
 
 
 def _check_model(obj: ObjectRef, merged: Settings) -> list[str]:

@@ -1020,3 +1020,15 @@ def test_a_server_started_in_the_background_is_not_the_trainer() -> None:
     assert any("trl vllm-serve serves generation beside the training" in a for a in job.assumptions)
     tokens = split_script(["bash", "-c", "a &\nb && c ;& d"], {}).commands
     assert tokens == [["a"], ["b"], ["c"], ["d"]]
+
+
+def test_a_teacher_vramfit_cannot_size_is_dropped_with_a_note() -> None:
+    """An API teacher (--teacher_model gpt-4o-mini) refused the whole job at prediction time; a command's teacher that
+    names no model vramfit knows is dropped with a note, one the annotation names stays for it to fix."""
+    job = one_job(pod(["python", "distil.py", "--model_name_or_path", "Qwen/Qwen2.5-1.5B",
+                       "--teacher_model", "gpt-4o-mini"]))
+    assert job.spec.teacher_model is None
+    assert any("'gpt-4o-mini'" in a and "not in the prediction" in a for a in job.assumptions), job.assumptions
+    stated = one_job(pod(["python", "t.py", "--model_name_or_path", "gpt2"],
+                         annotations={"vramfit.io/spec": "teacher_model: gpt-4o-mini"}))
+    assert stated.spec.teacher_model == "gpt-4o-mini"
