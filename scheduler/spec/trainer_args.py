@@ -2318,8 +2318,33 @@ def _operator_run(token: str) -> list[str]:
     return _OPERATOR_PARTS.findall(token)
 
 
+_SOURCED = re.compile(r"(^|[;&|(]|&&|\|\|)([ \t]*)(?:source|\.)[ \t]+([^\s;&|()]+)", re.M)
+
+
+def _inline_sourced(text: str, files: Mapping[str, str], budget: TextBudget, where: str, notes: list[str],
+                    depth: int = 0) -> str:
+    """``source FILE`` / ``. FILE`` of a script replaced by FILE's text when the manifest carries it: what it sets
+    (``export SEQ=4096``) is the script's own environment from there on, as the shell runs it. Within the job's text
+    budget and a few levels deep (a sourced file may source another, or itself)."""
+    if depth >= _MAX_SCRIPT_DEPTH or not files:
+        return text
+
+    def inline(match: re.Match[str]) -> str:
+        content = files.get(PurePosixPath(match.group(3)).name)
+        if content is None or budget.refuse(content, f"{where}: {match.group(3)}, sourced") is not None:
+            return match.group(0)
+        body = _inline_sourced(content.replace("\r\n", "\n"), files, budget, where, notes, depth + 1)
+        note = f"{where}: the command runs {match.group(3)}, carried by the manifest: read as its commands"
+        if note not in notes:
+            notes.append(note)
+        return f"{match.group(1)}\n{body}\n"
+
+    return _SOURCED.sub(inline, text)
+
+
 def split_script(
-    argv: Sequence[str], env: Mapping[str, str], budget: TextBudget | None = None, where: str = ""
+    argv: Sequence[str], env: Mapping[str, str], budget: TextBudget | None = None, where: str = "",
+    files: Mapping[str, str] | None = None,
 ) -> Script:
     """A container command (exec form or ``bash -c SCRIPT``) as simple commands, ``$VAR`` expanded in
     shell scripts from the container env and the script's own ``export``s. A script that ``budget`` (by
@@ -2330,7 +2355,7 @@ def split_script(
     if tokens and PurePosixPath(tokens[0]).name in _SHELLS:
         flags = [t for t in tokens[1:] if t.startswith("-")]
         rest = [t for t in tokens[1:] if not t.startswith("-")]
-        if any("c" in f for f in flags) and rest:
+        if any("c" in f for f in flags if not f.startswith("--")) and rest:  # -c, -xc; not --rcfile
             shell_text = rest[0]
     if shell_text is None:
         script.commands = [tokens] if tokens else []
@@ -2341,6 +2366,7 @@ def split_script(
         script.notes.append(note)
         return script
     text = _heredocs(shell_text.replace("\\\r\n", " ").replace("\\\n", " "), script.files)
+    text = _inline_sourced(text, {**(files or {}), **script.files}, budget, where, script.notes)
     command: list[str] = []
     seeded = dict(script.env)  # the container's environment
     text = _exports(text, script.env, budget)
@@ -2448,9 +2474,10 @@ def read_command(
     from scheduler.spec.litgpt import litgpt_method, read_litgpt  # both build on this module's Reading
     from scheduler.spec.torchtitan import is_torchtitan, read_torchtitan
 
-    script = split_script(argv, env, budget, where)
+    budget = budget or TextBudget()
+    script = split_script(argv, env, budget, where, files)
     known = {**(files or {}), **script.files}
-    _run_carried_scripts(script, known, budget or TextBudget(), where)
+    _run_carried_scripts(script, known, budget, where)
     reading = Reading(notes=list(script.notes))
     for tokens in script.commands:
         if tokens and PurePosixPath(tokens[0]).name in _FILE_WRITERS:
@@ -2501,18 +2528,44 @@ def _inference_server(tokens: Sequence[str]) -> str | None:
     return None
 
 
+# Commands that run the command after them: a script they start is the one they run (``exec /x.sh``,
+# ``nohup bash x.sh``, ``timeout 1h ./run.sh``, ``/usr/bin/env bash x.sh``), with their own options and values
+_WRAPPERS = {"exec", "nohup", "time", "setsid", "env", "timeout", "stdbuf", "nice", "ionice", "taskset", "numactl"}
+_WRAPPER_VALUES = {"timeout": 1, "taskset": 1}  # positional values before the command (a duration, a CPU mask)
+_SHELL_VALUE_FLAGS = ("o", "O")  # set -o OPTION / shopt -O OPTION as bash's own flags: the next word is the value
+
+
+def _unwrapped(tokens: Sequence[str]) -> list[str]:
+    """``tokens`` without the wrappers in front of the command they run (and their options and values)."""
+    rest = list(tokens)
+    while rest and PurePosixPath(rest[0]).name in _WRAPPERS:
+        head = PurePosixPath(rest.pop(0)).name
+        values = _WRAPPER_VALUES.get(head, 0)
+        while rest and (rest[0].startswith("-") or (head == "env" and _ASSIGN.match(rest[0]))):
+            rest.pop(0)  # options (-oL, -k 10 is rare) and env's NAME=value
+        del rest[:values]
+    return rest
+
+
 def _script_run(tokens: Sequence[str]) -> str | None:
-    """The script file a command runs: ``bash [-x] FILE``, ``source FILE`` / ``. FILE``, or ``FILE`` itself when it
-    is a path (``/opt/tas/train.sh``, ``./run.sh``); None for anything else (``bash -c`` is split_script's)."""
+    """The script file a command runs: ``bash [-x] [-o pipefail] FILE``, ``source FILE`` / ``. FILE``, or ``FILE``
+    itself when it is a path (``/opt/tas/train.sh``, ``./run.sh``), also behind ``exec``/``nohup``/``env``/...;
+    None for anything else (``bash -c`` is split_script's)."""
+    tokens = _unwrapped(tokens)
     if not tokens:
         return None
     head = PurePosixPath(tokens[0]).name
     if head in _SHELLS or head in ("source", "."):
-        flags = [t for t in tokens[1:] if t.startswith("-")]
-        if head in _SHELLS and any("c" in f for f in flags if not f.startswith("--")):
-            return None
-        args = [t for t in tokens[1:] if not t.startswith("-")]
-        return args[0] if args else None
+        rest = list(tokens[1:])
+        while rest and rest[0].startswith(("-", "+")):
+            flag = rest.pop(0)
+            if head in _SHELLS and not flag.startswith("--") and "c" in flag:
+                return None
+            takes_value = flag in ("--rcfile", "--init-file") or (
+                flag[-1:] in _SHELL_VALUE_FLAGS and not flag.startswith("--"))
+            if takes_value and rest:
+                rest.pop(0)  # bash -eo pipefail x.sh: pipefail is -o's value, x.sh the script
+        return rest[0] if rest else None
     return tokens[0] if "/" in tokens[0] or tokens[0].endswith(".sh") else None
 
 
@@ -2526,12 +2579,13 @@ def _run_carried_scripts(script: Script, known: dict[str, str], budget: TextBudg
     for tokens in script.commands:
         path = _script_run(tokens)
         content = known.get(PurePosixPath(path).name) if path else None
-        runs_shell = bool(tokens) and PurePosixPath(tokens[0]).name in (*_SHELLS, "source", ".")
+        inner_tokens = _unwrapped(tokens)
+        runs_shell = bool(inner_tokens) and PurePosixPath(inner_tokens[0]).name in (*_SHELLS, "source", ".")
         if content is not None and not runs_shell and not path.endswith(".sh") and \
                 not _SHELL_SHEBANG.match(content.lstrip()):
             content = None  # a carried file that is no shell script (a Python entry point, a config)
         if path is None or content is None or depth >= _MAX_SCRIPT_DEPTH or len(content) > budget.left:
-            if path is not None and content is None and (runs_shell or path.endswith(".sh")):
+            if path is not None and content is None and path.endswith((".sh", ".bash")):
                 note = (f"{where}: the command runs {path}, which the manifest does not carry: what it runs is not "
                         "read (carry it in a ConfigMap of the same file, or set the settings in the vramfit.io/spec "
                         "annotation)")
@@ -2544,7 +2598,7 @@ def _run_carried_scripts(script: Script, known: dict[str, str], budget: TextBudg
                 script.notes.append(note)
             commands.append(tokens)
             continue
-        inner = split_script(["bash", "-c", content], script.env, budget, f"{where}: {path}")
+        inner = split_script(["bash", "-c", content], script.env, budget, f"{where}: {path}", known)
         known.update(inner.files)
         script.files.update(inner.files)
         _run_carried_scripts(inner, known, budget, where, depth + 1)

@@ -976,7 +976,12 @@ exec torchrun --nproc_per_node 2 train.py --model_name_or_path $MODEL_NAME \\
 
 
 @pytest.mark.parametrize("command", [["bash", "-xc", "/workspace/script.sh"], ["bash", "/workspace/script.sh"],
-                                     ["/workspace/script.sh"], ["sh", "-c", "source /workspace/script.sh"]])
+                                     ["/workspace/script.sh"], ["sh", "-c", "source /workspace/script.sh"],
+                                     ["bash", "-eo", "pipefail", "/workspace/script.sh"],
+                                     ["/usr/bin/env", "bash", "/workspace/script.sh"],
+                                     ["bash", "-c", "timeout 72h nohup bash /workspace/script.sh"],
+                                     ["bash", "-c", "exec env NCCL_DEBUG=INFO /workspace/script.sh"],
+                                     ["bash", "--rcfile", "/etc/profile", "/workspace/script.sh"]])
 def test_an_entrypoint_script_carried_in_a_configmap_is_read(command: list[str]) -> None:
     """Platform teams template a job as an entrypoint script in a ConfigMap the pod mounts; the script was never
     opened, and the container's MODEL_NAME (which the script overrides) named a model the job does not train."""
@@ -1032,3 +1037,15 @@ def test_a_teacher_vramfit_cannot_size_is_dropped_with_a_note() -> None:
     stated = one_job(pod(["python", "t.py", "--model_name_or_path", "gpt2"],
                          annotations={"vramfit.io/spec": "teacher_model: gpt-4o-mini"}))
     assert stated.spec.teacher_model == "gpt-4o-mini"
+
+
+def test_what_a_sourced_script_exports_is_the_commands_environment_after_it() -> None:
+    """``source env.sh && torchrun ... $SEQ``: the shell runs env.sh's exports before expanding what follows, so its
+    SEQ wins over the container's; the outer command was expanded before env.sh was read."""
+    env_sh = "#!/bin/bash\nexport MODEL_NAME=Qwen/Qwen2.5-7B\nexport SEQ=4096\n"
+    command = ["bash", "-c", "source /workspace/env.sh && torchrun --nproc_per_node 2 train.py --model_name_or_path "
+               "$MODEL_NAME --max_seq_length $SEQ --per_device_train_batch_size 2"]
+    job = one_job(_scripts({"env.sh": env_sh}), pod(command, env={"SEQ": "1024", "MODEL_NAME": "gpt2"}, gpus=2))
+    assert (job.spec.model, job.spec.seq_len) == ("Qwen/Qwen2.5-7B", 4096)
+    venv = one_job(pod(["bash", "-c", "source /opt/venv/bin/activate && torchrun train.py --model_name_or_path gpt2"]))
+    assert not any("does not carry" in a for a in venv.assumptions)  # a virtualenv's activate is no training script
