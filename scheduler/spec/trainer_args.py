@@ -295,10 +295,13 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "optim_args": ("_optim_args", _same),  # HF TrainingArguments.optim_args, e.g. "momentum=0.9"
     "optim_target_modules": ("_optim_target_modules", _same),  # HF low-rank optimizers' (GaLore) targets
     "auto_find_batch_size": ("_auto_batch", to_bool),
-    **dict.fromkeys(("lora_r", "lora_rank"), ("lora.rank", _same)),
-    "lora_alpha": ("lora.alpha", _same),
-    **dict.fromkeys(("lora_dropout", "lora_dropout_p"), ("lora.dropout", _same)),  # ms-swift 2.x: lora_dropout_p
-    **dict.fromkeys(("lora_target_modules", "lora_target"), ("lora.target_modules", _same)),
+    # llama-cookbook's --lora_config.r / .lora_alpha / .lora_dropout / .target_modules (configs/peft.py lora_config)
+    **dict.fromkeys(("lora_r", "lora_rank", "lora_config.r"), ("lora.rank", _same)),
+    **dict.fromkeys(("lora_alpha", "lora_config.lora_alpha"), ("lora.alpha", _same)),
+    **dict.fromkeys(("lora_dropout", "lora_dropout_p", "lora_config.lora_dropout"),  # ms-swift 2.x: lora_dropout_p
+                    ("lora.dropout", _same)),
+    **dict.fromkeys(("lora_target_modules", "lora_target", "lora_config.target_modules"),
+                    ("lora.target_modules", _same)),
     "lora_target_linear": ("_lora_all_linear", to_bool),
     # PEFT modules_to_save (axolotl: lora_modules_to_save; LLaMA-Factory: additional_target)
     **dict.fromkeys(("modules_to_save", "lora_modules_to_save", "additional_target"),
@@ -3256,14 +3259,19 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
         if "_rl" not in raw:  # DPOTrainer: pairs in one forward, a reference model without an adapter
             raw["_rl"] = Setting("dpo", "TRL DPOTrainer", where)
     legacy = any(t.endswith(("examples/scripts/reward_modeling.py", "examples/scripts/kto.py")) for t in tokens)
-    if command == "grpo" and "model" in raw:
-        # GRPOConfig's own defaults (trl/trainer/grpo_config.py: "gradient_checkpointing: Defaults to True", "bf16:
-        # Defaults to True if fp16 is not set") and TrainingArguments' per-device batch 8 (completions per device)
+    if command in ("grpo", "rloo") and "model" in raw:
+        # GRPOConfig's and RLOOConfig's own defaults (trl/trainer/grpo_config.py, rloo_config.py: "gradient_
+        # checkpointing: Defaults to True", "bf16: Defaults to True if fp16 is not set") and TrainingArguments'
+        # per-device batch 8 (completions per device); RLOO's KL coefficient beta defaults to 0.05 (a reference model)
+        label = {"grpo": "TRL GRPOConfig default", "rloo": "TRL RLOOConfig default"}[command]
         applied = _trl_config_defaults(raw, (("micro_batch_size", 8, "per_device_train_batch_size 8"),
                                              ("gradient_checkpointing", True, "gradient_checkpointing on")),
-                                       "TRL GRPOConfig default", where)
+                                       label, where)
+        if command == "rloo" and "_beta" not in raw:
+            raw["_beta"] = Setting(0.05, f"{label} beta", where)
+            applied.append("beta 0.05")
         if applied:
-            notes.append(f"trl grpo defaults where its command sets none: {', '.join(applied)}")
+            notes.append(f"trl {command} defaults where its command sets none: {', '.join(applied)}")
     if command in ("kto", "reward") and "model" in raw and legacy:
         # the examples/scripts era's configs set no checkpointing or bf16 default (the scripts' docstrings pass them):
         # TrainingArguments' per-device batch 8 only
@@ -3351,7 +3359,8 @@ def _online_rl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: l
     colocate`` without sleep mode) holds its ``vllm_gpu_memory_utilization`` share of every GPU. The rollout's own
     generation (transformers' generate, or a vLLM server on other GPUs) is named in a note."""
     rl = raw.get("_rl")
-    grpo = _trl_command(tokens) == "grpo" or ("_num_generations" in raw and "_max_completion_length" in raw) or (
+    grpo = _trl_command(tokens) in ("grpo", "rloo") or (
+        "_num_generations" in raw and "_max_completion_length" in raw) or (
         rl is not None and str(rl.value).strip().lower() == "grpo")
     if not grpo or "model" not in raw:
         return
@@ -3467,6 +3476,7 @@ def _hf_trainer_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Set
 # older releases kept them in examples/scripts/
 _TRL_SCRIPTS = {"sft": ("trl/scripts/sft.py", "examples/scripts/sft.py"),
                 "grpo": ("trl/scripts/grpo.py", "examples/scripts/grpo.py", "open_r1/grpo.py"),
+                "rloo": ("trl/scripts/rloo.py",),
                 "dpo": ("trl/scripts/dpo.py", "examples/scripts/dpo.py"),
                 "distillation": ("trl/scripts/distillation.py", "examples/scripts/distillation.py"),
                 "kto": ("trl/scripts/kto.py", "examples/scripts/kto.py"),
