@@ -29,7 +29,7 @@ from predictors.hardware import lookup_gpu
 from predictors.predict import DEFAULT_UPPER_MARGIN
 from predictors.reference import ReferenceRun
 from predictors.residual import ResidualVramRegressor
-from predictors.vram import predict_vram
+from predictors.vram import colocated_engine_bytes, predict_vram
 
 
 class _FromSource(Protocol):
@@ -85,6 +85,12 @@ def training_rows(runs: Iterable[ReferenceRun], qualities: Iterable[str] = DEFAU
             continue
         per_gpu = run.measured.scope == "per_gpu"
         measured = run.measured.peak_bytes / (1 if per_gpu else max(case.vram.gpus, 1))
+        # a colocated inference engine's share is a setting, not learned: off the measured peak, as the analytic
+        # case leaves it out (serving adds it back after the correction)
+        measured -= colocated_engine_bytes(run.spec, case.gpu)
+        if measured <= 0:
+            skipped.append((run.id, "the measured peak is no more than the colocated engine's share of the GPU"))
+            continue
         rows.append(TrainingRow(run.id, run.source, case, float(measured), per_gpu))
     return rows, skipped
 

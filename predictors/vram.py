@@ -272,13 +272,14 @@ def predict_vram(
     params_override: int | None = None,
     teacher: Architecture | None = None,
 ) -> VramPrediction:
-    """Predict peak memory per GPU for ``spec`` on ``gpu`` (context sizes depend on the GPU family).
+    """Predict peak memory per GPU for ``spec`` on ``gpu`` (context sizes depend on the GPU family): the training
+    step's, without a colocated inference engine's share (``predictors.predict`` adds that after the residual model,
+    and training takes it off a measured peak, so that the residual model learns the training step only).
 
     ``gpus`` overrides ``spec.gpus`` (needed when the spec says ``auto``); ``teacher`` is the architecture of the
     spec's ``teacher_model`` (``ResolvedModel.teacher_architecture``), required when it names one.
     """
-    vram = on_gpu(predict_vram_without_gpu(spec, arch, gpus, params_override, teacher), gpu)
-    return with_colocated_engine(vram, colocated_engine_bytes(spec, gpu))
+    return on_gpu(predict_vram_without_gpu(spec, arch, gpus, params_override, teacher), gpu)
 
 
 def colocated_engine_bytes(spec: TrainingSpec, gpu: GpuSpec | None) -> int:

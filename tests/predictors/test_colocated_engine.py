@@ -69,3 +69,19 @@ def test_placement_leaves_the_engine_its_share() -> None:
 def test_the_share_must_be_a_fraction(bad: object) -> None:
     with pytest.raises(ValidationError, match="colocated_engine_memory_fraction"):
         _spec(colocated_engine_memory_fraction=bad)
+
+
+def test_the_residual_learns_the_training_step_without_the_engine() -> None:
+    """Training took the analytic case with the engine in it while serving corrects the case without it and adds the
+    engine after: a run with an engine is now learned as its measured peak less the engine's share, against the
+    analytic case without it, as serving sees it."""
+    from predictors.reference import ReferenceRun
+    from predictors.training import case_for_run, training_rows
+
+    spec = {**BASE, "colocated_engine_memory_fraction": 0.3}
+    run = ReferenceRun.model_validate({"id": "grpo-1", "source_id": "s", "quality": "high", "spec": spec,
+                                       "gpu": "H100-80GB", "measured": {"peak_bytes": 60 * 2**30, "metric": "nvml"}})
+    _, served = SpecPredictor(run.spec, resolve_model(run.spec)).analytic("H100-80GB", None)
+    assert case_for_run(run).vram.peak_vram_bytes == served.peak_vram_bytes
+    (row,), _ = training_rows([run])
+    assert row.measured_bytes == 60 * 2**30 - round(0.3 * lookup_gpu("H100-80GB").memory_bytes)
