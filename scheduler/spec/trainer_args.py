@@ -1502,13 +1502,19 @@ def _deepspeed_masters(raw: Mapping[str, Setting], out: Settings, notes: list[st
                  f"weights and optimizer states whatever the model was loaded in, so {half}-mixed, not {half}-true")
 
 
-def _deepspeed_precision(sub: Mapping[str, Setting], out: Settings, notes: list[str]) -> None:
+def _deepspeed_precision(sub: Mapping[str, Setting], out: Settings, notes: list[str],
+                         default_bf16: Setting | None = None) -> None:
     """Precision from a DeepSpeed config when the trainer's own flags did not set it. ``"enabled": "auto"`` is
     filled from the trainer's arguments (transformers integrations/deepspeed.py, HfTrainerDeepSpeedConfig:
     ``fill_match("bf16.enabled", args.bf16)``; accelerate: from ``mixed_precision``), so with no --bf16/--fp16 the
-    engine runs fp32: read as 32-true (a later source, e.g. ACCELERATE_MIXED_PRECISION, still wins)."""
+    engine runs fp32: read as 32-true (a later source, e.g. ACCELERATE_MIXED_PRECISION, still wins), unless the
+    trainer's own default is bf16 (``default_bf16``: TRL's configs), which "auto" then takes."""
     _resolve_precision(sub, out)
     autos = [s for s in (sub.get("_bf16"), sub.get("_fp16")) if _enabled(s) == "auto"]
+    if "precision" not in out and autos and default_bf16 is not None:
+        out["precision"] = Setting("bf16-mixed", f"{default_bf16.source}, which the DeepSpeed config's \"auto\" takes",
+                                   default_bf16.where)
+        return
     if "precision" not in out and autos:
         _put(out, "precision", "32-true", *autos)
         notes.append(f"{' and '.join(s.source for s in autos)}: enabled \"auto\" takes the trainer's --bf16 / "
@@ -1869,7 +1875,7 @@ def _resolve_deepspeed(
             if "precision" not in out and (v1 := raw.get("_ds_v1_precision")) is not None:
                 _v1_deepspeed_precision(sub, v1, out, notes)
             elif "precision" not in out:
-                _deepspeed_precision(sub, out, notes)
+                _deepspeed_precision(sub, out, notes, raw.get("_bf16_default"))
         else:
             if "_hf_trainer" in raw and "micro_batch_size" not in raw:
                 # whatever the config says, the HF Trainer requires its batch to match TrainingArguments'
@@ -3427,11 +3433,17 @@ def _online_rl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: l
 def _trl_config_defaults(raw: dict[str, Setting], defaults: Sequence[tuple[str, Any, str]], label: str, where: str
                          ) -> list[str]:
     """A TRL config's defaults where the command sets none (:func:`_fill_defaults`), and its bf16 default (on when
-    fp16 is not set); a DeepSpeed config may set the micro-batch and the precision: read later, it wins."""
+    fp16 is not set). Under a DeepSpeed config the micro-batch is the config's, or where it says "auto" (TRL's own
+    zero1/2/3 configs do) the Trainer's per-device 8, which transformers fills in (the ``_hf_trainer`` reading); its
+    "auto" precision follows bf16, so the default stands there too (a config that names another would not start:
+    the Trainer refuses a mismatch)."""
     deepspeed = "_deepspeed" in raw
     applied = _fill_defaults(raw, defaults, label, where, batch_decided_elsewhere=deepspeed)
-    if not deepspeed and not any(k in raw for k in _PRECISION_KEYS):
-        raw["_bf16"] = Setting(True, f"{label} bf16 (fp16 not set)", where)
+    if deepspeed:
+        raw.setdefault("_hf_trainer", Setting(True, f"{label.split(' default')[0]} (an HF Trainer)", where))
+    if not any(k in raw for k in _PRECISION_KEYS):
+        # under DeepSpeed a default only: the config's own bf16/fp16 "enabled" wins, its "auto" takes this
+        raw["_bf16_default" if deepspeed else "_bf16"] = Setting(True, f"{label} bf16 (fp16 not set)", where)
         applied.append("bf16")
     return applied
 

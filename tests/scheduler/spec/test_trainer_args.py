@@ -1061,3 +1061,15 @@ def test_trl_rloo_is_read_as_the_online_trainer_it_is() -> None:
     s = job.spec
     assert (s.micro_batch_size, s.seq_len, s.gradient_checkpointing, s.reference_model) == (8, 768, "full", True)
     assert "RLOOConfig default beta" in job.provenance["reference_model"]
+
+
+def test_trl_defaults_fill_a_deepspeed_configs_auto() -> None:
+    """TRL's own DeepSpeed configs say "auto" for the batch and the precision: the Trainer fills them from its
+    arguments, TRL's per-device 8 and bf16. They read as batch 1 and, with the config carried, fp32 (5.4 / 7.1 instead
+    of 15.4 GiB for TRL's CLI GRPO example). A config that states them still wins."""
+    auto = '{"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto"}'
+    cmd = ["trl", "grpo", "--model_name_or_path", "Qwen/Qwen2.5-0.5B", "--dataset_name", "trl-lib/DeepMath-103K"]
+    job = one_job(pod([*cmd, "--deepspeed", auto], gpus=4))
+    assert (job.spec.micro_batch_size, job.spec.precision, job.spec.sharding) == (8, "bf16-mixed", "zero2")
+    named = one_job(pod([*cmd, "--deepspeed", "examples/deepspeed_configs/zero2.json"], gpus=4))
+    assert (named.spec.micro_batch_size, named.spec.precision) == (8, "bf16-mixed")
