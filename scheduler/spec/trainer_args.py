@@ -602,7 +602,20 @@ def read_trainer_config(data: Mapping[str, Any], label: str, where: str,
     if v1 is not None and is_llamafactory_v1(data, v1):
         return read_llamafactory_v1(data, label, where, v1)
     implied, notes = trainer_config_defaults(data, label, where)
-    return {**implied, **read_mapping(data, label, where)}, notes
+    raw = {**implied, **read_mapping(data, label, where)}
+    trl = data.get("trl")
+    if isinstance(trl, Mapping) and config_flavour(data) == "axolotl config":
+        # axolotl's online RL settings sit in a nested trl: section (beta, use_vllm, vllm_mode, num_generations,
+        # max_completion_length; axolotl core/builders/rl.py passes them to TRL's GRPOConfig)
+        nested = read_pairs(((str(k), v, f"{label} key trl.{k}") for k, v in trl.items() if v is not None
+                             and norm_key(str(k)) in _AXOLOTL_TRL_KEYS), where)
+        raw.update({k: v for k, v in nested.items() if k not in raw})
+    return raw, notes
+
+
+# what axolotl's trl: section sets that changes memory (the others are sampling and reward settings)
+_AXOLOTL_TRL_KEYS = frozenset({"beta", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization", "num_generations",
+                               "max_completion_length", "max_prompt_length", "vllm_enable_sleep_mode"})
 
 
 def looks_like_accelerate_config(data: Any) -> bool:

@@ -1073,3 +1073,14 @@ def test_trl_defaults_fill_a_deepspeed_configs_auto() -> None:
     assert (job.spec.micro_batch_size, job.spec.precision, job.spec.sharding) == (8, "bf16-mixed", "zero2")
     named = one_job(pod([*cmd, "--deepspeed", "examples/deepspeed_configs/zero2.json"], gpus=4))
     assert (named.spec.micro_batch_size, named.spec.precision) == (8, "bf16-mixed")
+
+
+def test_axolotls_nested_trl_section_is_read() -> None:
+    """axolotl's GRPO settings sit under trl: (beta, use_vllm, max_completion_length ...): trl.beta 0.001 was
+    reported as "beta not set", and the reference model the KL term needs was missed."""
+    config = {"base_model": "Qwen/Qwen2.5-7B-Instruct", "rl": "grpo", "sequence_len": 1024, "micro_batch_size": 4,
+              "bf16": True, "gradient_checkpointing": True,
+              "trl": {"beta": 0.001, "use_vllm": True, "num_generations": 16, "max_completion_length": 512}}
+    job = _config_job(config, ["axolotl", "train"], gpus=8)
+    assert job.spec.reference_model is True and "trl.beta" in job.provenance["reference_model"]
+    assert any("vLLM in server mode" in a for a in job.assumptions), job.assumptions
