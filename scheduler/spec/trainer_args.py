@@ -2255,8 +2255,14 @@ class Script:
     notes: list[str] = field(default_factory=list)  # what was not read, and why
 
 
-def _heredocs(text: str, files: dict[str, str]) -> str:
-    """Cut heredoc bodies out of a script, keeping each under the name of the file it is written to."""
+_READ_INTO = re.compile(r"(?:^|[;&|]\s*)read\b(?:\s+-[A-Za-z]+(?:\s+(?:''|\"\"|\S+))?)*"
+                        r"\s+([A-Za-z_][A-Za-z0-9_]*)\s*<<")
+
+
+def _heredocs(text: str, files: dict[str, str], variables: dict[str, str] | None = None) -> str:
+    """Cut heredoc bodies out of a script, keeping each under the name of the file it is written to, or, for
+    ``read -r -d '' NAME <<EOF`` (OpenRLHF's example scripts keep the whole training command so, then run
+    ``deepspeed --module $training_commands``), as the variable NAME: the body's lines joined by spaces."""
     lines = text.split("\n")
     kept: list[str] = []
     i = 0
@@ -2273,7 +2279,10 @@ def _heredocs(text: str, files: dict[str, str]) -> str:
             i += 1
         i += 1
         target = re.search(r">\s*([^\s;&|<>]+)", line)
-        if target:
+        into = _READ_INTO.search(line)
+        if into and variables is not None:
+            variables[into.group(1)] = " ".join(part.strip() for part in body if part.strip())
+        elif target:
             files[PurePosixPath(target.group(1).strip("'\"")).name] = "\n".join(body)
     return "\n".join(kept)
 
@@ -2387,7 +2396,9 @@ def split_script(
     if (note := budget.refuse(shell_text, what)) is not None:
         script.notes.append(note)
         return script
-    text = _heredocs(shell_text.replace("\\\r\n", " ").replace("\\\n", " "), script.files)
+    read_into: dict[str, str] = {}
+    text = _heredocs(shell_text.replace("\\\r\n", " ").replace("\\\n", " "), script.files, read_into)
+    script.env.update(read_into)
     text = _inline_sourced(text, {**(files or {}), **script.files}, budget, where, script.notes)
     command: list[str] = []
     seeded = dict(script.env)  # the container's environment

@@ -1084,3 +1084,16 @@ def test_axolotls_nested_trl_section_is_read() -> None:
     job = _config_job(config, ["axolotl", "train"], gpus=8)
     assert job.spec.reference_model is True and "trl.beta" in job.provenance["reference_model"]
     assert any("vLLM in server mode" in a for a in job.assumptions), job.assumptions
+
+
+def test_a_command_kept_in_a_variable_by_read_heredoc_is_read() -> None:
+    """OpenRLHF's example scripts keep the training command in a variable (read -r -d '' training_commands <<EOF ...
+    EOF) and run `deepspeed --module $training_commands`: the variable was never set, so no model was found."""
+    script = ("set -x\nread -r -d '' training_commands <<EOF\nopenrlhf.cli.train_dpo \\\n   --save_path ./ckpt \\\n"
+              "   --micro_train_batch_size 1 \\\n   --pretrain meta-llama/Meta-Llama-3-8B \\\n   --max_len 8192 \\\n"
+              "   --zero_stage 3 \\\n   --gradient_checkpointing\nEOF\n\n"
+              'if [[ ${1} != "slurm" ]]; then\n    deepspeed --module $training_commands\nfi\n')
+    job = one_job(pod(["bash", "-c", script], gpus=8))
+    s = job.spec
+    assert (s.model, s.seq_len, s.sharding, s.micro_batch_size, s.gradient_checkpointing) == (
+        "meta-llama/Meta-Llama-3-8B", 8192, "zero3", 2, "full")
