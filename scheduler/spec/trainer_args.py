@@ -2762,6 +2762,8 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
     _research_scripts(tokens, raw, notes, where)
     if _is_llama_cookbook(tokens):
         _llama_cookbook_defaults(tokens, raw, notes, where)
+    if any(t.endswith(("verl.trainer.main_ppo", "verl/trainer/main_ppo.py")) for t in tokens):
+        _verl_settings(tokens, raw, notes, where)
     script = next((PurePosixPath(t).name for t in tokens if PurePosixPath(t).name in _SCRIPT_TASKS), None)
     if script is not None and "task" not in raw:
         raw["task"] = Setting(_SCRIPT_TASKS[script], f"transformers' {script} example script", where)
@@ -2883,6 +2885,73 @@ def _ray_template_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
         raw["_peft"] = Setting(True, values["lora"][1], where)
         notes.append(f"{values['lora'][1]}: the template's ./lora_configs/lora.json is not in view; its rank and "
                      "modules are unknown (set lora in the vramfit.io/spec annotation)")
+
+
+def _verl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """verl's PPO/GRPO trainer (``python -m verl.trainer.main_ppo`` with Hydra ``key=value`` overrides,
+    verl/trainer/config/ppo_trainer.yaml): the actor is what trains. ``actor_rollout_ref.model.path`` the model,
+    ``data.max_prompt_length`` + ``data.max_response_length`` (512 each by default) the trained length,
+    ``actor.ppo_micro_batch_size_per_gpu`` the micro-batch, ``model.enable_gradient_checkpointing``, the actor's FSDP
+    (its default strategy; ``fsdp_config.param_offload`` / ``optimizer_offload``), ``model.lora_rank`` > 0 LoRA;
+    ``actor.use_kl_loss`` or ``algorithm.use_kl_in_reward`` keep a reference model unless its ``ref.fsdp_config.
+    param_offload`` holds it in host memory; the rollout engine (vLLM/SGLang) frees its memory while the actor trains
+    (``rollout.free_cache_engine``, on by default), else it keeps ``rollout.gpu_memory_utilization`` of each GPU.
+    Critic and reward models (PPO) are not predicted."""
+    pairs = {t.split("=", 1)[0].lstrip("+~"): t.split("=", 1)[1].strip("'\"") for t in tokens
+             if "=" in t and not t.startswith("-")}
+    label = "verl override"
+
+    def put(key: str, name: str, value: Any) -> None:
+        raw.setdefault(name, Setting(value, f"{label} {key}={pairs[key]}", where))
+
+    if "actor_rollout_ref.model.path" in pairs:
+        put("actor_rollout_ref.model.path", "model", pairs["actor_rollout_ref.model.path"])
+    prompt = launch_count(pairs.get("data.max_prompt_length", "512"))
+    response = launch_count(pairs.get("data.max_response_length", "512"))
+    if prompt and response and "seq_len" not in raw:
+        raw["seq_len"] = Setting(prompt + response, f"verl data.max_prompt_length {prompt} + data.max_response_length "
+                                 f"{response} (the actor trains on prompt and response)", where)
+    if "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" in pairs:
+        put("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "micro_batch_size",
+            pairs["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"])
+    if "actor_rollout_ref.model.enable_gradient_checkpointing" in pairs:
+        put("actor_rollout_ref.model.enable_gradient_checkpointing", "gradient_checkpointing",
+            to_bool(pairs["actor_rollout_ref.model.enable_gradient_checkpointing"]) is True)
+    strategy = pairs.get("actor_rollout_ref.actor.strategy", "fsdp")
+    if strategy.startswith("fsdp"):
+        raw.setdefault("_use_fsdp", Setting(True, f"verl actor strategy {strategy}", where))
+    else:
+        notes.append(f"verl actor strategy {strategy}: its parallelism is not read")
+    params_off = to_bool(pairs.get("actor_rollout_ref.actor.fsdp_config.param_offload", "false")) is True
+    optim_off = to_bool(pairs.get("actor_rollout_ref.actor.fsdp_config.optimizer_offload", "false")) is True
+    if params_off or optim_off:
+        raw.setdefault("offload", Setting("params+optimizer" if params_off else "optimizer",
+                                          f"{label} actor fsdp_config offload", where))
+    rank = launch_count(pairs.get("actor_rollout_ref.model.lora_rank", "0"))
+    if rank:
+        put("actor_rollout_ref.model.lora_rank", "lora.rank", rank)
+        raw.setdefault("_finetuning_type", Setting("lora", f"{label} actor_rollout_ref.model.lora_rank", where))
+        if "actor_rollout_ref.model.lora_alpha" in pairs:
+            put("actor_rollout_ref.model.lora_alpha", "lora.alpha", pairs["actor_rollout_ref.model.lora_alpha"])
+        raw.setdefault("lora.target_modules", Setting("all-linear", "verl default target_modules all-linear", where))
+    raw.setdefault("_bf16", Setting(True, "verl actor FSDP mixed precision (bf16 parameters, fp32 masters)", where))
+    kl = [k for k in ("actor_rollout_ref.actor.use_kl_loss", "algorithm.use_kl_in_reward")
+          if to_bool(pairs.get(k, "false")) is True]
+    if kl and to_bool(pairs.get("actor_rollout_ref.ref.fsdp_config.param_offload", "false")) is True:
+        notes.append(f"verl {kl[0]}: its reference model's parameters are offloaded to host memory "
+                     "(ref.fsdp_config.param_offload): not on the GPUs at the actor's peak")
+    elif kl:
+        raw.setdefault("reference_model", Setting(True, f"{label} {kl[0]}=True (the KL term's reference model)", where))
+    engine = pairs.get("actor_rollout_ref.rollout.name", "vllm")
+    free = to_bool(pairs.get("actor_rollout_ref.rollout.free_cache_engine", "true")) is not False
+    if free:
+        notes.append(f"verl rollout {engine}: the engine frees its memory while the actor trains (free_cache_engine)")
+    elif "actor_rollout_ref.rollout.gpu_memory_utilization" in pairs:
+        put("actor_rollout_ref.rollout.gpu_memory_utilization", "colocated_engine_memory_fraction",
+            pairs["actor_rollout_ref.rollout.gpu_memory_utilization"])
+    if pairs.get("algorithm.adv_estimator", "gae") == "gae":
+        notes.append("verl PPO (adv_estimator gae): the critic and reward models beside the actor are not in the "
+                     "prediction (an under-estimate where they share the actor's GPUs)")
 
 
 # Meta's llama-cookbook (llama-recipes) finetuning entry point and the flags only it takes
