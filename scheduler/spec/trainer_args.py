@@ -3195,8 +3195,50 @@ def _openrlhf_command(tokens: Sequence[str]) -> str | None:
         name = token.removesuffix(".py").replace("/", ".")
         if "openrlhf.cli.train_" in name:
             command = name.rsplit("train_", 1)[-1]
-            return command if command in ("sft", "dpo", "rm", "kto") else None
+            return command if command in ("sft", "dpo", "rm", "kto", "ppo_ray") else None
     return None
+
+
+def _openrlhf_ppo_settings(pairs: Mapping[str, tuple[Any, str]], raw: dict[str, Setting], notes: list[str],
+                           where: str) -> None:
+    """OpenRLHF's ``openrlhf.cli.train_ppo_ray`` (PPO, GRPO, REINFORCE++: one entry point): the actor is what trains,
+    ``--pretrain`` on ``--micro_train_batch_size`` sequences of ``--prompt_max_len`` + ``--generate_max_len`` (1,024
+    each by default), ``--zero_stage`` (2), ``--gradient_checkpointing``, ``--lora_rank``; ``--init_kl_coef`` (0.01 by
+    default) or ``--use_kl_loss`` keep a reference model; with ``--colocate_all_models`` the vLLM engines share the
+    GPUs and keep ``--vllm_gpu_memory_utilization`` of each unless ``--vllm_enable_sleep``. Critic and reward models
+    are noted, not predicted. It was refused with the generic no-model error."""
+    def put(key: str, field: str) -> None:
+        if (found := pairs.get(key)) is not None:
+            raw.setdefault(field, Setting(found[0], found[1], where))
+
+    put("pretrain", "model")
+    put("micro_train_batch_size", "micro_batch_size")
+    prompt = pairs.get("prompt_max_len", (1024, "OpenRLHF default --prompt_max_len 1024"))
+    new = pairs.get("generate_max_len", (1024, "OpenRLHF default --generate_max_len 1024"))
+    lengths = launch_count(str(prompt[0])), launch_count(str(new[0]))
+    if lengths[0] and lengths[1] and "seq_len" not in raw:
+        raw["seq_len"] = Setting(lengths[0] + lengths[1], f"{prompt[1]} + {new[1]} (the actor trains on prompt and "
+                                 "response)", where)
+    zero = pairs.get("zero_stage", (2, "OpenRLHF default --zero_stage 2"))
+    raw.setdefault("_zero_stage", Setting(zero[0], zero[1], where))
+    if (rank := pairs.get("lora_rank")) is not None and (launch_count(str(rank[0])) or 0) > 0:
+        raw["_peft"] = Setting(True, rank[1], where)
+        raw.setdefault("lora.target_modules", Setting("all-linear", "OpenRLHF default --target_modules all-linear",
+                                                      where))
+    kl = pairs.get("init_kl_coef", (0.01, "OpenRLHF default --init_kl_coef 0.01"))
+    try:
+        kl_value = float(kl[0])
+    except (TypeError, ValueError):
+        kl_value = 0.0
+    if kl_value > 0 or "use_kl_loss" in pairs:
+        raw.setdefault("reference_model", Setting(
+            "copy" if "_peft" in raw else True, f"{kl[1]} (the KL term's reference model, an Actor of its own)", where))
+    if "colocate_all_models" in pairs and "vllm_enable_sleep" not in pairs and \
+            (share := pairs.get("vllm_gpu_memory_utilization")) is not None:
+        raw.setdefault("colocated_engine_memory_fraction", Setting(share[0], f"{share[1]} (vLLM colocated with "
+                                                                             "--colocate_all_models)", where))
+    notes.append("OpenRLHF train_ppo_ray: the critic and reward models (and the vLLM engines unless colocated) are "
+                 "not in the prediction: an under-estimate where they share the actor's GPUs")
 
 
 def _openrlhf_settings(command: str, tokens: Sequence[str], raw: dict[str, Setting], notes: list[str],
@@ -3217,6 +3259,9 @@ def _openrlhf_settings(command: str, tokens: Sequence[str], raw: dict[str, Setti
         elif default is not None:
             raw[field] = Setting(default, f"{label} default --{key} {what or default}", where)
 
+    if command == "ppo_ray":
+        _openrlhf_ppo_settings(pairs, raw, notes, where)
+        return
     batch, length = _OPENRLHF_DEFAULTS[command]
     given("pretrain", "model")
     given("micro_train_batch_size", "micro_batch_size", batch)

@@ -1119,3 +1119,17 @@ def test_verl_main_ppo_reads_its_hydra_overrides() -> None:
                             gpus=8)).spec
     assert (offloaded.reference_model, offloaded.colocated_engine_memory_fraction, offloaded.method) == (
         None, 0.6, "lora")
+
+
+def test_openrlhf_train_ppo_ray_reads_the_actor() -> None:
+    """OpenRLHF's one RL entry point (PPO, GRPO, REINFORCE++) was refused with the generic no-model error; with the
+    model named, its --micro_train_batch_size 8 read as 1 (23.5 instead of 36.2 GiB)."""
+    job = one_job(pod(["python3", "-m", "openrlhf.cli.train_ppo_ray", "--pretrain", "meta-llama/Meta-Llama-3-8B",
+                       "--micro_train_batch_size", "8", "--prompt_max_len", "1024", "--generate_max_len", "1024",
+                       "--zero_stage", "3", "--gradient_checkpointing", "--colocate_all_models",
+                       "--vllm_gpu_memory_utilization", "0.5", "--vllm_enable_sleep"], gpus=8))
+    s = job.spec
+    assert (s.model, s.micro_batch_size, s.seq_len, s.sharding, s.reference_model) == (
+        "meta-llama/Meta-Llama-3-8B", 8, 2048, "zero3", True)
+    assert s.colocated_engine_memory_fraction is None  # the engines sleep while the actor trains
+    assert any("critic and reward models" in a for a in job.assumptions)
