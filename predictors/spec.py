@@ -751,7 +751,11 @@ def _path(loc: tuple[Any, ...], prefix: str) -> str:
     return ".".join(parts)
 
 
+# fields whose bounds are a fraction's (0 < x < 1), not a count's
+_FRACTION_FIELDS = frozenset({"colocated_engine_memory_fraction"})
 _HINTS: dict[str, str] = {
+    "colocated_engine_memory_fraction": "give the engine's share of a GPU's memory between 0 and 1 (vLLM's "
+                                        "gpu_memory_utilization, e.g. 0.3), or null when no engine shares the GPUs",
     "micro_batch_size": "use a positive integer such as 1, 4 or '8'",
     "seq_len": "use a positive token count such as 2048 or '4k'",
     "gpus": "use a positive integer or 'auto'",
@@ -782,7 +786,8 @@ def _problem(err: Any, prefix: str) -> FieldProblem:
     if typ == "missing":
         return FieldProblem(_path(loc, prefix), "is required", _HINTS.get(field_name, ""))
     if typ in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        kind = "a positive integer" if typ == "greater_than" and isinstance(got, int) else "in range"
+        fractional = field_name in _FRACTION_FIELDS  # an integer 0 there is a fraction out of range, not a count
+        kind = "a positive integer" if typ == "greater_than" and isinstance(got, int) and not fractional else "in range"
         text = msg.replace("Input should be", "must be")
         if kind == "a positive integer":
             text = "must be a positive integer"

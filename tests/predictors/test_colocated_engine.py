@@ -69,6 +69,12 @@ def test_placement_leaves_the_engine_its_share() -> None:
 def test_the_share_must_be_a_fraction(bad: object) -> None:
     with pytest.raises(ValidationError, match="colocated_engine_memory_fraction"):
         _spec(colocated_engine_memory_fraction=bad)
+    from predictors.errors import SpecError
+    from predictors.spec import parse_training_spec
+
+    with pytest.raises(SpecError) as info:  # the message a user reads: a share, never "a positive integer"
+        parse_training_spec({**BASE, "colocated_engine_memory_fraction": bad})
+    assert "positive integer" not in str(info.value) and "null when no engine" in str(info.value)
 
 
 def test_the_residual_learns_the_training_step_without_the_engine() -> None:
