@@ -241,6 +241,28 @@ def join(decisions: list[StoredDecision], actuals: list[StoredActual]) -> tuple[
     return [JoinedRow(d, tuple(attached[d.decision_id])) for d in decisions], pending
 
 
+# A device peak below any CUDA context (a few hundred MiB) measured no training step
+MIN_DEVICE_PEAK_BYTES = 64 * 2**20
+
+
+def plausible_peak(peak: int | None, gpu_name: str | None, oom: bool) -> tuple[int | None, str]:
+    """``(peak, "")`` for a device peak a GPU can have, else ``(None, why)``: above the GPU's memory (2 % for the
+    reading's rounding), or below :data:`MIN_DEVICE_PEAK_BYTES`. The residual model learned such peaks as they were
+    (a Llama-3.1-8B LoRA was then bounded at 15.1 GiB, or at 8,277 PiB)."""
+    if peak is None:
+        return None, ""
+    if not oom and 0 < peak < MIN_DEVICE_PEAK_BYTES:
+        return None, f"a device peak of {peak:,} bytes is below any CUDA context"
+    if gpu_name:
+        try:
+            memory = lookup_gpu(gpu_name).memory_bytes
+        except SpecError:
+            return peak, ""
+        if peak > memory * 1.02:
+            return None, f"a device peak of {peak:,} bytes is more than the {gpu_name}'s {memory:,}"
+    return peak, ""
+
+
 def reference_run_for(row: JoinedRow, cache: RuntimeLimitCache | None = None) -> ReferenceRun | str:
     """The reference-run row of a joined decision, or the reason it has none.
 
@@ -258,13 +280,17 @@ def reference_run_for(row: JoinedRow, cache: RuntimeLimitCache | None = None) ->
     d = row.decision.decision
     if not d.features:
         return "no features"
+    peak, why = plausible_peak(merged.peak_vram_bytes, d.gpu, merged.oom)
+    if why and not finished and not merged.oom:
+        return why
     spec = dict(d.features)
     if d.gpus is not None:
         spec["gpus"] = d.gpus
     if d.gpu is not None:
         spec["gpu"] = d.gpu
     notes = f"pool={d.pool or 'none'}; model_version={d.model_version or 'unknown'}; " \
-            f"sources={','.join(merged.sources)}; predicted_peak_vram_bytes={d.peak_vram_bytes}"
+            f"sources={','.join(merged.sources)}; predicted_peak_vram_bytes={d.peak_vram_bytes}" \
+            + (f"; peak_vram_bytes={merged.peak_vram_bytes} left out: {why}" if why else "")
     try:
         run = ReferenceRun.model_validate({
             "id": f"ledger-{row.decision.decision_id}",
@@ -273,7 +299,7 @@ def reference_run_for(row: JoinedRow, cache: RuntimeLimitCache | None = None) ->
             "spec": spec,
             "gpu": d.gpu or "unknown",
             "measured": {
-                "peak_bytes": merged.peak_vram_bytes,
+                "peak_bytes": peak,
                 "metric": "nvml",
                 "scope": "per_gpu",
                 "oom": merged.oom,

@@ -289,6 +289,27 @@ class ActualIn(_Posted):
                                  f"missing {', '.join(missing)}")
         return self
 
+    @model_validator(mode="after")
+    def _a_peak_a_gpu_can_have(self) -> ActualIn:
+        """A device peak above the named GPU's memory measured no training step: refused with the field named (the
+        residual model learned such peaks as they were). One below any CUDA context is stored, and left out of
+        training by the export (ledger.plausible_peak)."""
+        peak = self.peak_vram_bytes
+        if peak is None:
+            return self
+        if self.gpu:
+            from predictors.errors import SpecError
+            from predictors.hardware import lookup_gpu
+
+            try:
+                memory = lookup_gpu(self.gpu).memory_bytes
+            except SpecError:
+                return self
+            if peak > memory * 1.02:
+                raise ValueError(f"peak_vram_bytes {peak:,} is more than the {self.gpu}'s {memory:,} bytes: no device "
+                                 "peak of that GPU (the peak of one GPU, in bytes)")
+        return self
+
     @property
     def job_ref(self) -> str:
         """The identifier this actual is stored (and made idempotent) under."""

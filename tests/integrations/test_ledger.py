@@ -190,6 +190,25 @@ def test_export_reference_runs_is_valid_reference_jsonl(ledger_path):
     assert json.loads(out.getvalue().splitlines()[0])["spec"]["method"] == "lora"
 
 
+def test_device_peaks_no_gpu_can_have_are_refused_or_left_out_of_training(ledger_path):
+    """/v1/actuals took a peak of 2^62 bytes on an A100-80GB, and `train --ledger` learned it (and a 1-byte one):
+    Llama-3.1-8B LoRA was then bounded at 8,277 PiB, or at 15.1 GiB. A peak above the named GPU's memory is refused
+    naming the field; the export leaves out a stored peak above the decision's GPU or below any CUDA context."""
+    with pytest.raises(ValidationError, match="peak_vram_bytes .* is more than the A100-80GB's"):
+        actual(decision_id="d1", peak_vram_bytes=2**62, gpu="A100-80GB")
+    ledger = SqliteLedger(ledger_path)
+    for name in ("tiny", "huge"):
+        ledger.record_decision(DecisionIn.model_validate(decision_payload(name)))  # on an A100-80GB
+    ledger.record_actual(actual(decision_id="tiny", peak_vram_bytes=1))
+    ledger.record_actual(actual(decision_id="huge", peak_vram_bytes=2**62))  # no gpu named on the actual
+    out = io.StringIO()
+    ledger.export_reference_runs(out)
+    runs = {r.id: r for r in parse_runs(out.getvalue())}
+    assert runs["ledger-tiny"].measured.peak_bytes is None and runs["ledger-huge"].measured.peak_bytes is None
+    assert "below any CUDA context" in runs["ledger-tiny"].notes
+    assert "is more than the A100-80GB's" in runs["ledger-huge"].notes
+
+
 def test_export_carries_the_jobs_throughput_when_it_ran_to_its_end(ledger_path):
     """A finished job's throughput is its work over its runtime (per job): train_tokens, or steps x the tokens
     of a step on its GPUs. Failed, OOM and unfinished jobs give none; a job with a runtime but no device peak
