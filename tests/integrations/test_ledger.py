@@ -194,7 +194,7 @@ def test_device_peaks_no_gpu_can_have_are_refused_or_left_out_of_training(ledger
     """/v1/actuals took a peak of 2^62 bytes on an A100-80GB, and `train --ledger` learned it (and a 1-byte one):
     Llama-3.1-8B LoRA was then bounded at 8,277 PiB, or at 15.1 GiB. A peak above the named GPU's memory is refused
     naming the field; the export leaves out a stored peak above the decision's GPU or below any CUDA context."""
-    with pytest.raises(ValidationError, match="peak_vram_bytes .* is more than the A100-80GB's"):
+    with pytest.raises(ValidationError, match=r"peak_vram_bytes .* is more than the A100-80GB's"):
         actual(decision_id="d1", peak_vram_bytes=2**62, gpu="A100-80GB")
     ledger = SqliteLedger(ledger_path)
     for name in ("tiny", "huge"):
