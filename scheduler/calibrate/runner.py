@@ -349,17 +349,22 @@ def missing_packages() -> list[str]:
 
 
 def drop_failed_rows(path: Path) -> int:
-    """Remove the crash/timeout rows of an output file (atomically) so that resume runs them again."""
+    """Remove the crash/timeout rows of an output file (atomically) so that resume runs them again, and a last line
+    cut off by a killed run. Any other line that does not parse is kept as it is (a measured row with a hand-edit
+    typo was deleted as a "crash row"): reading the file then names it."""
     if not path.exists():
         return 0
     kept: list[str] = []
     dropped = 0
-    for line in _read_text(path).splitlines():
+    text = _read_text(path)
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
         try:
             outcome = (json.loads(line).get("calibration") or {}).get("outcome")
         except (ValueError, RecursionError, AttributeError):
-            outcome = "unreadable"
-        if outcome in ("crash", "timeout", "unreadable"):
+            # a last line without its newline is a write the run was killed in: run that config again
+            outcome = "cut off" if number == len(lines) and not text.endswith("\n") else "unreadable"
+        if outcome in ("crash", "timeout", "cut off"):
             dropped += 1
         else:
             kept.append(line + "\n")

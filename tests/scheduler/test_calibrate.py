@@ -355,6 +355,12 @@ def test_resume_reads_ids_and_retry_drops_only_failures(tmp_path: Path) -> None:
     assert drop_failed_rows(out) == 3
     assert existing_config_ids(out) == {"a", "c", "e"}
     assert drop_failed_rows(out) == 0
+    # a measured row with a typo in the middle is kept for the user to fix, not deleted as a crash row
+    typo = '{"calibration": {"config_id": "f", "outcome": "ok"},, "measured": {}}\n'
+    out.write_text(typo + json.dumps({"calibration": {"config_id": "g", "outcome": "crash"}}) + "\n",
+                   encoding="utf-8")
+    assert drop_failed_rows(out) == 1
+    assert out.read_text(encoding="utf-8") == typo
 
 
 class _FakeNvml:
