@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from predictors.evaluation import Evaluation, evaluate, select_runs
 from predictors.reference import ReferenceRun, parse_runs_with_problems, with_extra_levels
 from predictors.residual_serving import DEFAULT_RUNTIME_UPPER_MARGIN
 from predictors.runtime_eval import RuntimeAccuracy, evaluate_runtime
+from scheduler.cli.jsonout import json_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
                                     "measured_tokens_per_second": r.measured_tokens_per_second,
                                     "error": r.error}
                                    for r in runtime.rows]
-        print(json.dumps(out, indent=2))
+        print(json_text(out))
     else:
         print(render(ev, rows=args.rows))
         print(render_side_by_side(side))

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 from predictors.errors import SpecError
 from predictors.units import format_bytes
+from scheduler.cli.jsonout import json_text
 from scheduler.placement import (
     DEFAULT_HEADROOM_FRACTION,
     OBJECTIVES,
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             pred = d.chosen_prediction
             if pred is not None:  # the chosen pool's prediction, explained as `vramfit predict --format json` does
                 entry["prediction"] = {**pred.to_dict(), **pred.level_explanation(), **pred.runtime_explanation()}
-        print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
+        print(json_text(out[0] if len(out) == 1 else out))
     else:
         for job, d in zip(jobs, decisions, strict=True):
             if len(jobs) > 1:

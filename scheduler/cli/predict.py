@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
@@ -14,6 +13,7 @@ from predictors.predict import Prediction, predict, reclaimable_bytes, required_
 from predictors.spec import MAX_GPUS
 from predictors.units import format_bytes
 from predictors.vram import colocated_engine_bytes
+from scheduler.cli.jsonout import json_text
 from scheduler.placement import format_duration
 from scheduler.spec import read_jobs
 from scheduler.spec.document import ParsedJob, answer_each
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         if args.timing:
             print(f"predict compute time: {elapsed_ms:.2f} ms", file=sys.stderr)
     if args.format == "json":
-        print(json.dumps(outputs[0] if len(outputs) == 1 else outputs, indent=2))
+        print(json_text(outputs[0] if len(outputs) == 1 else outputs))
     return 0
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Iterable
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from predictors.accuracy import ape_summary
 from scheduler.cli import check_output_file
+from scheduler.cli.jsonout import json_text
 from scheduler.cli.serve import DEFAULT_LEDGER, open_ledger_for
 
 if TYPE_CHECKING:  # the ledger is imported when a report runs, not when the CLI starts
@@ -123,18 +123,6 @@ def summarize(rows: list[JoinedRow], pending: int, by: str,
     return summary
 
 
-def _clean(value: Any) -> Any:
-    """NaN (no data) and an infinite figure (a record stored before the input bounds) become null, so that the JSON
-    is valid: JSON has no NaN or Infinity."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
 def _pct(value: float) -> str:
     return "-" if math.isnan(value) else f"{value * 100:+.1f}%" if value < 0 else f"{value * 100:.1f}%"
 
@@ -189,7 +177,7 @@ def _report(args: argparse.Namespace) -> int:
     finally:
         ledger.close()
     if args.format == "json":
-        print(json.dumps(_clean(summary), indent=2, allow_nan=False))
+        print(json_text(summary))
     else:
         print(_table(summary))
         if "export" in summary:

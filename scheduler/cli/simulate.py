@@ -8,7 +8,6 @@ utilisation per pool; a JSON summary, a table and PNG plots.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -17,6 +16,7 @@ from typing import Any
 
 from predictors.errors import SpecError
 from scheduler.cli import check_output_folder
+from scheduler.cli.jsonout import json_text
 from scheduler.pools import default_pools, load_pools
 from scheduler.simulate.engine import simulate
 from scheduler.simulate.policies import POLICY_NAMES, make_policy
@@ -151,14 +151,14 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         out_dir = Path(args.out)
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "summary.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+        (out_dir / "summary.json").write_text(json_text(out) + "\n", encoding="utf-8")
         (out_dir / "table.txt").write_text(table + "\n", encoding="utf-8")
         if not args.no_plots:
             from scheduler.simulate.plots import write_plots
 
             out["plots"] = [str(p) for p in write_plots(results, summaries, out_dir)]
     if args.format == "json":
-        print(json.dumps(out, indent=2))
+        print(json_text(out))
     else:
         for note in meta["notes"]:
             print(f"# {note}")

@@ -285,7 +285,7 @@ def test_the_json_report_is_valid_json_with_a_runtime_stored_before_its_lower_bo
     """A measured runtime of 1e-320 s was accepted: the report's runtime error was infinite, the table said inf% and
     --format json wrote `Infinity` (NaN was the only value made null). Now such a runtime is refused at input (1 ms at
     least), one stored before is no whole job's runtime, and no figure of the JSON can be NaN or infinite."""
-    from scheduler.cli.report import _clean
+    from scheduler.cli.jsonout import finite
 
     ledger = SqliteLedger(ledger_path)
     _decide(ledger, "tiny", predicted_runtime_seconds=1800.0)
@@ -300,7 +300,7 @@ def test_the_json_report_is_valid_json_with_a_runtime_stored_before_its_lower_bo
     assert main(["report", "--ledger", str(ledger_path)]) == 0
     assert "inf%" not in capsys.readouterr().out
     figures = {"a": math.inf, "b": [-math.inf, math.nan, 1.5], "c": {"d": math.nan}, "e": "x"}
-    assert _strict_json(json.dumps(_clean(figures), allow_nan=False)) == {"a": None, "b": [None, None, 1.5],
+    assert _strict_json(json.dumps(finite(figures), allow_nan=False)) == {"a": None, "b": [None, None, 1.5],
                                                                          "c": {"d": None}, "e": "x"}
 
 

@@ -273,3 +273,17 @@ def test_numbers_past_floats_range_are_named_input_errors(tmp_path: Path, capsys
     jobs.write_text('{"spec": {"model": "gpt2", "train_tokens": 1e6}, "arrival_seconds": ' + "9" * 400 + "}\n")
     assert main(["simulate", "--jobs", str(jobs), "--no-plots", "--no-progress"]) == 2
     assert "arrival_seconds" in capsys.readouterr().err
+
+
+def test_json_output_stays_json_whatever_a_figure_comes_to(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A pool price of 1e308 USD took place's cost to Infinity, and --format json printed a bare `Infinity`, which
+    JSON parsers refuse (report alone made such figures null). Every command's JSON output is strict now."""
+    pools = tmp_path / "pools.yaml"
+    pools.write_text("pools:\n  - {name: a, gpu: A100-80GB, gpus_per_node: 8, nodes: 2, "
+                     "price_usd_per_gpu_hour: 1e308}\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("model: llama-3.2-1b\nmethod: lora\ntrain_tokens: 1e8\n")
+    assert main(["place", str(spec), "--pools", str(pools), "--format", "json"]) == 0
+    text = capsys.readouterr().out
+    assert "Infinity" not in text and "NaN" not in text
+    json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
