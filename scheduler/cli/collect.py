@@ -29,6 +29,7 @@ from scheduler.cli.server_common import (
     add_prune_argument,
     add_tls_arguments,
     days_problem,
+    host_problem,
     open_ledger_for,
     package_version,
     port_problem,
@@ -191,7 +192,8 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
     if args.serve_port is None and (args.tls_cert or args.tls_key or args.token_file):
         return "vramfit collect: --tls-cert, --tls-key and --token-file go with --serve-port"
     return (seconds_problem(args.interval_seconds, "--interval-seconds", "collect", MIN_INTERVAL_SECONDS)
-            or port_problem(args.serve_port, "--serve-port", "collect") or tls_problem(args, "collect"))
+            or port_problem(args.serve_port, "--serve-port", "collect") or tls_problem(args, "collect")
+            or (host_problem(args.serve_host, "--serve-host", "collect") if args.serve_port is not None else None))
 
 
 def _server_app(args: argparse.Namespace, ledger: Any) -> tuple[Any, Callable[[Any], object]]:

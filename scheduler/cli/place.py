@@ -53,7 +53,13 @@ def deadline_seconds(hours: float | None) -> float | None:
     if not (math.isfinite(hours) and hours > 0):
         raise SpecError.one("--deadline-hours", f"must be a positive number of hours; got {hours}",
                             "pass e.g. --deadline-hours 12")
+    if hours > MAX_DEADLINE_HOURS:  # 1e308 hours overflowed to an infinite deadline, blamed on --objective
+        raise SpecError.one("--deadline-hours", f"must be at most {MAX_DEADLINE_HOURS:,} hours (a century); got "
+                            f"{hours:g}", "pass e.g. --deadline-hours 12")
     return hours * 3600
+
+
+MAX_DEADLINE_HOURS = 876_600
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ from scheduler.cli.server_common import (
     add_prune_argument,
     add_tls_arguments,
     days_problem,
+    host_problem,
     open_ledger_for,
     package_version,
     port_problem,
@@ -233,7 +234,8 @@ def _ledger_url_problem(url: str) -> str | None:
 
 
 def _argument_problem(args: argparse.Namespace) -> str | None:
-    problem = port_problem(args.port, "--port", "serve") or tls_problem(args, "serve")
+    problem = (host_problem(args.host, "--host", "serve") or port_problem(args.port, "--port", "serve")
+               or tls_problem(args, "serve"))
     if problem:
         return problem
     if args.prune_unjoined_days is not None and not args.ledger:

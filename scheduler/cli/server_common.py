@@ -149,6 +149,20 @@ def _tls_pair_problem(cert: Path | None, key: Path | None, command: str) -> str 
     return None
 
 
+def host_problem(host: str | None, flag: str, command: str) -> str | None:
+    """Why ``host`` cannot be listened on (an address or a name that resolves to one), or ``None``: uvicorn's own
+    "Name or service not known" named no flag and exited 3."""
+    if host is None:
+        return None
+    import socket
+
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError) as exc:
+        return f"vramfit {command}: {flag} {host!r} is not an address to listen on ({exc})"
+    return None
+
+
 def port_problem(port: int | None, flag: str, command: str) -> str | None:
     """Why ``port`` cannot be listened on (0 picks a free port), or ``None``."""
     if port is not None and not 0 <= port <= 65535:

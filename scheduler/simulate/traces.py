@@ -88,7 +88,10 @@ class _Rows:
     def __init__(self, text: str, source: str, columns: tuple[str, ...]) -> None:
         self.source = source
         self._reader = csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline=""))
-        header = next(self._reader, None) or []
+        try:
+            header = next(self._reader, None) or []
+        except csv.Error as exc:
+            raise SpecError.one("line 1", f"is not a CSV header: {exc}", "check the trace file", source) from None
         missing = [c for c in columns if c not in header]
         if missing:
             raise SpecError.one(missing[0], f"column is missing from the header ({','.join(header) or 'empty'})",
@@ -97,7 +100,14 @@ class _Rows:
         self.line = 1
 
     def __iter__(self) -> Iterator[dict[str, str]]:
-        for fields in self._reader:
+        while True:
+            try:
+                fields = next(self._reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:  # a field past the csv module's limit (131,072 characters), a stray NUL
+                raise SpecError.one(f"line {self._reader.line_num}", f"is not a CSV row: {exc}",
+                                    "repair or drop the row", self.source) from None
             self.line = self._reader.line_num
             if not fields:
                 continue

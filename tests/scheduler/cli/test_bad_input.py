@@ -287,3 +287,22 @@ def test_json_output_stays_json_whatever_a_figure_comes_to(tmp_path: Path, capsy
     text = capsys.readouterr().out
     assert "Infinity" not in text and "NaN" not in text
     json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+
+
+def test_a_host_a_deadline_and_a_trace_field_out_of_range_are_named(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """serve --host of no address exited 3 with uvicorn's "Name or service not known"; --deadline-hours 1e308
+    overflowed and blamed --objective; a trace field past the csv module's 131,072 characters was a _csv.Error
+    traceback. Each is an input error naming what is wrong."""
+    result = run_cli("serve", "--host", "no-such-host.invalid", "--port", "0")
+    assert result.returncode == 2 and "--host 'no-such-host.invalid' is not an address" in result.stderr
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("model: llama-3.2-1b\nmethod: lora\ntrain_tokens: 1e8\n")
+    assert main(["place", str(spec), "--deadline-hours", "1e308"]) == 2
+    assert "`--deadline-hours` must be at most" in capsys.readouterr().err
+    traces = tmp_path / "philly_pollux_subset"
+    traces.mkdir()
+    (traces / "philly.csv").write_text("timestamp,duration,num_gpus,gpu_time,cluster\n"
+                                       f"2017-10-09 07:01:55,66.0,1,66.0,{'x' * 200_000}\n")
+    assert main(["simulate", "--jobs", "philly:10", "--traces-dir", str(tmp_path), "--no-plots", "--no-progress"]) == 2
+    assert "`line 2` is not a CSV row" in capsys.readouterr().err
