@@ -95,7 +95,7 @@ def admission_settings(args: argparse.Namespace) -> Any:
         data.update(loaded)
     if args.failure_mode:
         data["failure_mode"] = args.failure_mode
-    if args.kueue_flavor_label:
+    if args.kueue_flavor_label is not None:  # an empty one is refused as a label key, not ignored
         data.update(kueue=True, kueue_flavor_label_key=args.kueue_flavor_label)
     try:
         return AdmissionSettings.model_validate(data)

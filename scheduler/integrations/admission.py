@@ -122,12 +122,26 @@ class AdmissionSettings(BaseModel):
         "fraction of the usable GPU memory free"
     )
 
+    @field_validator("kueue_flavor_label_key")
+    @classmethod
+    def _label_key(cls, value: str) -> str:
+        """A Kubernetes label key (an optional DNS-subdomain prefix and '/', a name of at most 63 characters): the
+        API server refuses a nodeSelector with any other, so every Kueue job would fail to be created."""
+        prefix, _, name = value.rpartition("/")
+        if not _LABEL_NAME.fullmatch(name) or (prefix and not _PREFIX.match(prefix + "/")):
+            raise ValueError(f"must be a Kubernetes label key (e.g. vramfit.io/pool: letters, digits, '-', '_', '.', "
+                             f"at most 63 characters after an optional DNS-subdomain prefix); got {value!r}")
+        return value
+
     @field_validator("annotation_prefix")
     @classmethod
     def _prefix(cls, value: str) -> str:
         if not _PREFIX.match(value):
             raise ValueError(f"must be a DNS subdomain followed by '/', e.g. vramfit.io/; got {value!r}")
         return value
+
+
+_LABEL_NAME = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
 class MalformedReview(ValueError):

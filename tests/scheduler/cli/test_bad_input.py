@@ -306,3 +306,11 @@ def test_a_host_a_deadline_and_a_trace_field_out_of_range_are_named(tmp_path: Pa
                                        f"2017-10-09 07:01:55,66.0,1,66.0,{'x' * 200_000}\n")
     assert main(["simulate", "--jobs", "philly:10", "--traces-dir", str(tmp_path), "--no-plots", "--no-progress"]) == 2
     assert "`line 2` is not a CSV row" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("label", ["bad label!", "", "-starts-with-dash", "Upper.Case.Prefix/pool", "x" * 64])
+def test_a_kueue_flavor_label_that_is_no_label_key_is_refused(label: str) -> None:
+    """--kueue-flavor-label 'bad label!' became a nodeSelector key the API server refuses, so every Kueue job failed
+    to be created; an empty one was silently ignored."""
+    result = run_cli("serve", f"--kueue-flavor-label={label}", "--port", "0")
+    assert result.returncode == 2 and "must be a Kubernetes label key" in result.stderr, result.stderr
