@@ -406,6 +406,11 @@ class TrainingSpec(BaseModel):
         None, description="vramfit extension: with sequence_lengths variable, the dataset's mean tokens per sample "
                           "(at most seq_len). Unset: half of seq_len"
     )
+    logits_tokens: SeqLen | None = Field(
+        None, description="vramfit extension: the positions of each sequence whose vocabulary logits the loss needs, "
+                          "the last ones (online RL scores its completions only: TRL's GRPO/RLOO logits_to_keep, "
+                          "verl's response); more than seq_len reads as seq_len. Unset: every position"
+    )
     expandable_segments: bool | None = Field(
         None, description="vramfit extension: PyTorch's caching allocator runs with "
                           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place, so blocks of "

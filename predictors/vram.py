@@ -1623,6 +1623,10 @@ def _logits_gradient(spec: TrainingSpec, arch: Architecture, e: int, lay: _Layou
 
 
 def _logit_elements(spec: TrainingSpec, arch: Architecture, lay: _Layout) -> float:
-    """Logits of one micro-batch on one GPU (tokens x vocab, split by tensor and context parallelism)."""
+    """Logits of one micro-batch on one GPU (tokens x vocab, split by tensor and context parallelism): of every
+    position, or of the last ``logits_tokens`` of each sequence where the loss needs no more (online RL scores the
+    completion only: TRL's GRPO/RLOO ask the model for ``logits_to_keep`` positions)."""
     length = decoder_tokens(spec) if arch.is_encoder_decoder else spec.seq_len
+    if spec.logits_tokens is not None:
+        length = min(length, spec.logits_tokens)
     return spec.micro_batch_size * length / lay.cp * arch.vocab_size / lay.tp

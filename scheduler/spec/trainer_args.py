@@ -3509,6 +3509,13 @@ def _online_rl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: l
     if not grpo or "model" not in raw:
         return
     completion, prompt = raw.get("_max_completion_length"), raw.get("_max_prompt_length")
+    # TRL's GRPOTrainer asks the model for the logits of the completion only (logits_to_keep): the vocabulary-sized
+    # tensors scale with it, not with prompt + completion
+    kept = launch_count(completion.value) if completion is not None else None
+    raw.setdefault("logits_tokens", Setting(kept or _GRPO_COMPLETION_TOKENS, (
+        f"{completion.source} {kept}" if kept and completion is not None else
+        f"GRPOConfig default max_completion_length {_GRPO_COMPLETION_TOKENS}")
+        + " (GRPO scores the completion only: logits_to_keep)", where))
     if "seq_len" not in raw:
         new = launch_count(completion.value) if completion is not None else None
         new_what = f"{completion.source} {new}" if new is not None and completion is not None else \

@@ -1133,3 +1133,17 @@ def test_openrlhf_train_ppo_ray_reads_the_actor() -> None:
         "meta-llama/Meta-Llama-3-8B", 8, 2048, "zero3", True)
     assert s.colocated_engine_memory_fraction is None  # the engines sleep while the actor trains
     assert any("critic and reward models" in a for a in job.assumptions)
+
+
+def test_grpo_scores_the_completion_only() -> None:
+    """TRL's GRPOTrainer asks the model for the completion's logits only (logits_to_keep): the vocabulary-sized
+    tensors were priced over prompt + completion (open-r1's 7B recipe: 62.7 of 98.2 GiB in logits)."""
+    from predictors.predict import predict
+
+    job = one_job(pod(["trl", "grpo", "--model_name_or_path", "Qwen/Qwen2.5-7B", "--max_prompt_length", "1024",
+                       "--max_completion_length", "8192", "--per_device_train_batch_size", "4",
+                       "--deepspeed", "zero3.json"], gpus=8))
+    assert (job.spec.seq_len, job.spec.logits_tokens) == (9216, 8192)
+    every = job.spec.model_copy(update={"logits_tokens": None})
+    saved = predict(every, "H100-80GB").vram.peak_vram_bytes - predict(job.spec, "H100-80GB").vram.peak_vram_bytes
+    assert saved > 0.5 * 2**30  # the 1,024 prompt positions' logits, and what the loss holds of them
