@@ -89,6 +89,11 @@ ENV_KEYS: dict[str, str] = {
     # into its GRPOConfig; many training images read the same names)
     "PER_DEVICE_TRAIN_BATCH_SIZE": "per_device_train_batch_size",
     "GRADIENT_ACCUMULATION_STEPS": "gradient_accumulation_steps",
+    # its GRPO lengths (cmd/trainers/grpo/train.py: MAX_PROMPT_LENGTH 512, MAX_COMPLETION_LENGTH 256, NUM_GENERATIONS
+    # 4 by default)
+    "MAX_PROMPT_LENGTH": "max_prompt_length",
+    "MAX_COMPLETION_LENGTH": "max_completion_length",
+    "NUM_GENERATIONS": "num_generations",
     # the LoRA settings and the length as tutorial images take them (GKE's Gemma QLoRA tutorial: LORA_R, LORA_ALPHA,
     # MAX_SEQ_LENGTH); a LoRA rank alone reads as LoRA, with a note
     "LORA_R": "lora_r",
@@ -534,7 +539,18 @@ def _inline_configs(env: Mapping[str, str], where: str, budget: TextBudget,
 def read_env_settings(env: Mapping[str, str], where: str) -> Reading:
     """Settings (and notes) from the environment variables trainers read (:data:`ENV_KEYS`)."""
     pairs = [(ENV_KEYS[name], value, f"env {name}") for name, value in env.items() if name in ENV_KEYS]
-    return resolve(read_pairs(pairs, f"{where}.env" if where else "env"))
+    at = f"{where}.env" if where else "env"
+    raw = read_pairs(pairs, at)
+    completion, prompt = raw.get("_max_completion_length"), raw.get("_max_prompt_length")
+    if completion is not None and prompt is not None:
+        # GRPO lengths as env (Kubeflow Trainer's GRPO trainer): the policy trains on prompt + completion and scores
+        # the completion only
+        new, old = launch_count(str(completion.value)), launch_count(str(prompt.value))
+        if new and old:
+            raw.setdefault("seq_len", Setting(old + new, f"{prompt.source} + {completion.source} (GRPO trains on "
+                                              "prompt and completion)", at))
+            raw.setdefault("logits_tokens", Setting(new, f"{completion.source} (GRPO scores the completion only)", at))
+    return resolve(raw)
 
 
 # --- source 3: the annotation ----------------------------------------------------------------------

@@ -3503,8 +3503,8 @@ def _online_rl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: l
     colocate`` without sleep mode) holds its ``vllm_gpu_memory_utilization`` share of every GPU. The rollout's own
     generation (transformers' generate, or a vLLM server on other GPUs) is named in a note."""
     rl = raw.get("_rl")
-    grpo = _trl_command(tokens) in ("grpo", "rloo") or (
-        "_num_generations" in raw and "_max_completion_length" in raw) or (
+    grpo = _trl_command(tokens) in ("grpo", "rloo") or ("_max_completion_length" in raw and (
+        "_num_generations" in raw or "_max_prompt_length" in raw)) or (
         rl is not None and str(rl.value).strip().lower() == "grpo")
     if not grpo or "model" not in raw:
         return

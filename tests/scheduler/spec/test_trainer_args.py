@@ -1147,3 +1147,12 @@ def test_grpo_scores_the_completion_only() -> None:
     every = job.spec.model_copy(update={"logits_tokens": None})
     saved = predict(every, "H100-80GB").vram.peak_vram_bytes - predict(job.spec, "H100-80GB").vram.peak_vram_bytes
     assert saved > 0.5 * 2**30  # the 1,024 prompt positions' logits, and what the loss holds of them
+
+
+def test_grpo_lengths_given_as_env_vars() -> None:
+    """Kubeflow Trainer's GRPO trainer reads MAX_PROMPT_LENGTH / MAX_COMPLETION_LENGTH from the env: a TrainJob's
+    1,024 + 2,048 read as the spec's default 2,048 tokens."""
+    job = one_job(pod(["torchrun", "train.py"], env={"MODEL_NAME": "Qwen/Qwen2.5-7B-Instruct",
+                                                     "MAX_PROMPT_LENGTH": "1024", "MAX_COMPLETION_LENGTH": "2048",
+                                                     "PER_DEVICE_TRAIN_BATCH_SIZE": "8"}, gpus=8))
+    assert (job.spec.seq_len, job.spec.logits_tokens, job.spec.micro_batch_size) == (3072, 2048, 8)
