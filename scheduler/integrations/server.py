@@ -144,6 +144,19 @@ def _problems(exc: ValidationError) -> list[dict[str, str]]:
     return out
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names a key twice (Python's json keeps the last silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
 async def parse_body(request: Request, model: type[M]) -> M:
     """Read, size-check, JSON-decode and validate a request body, raising :class:`BadRequest`."""
     settings: ServerSettings = request.app.state.settings
@@ -151,7 +164,9 @@ async def parse_body(request: Request, model: type[M]) -> M:
     if raw is None:
         raise BadRequest(413, f"body is larger than {settings.max_body_bytes} bytes")
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, object_pairs_hook=_unique_keys)
+    except DuplicateKey as exc:  # which decision_id an actual belongs to must not be the last one written
+        raise BadRequest(400, f"body has the key {str(exc)!r} twice; give each field once") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4,300 digits
         raise BadRequest(400, f"body is not valid JSON: {exc}") from None
     except RecursionError:

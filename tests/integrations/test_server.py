@@ -150,6 +150,15 @@ def test_bad_decision_lists_every_problem(client):
     assert fields == {"peak_vram_bytes", "pool_name"}
 
 
+def test_a_key_given_twice_is_refused_not_the_last_one_kept(client):
+    """Python's json keeps the last of a key given twice: an actual naming decision_id twice was stored for the
+    second one. Now the body is refused naming the key."""
+    body = '{"decision_id": "a", "decision_id": "b", "peak_vram_bytes": null, "runtime_seconds": 60, "oom": false,' \
+           ' "source": "reporter"}'
+    r = client.post("/v1/actuals", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "'decision_id' twice" in r.json()["error"]
+
+
 def test_too_large_body_is_413(ledger_path):
     app = create_app(SqliteLedger(ledger_path), ServerSettings(max_body_bytes=100))
     with TestClient(app) as c:
