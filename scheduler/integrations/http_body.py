@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import anyio
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 # The whole body must have arrived this long after the handler starts reading it. The Kubernetes API server gives
 # a webhook at most 30 s (`timeoutSeconds`, 1-30; default 10: admissionregistration.k8s.io/v1 ValidatingWebhook)
@@ -29,11 +29,15 @@ async def read_body(request: Request, limit_bytes: int, timeout_seconds: float |
     chunks: list[bytes] = []
     size = 0
     with anyio.move_on_after(limit_seconds) as deadline:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit_bytes:
-                return None
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit_bytes:
+                    return None
+                chunks.append(chunk)
+        except ClientDisconnect:  # the client went away mid-body: its request, not a server error (logged as 500)
+            raise HTTPException(400, f"client disconnected after {size} bytes of the body",
+                                headers={"Connection": "close"}) from None
     if deadline.cancelled_caught:
         raise HTTPException(408, f"request body not complete within {limit_seconds:g} s ({size} bytes arrived)",
                             headers={"Connection": "close"})

@@ -400,3 +400,24 @@ def test_a_decision_with_a_damaged_timestamp_loses_no_actual_and_a_repost_repair
     assert client.get("/v1/decisions/dmg").status_code == 404
     assert client.post("/v1/decisions", json=decision_payload("dmg")).status_code == 200  # the same decision again
     assert client.get("/v1/decisions/dmg").json()["actual"]["peak_vram_bytes"] == 10 * GIB
+
+
+def test_a_client_gone_mid_body_is_its_request_not_a_server_error():
+    """A client that closed its connection half-way through the body was logged as a 500 with a traceback."""
+    import anyio
+    from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect
+
+    from scheduler.integrations.http_body import read_body
+
+    class Gone:
+        def __init__(self) -> None:
+            self.headers: dict[str, str] = {}
+
+        async def stream(self):  # type: ignore[no-untyped-def]
+            yield b'{"decision_id": '
+            raise ClientDisconnect()
+
+    with pytest.raises(HTTPException) as info:
+        anyio.run(read_body, Gone(), 1000)
+    assert info.value.status_code == 400 and "client disconnected after 16 bytes" in info.value.detail
