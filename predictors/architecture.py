@@ -230,9 +230,12 @@ class Architecture:
                 hit = tuple(g for g in self.linears if g.role not in ("lm_head", "router"))
             else:
                 found: list[LinearGroup] = []
+                patterns = 0
                 for name in target_modules:
                     if set(name) & _REGEX_CHARS:
-                        found += [g for g in self._pattern_groups(name) if g not in found]
+                        patterns += 1
+                        if patterns <= _MAX_PATTERNS:
+                            found += [g for g in self._pattern_groups(name) if g not in found]
                         continue
                     if name in FUSED_MODULES:
                         # one adapter on the fused projection (GPT-2 c_attn, Falcon query_key_value): in x the
@@ -308,6 +311,8 @@ _MLP_BLOCKS = ("mlp", "feed_forward", "block_sparse_moe")
 _MAX_PATTERN_CHARS = 300
 _MAX_UNBOUNDED = 2  # *, + and {m,n} with n past _SMALL_REPEAT (a module path is short: that is unbounded there)
 _MAX_QUANTIFIERS = 4  # of any kind (each ? doubles the ways to match)
+_MAX_PATTERNS = 4  # expressions a spec's targets may hold: the rest match nothing
+_MAX_WAYS = 5000  # two unbounded quantifiers and a ? at most: a pattern then costs well under a second
 _SMALL_REPEAT = 9
 _QUANTIFIED_GROUP = re.compile(r"\)[*+?{]")
 _QUANTIFIERS = re.compile(r"(?<!\\)[*+?]|\{(\d*)(,?)(\d*)\}")
@@ -323,6 +328,18 @@ def _safe_pattern(name: str) -> re.Pattern[str] | None:
             (m.group(2) and not m.group(3)) or int(m.group(3) or m.group(1) or 0) > _SMALL_REPEAT)))
     if len(quantifiers) > _MAX_QUANTIFIERS or unbounded > _MAX_UNBOUNDED:
         return None
+    # the ways a path of ~45 characters can be matched: each unbounded quantifier ~45, each {m,n} n + 1, each ? 2
+    ways = 1
+    for m in quantifiers:
+        text = m.group(0)
+        if text in ("*", "+") or (text.startswith("{") and m.group(2) and not m.group(3)):
+            ways *= 45
+        elif text == "?":
+            ways *= 2
+        else:
+            ways *= int(m.group(3) or m.group(1) or 0) + 1
+    if ways > _MAX_WAYS:
+        return None
     try:
         return re.compile(name)
     except (re.error, OverflowError, RecursionError, ValueError):
@@ -336,14 +353,17 @@ def _pattern_layers(name: str, layers: int) -> tuple[tuple[str, int], ...]:
     pattern = _safe_pattern(name)
     if pattern is None:
         return ()
+    # a pattern that names no digit matches every layer alike: one layer tells; else each layer is tried
+    by_layer = bool(re.search(r"\\d|\[[^\]]*[0-9]|[0-9]", name))
+    indices = range(layers) if by_layer else range(1)
     out: list[tuple[str, int]] = []
     for role in (*ATTENTION_ROLES, *MLP_ROLES):
         blocks = _ATTENTION_BLOCKS if role in ATTENTION_ROLES else _MLP_BLOCKS
         best = 0
         for prefix in _PATH_PREFIXES:
             for block in blocks:
-                hit = sum(1 for i in range(layers) if pattern.fullmatch(f"{prefix}.{i}.{block}.{role}"))
-                best = max(best, hit)
+                hit = sum(1 for i in indices if pattern.fullmatch(f"{prefix}.{i}.{block}.{role}"))
+                best = max(best, hit if by_layer else hit * layers)
             if best == layers:
                 break
         if best:

@@ -2326,7 +2326,32 @@ def _commands_text(text: str) -> str:
     return "".join(out)
 
 
+_ARITHMETIC = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
+_ARITHMETIC_TEXT = re.compile(r"[0-9+\-*/% ()]{1,200}")
+
+
+def _arithmetic(text: str) -> str:
+    """``$((1024 * 8))`` as its value (whole numbers, + - * / %, parentheses), else the expression as one word: its
+    parentheses were taken for subshell operators and split the command in two (a verl job lost every override after
+    ``data.max_response_length=$((1024 * 8))``)."""
+    def value(match: re.Match[str]) -> str:
+        expression = match.group(1).strip()
+        if _ARITHMETIC_TEXT.fullmatch(expression) and "**" not in expression:
+            try:
+                # only digits, operators and parentheses reach eval: no name, no call, no attribute
+                result = eval(compile(expression.replace("/", "//"), "<arithmetic>", "eval"),
+                              {"__builtins__": {}}, {})
+                if isinstance(result, int) and abs(result) < 10**18:
+                    return str(result)
+            except (SyntaxError, ZeroDivisionError, ValueError, TypeError, OverflowError, MemoryError):
+                pass
+        return "ARITHMETIC"
+
+    return _ARITHMETIC.sub(value, text)
+
+
 def _split_shell(text: str) -> list[str]:
+    text = _arithmetic(text)
     lexer = shlex.shlex(_commands_text(text), posix=True, punctuation_chars=";&|()")
     lexer.whitespace_split = True
     lexer.commenters = ""
@@ -2353,7 +2378,8 @@ _SOURCED = re.compile(r"(^|[;&|(]|&&|\|\|)([ \t]*)(?:source|\.)[ \t]+([^\s;&|()]
 
 
 def _inline_sourced(text: str, files: Mapping[str, str], budget: TextBudget, where: str, notes: list[str],
-                    depth: int = 0) -> str:
+                    depth: int = 0, written: dict[str, str] | None = None,
+                    read_into: dict[str, str] | None = None) -> str:
     """``source FILE`` / ``. FILE`` of a script replaced by FILE's text when the manifest carries it: what it sets
     (``export SEQ=4096``) is the script's own environment from there on, as the shell runs it. Within the job's text
     budget and a few levels deep (a sourced file may source another, or itself)."""
@@ -2364,7 +2390,12 @@ def _inline_sourced(text: str, files: Mapping[str, str], budget: TextBudget, whe
         content = files.get(PurePosixPath(match.group(3)).name)
         if content is None or budget.refuse(content, f"{where}: {match.group(3)}, sourced") is not None:
             return match.group(0)
-        body = _inline_sourced(content.replace("\r\n", "\n"), files, budget, where, notes, depth + 1)
+        # the sourced file's own heredocs (cat > ds.json <<EOF in it) cut out as the script's are, into ``written``
+        own: dict[str, str] = {}
+        body = _heredocs(content.replace("\r\n", "\n").replace("\\\n", " "), own, read_into)
+        if written is not None:
+            written.update(own)
+        body = _inline_sourced(body, {**files, **own}, budget, where, notes, depth + 1, written, read_into)
         note = f"{where}: the command runs {match.group(3)}, carried by the manifest: read as its commands"
         if note not in notes:
             notes.append(note)
@@ -2398,11 +2429,14 @@ def split_script(
         return script
     read_into: dict[str, str] = {}
     text = _heredocs(shell_text.replace("\\\r\n", " ").replace("\\\n", " "), script.files, read_into)
+    text = _inline_sourced(text, {**(files or {}), **script.files}, budget, where, script.notes,
+                           written=script.files, read_into=read_into)
     script.env.update(read_into)
-    text = _inline_sourced(text, {**(files or {}), **script.files}, budget, where, script.notes)
     command: list[str] = []
     seeded = dict(script.env)  # the container's environment
     text = _exports(text, script.env, budget)
+    for name, body in read_into.items():  # an unquoted heredoc's body is expanded as bash reads it
+        script.env[name] = _expand(body, script.env, budget)
     recorded = {name for name, value in script.env.items() if seeded.get(name) != value}  # whole-line exports
     for token in [*_split_shell(_expand(text, script.env, budget)), ";"]:
         if token in _OPERATORS:
@@ -2565,6 +2599,14 @@ def _inference_server(tokens: Sequence[str]) -> str | None:
 # ``nohup bash x.sh``, ``timeout 1h ./run.sh``, ``/usr/bin/env bash x.sh``), with their own options and values
 _WRAPPERS = {"exec", "nohup", "time", "setsid", "env", "timeout", "stdbuf", "nice", "ionice", "taskset", "numactl"}
 _WRAPPER_VALUES = {"timeout": 1, "taskset": 1}  # positional values before the command (a duration, a CPU mask)
+# the wrappers' options that take the next word as their value (nice -n 10, timeout -k 30 72h, numactl -N 0)
+_WRAPPER_OPTION_VALUES = {
+    "nice": {"-n", "--adjustment"}, "timeout": {"-k", "-s", "--kill-after", "--signal"},
+    "numactl": {"-N", "-m", "-C", "-p", "-i", "--cpunodebind", "--membind", "--physcpubind", "--preferred",
+                "--interleave"},
+    "ionice": {"-c", "-n", "-p", "-P", "-u", "--class", "--classdata"}, "env": {"-u", "--unset", "-C", "--chdir"},
+    "stdbuf": {"-i", "-o", "-e"}, "exec": {"-a"}, "time": {"-f", "-o"},
+}
 _SHELL_VALUE_FLAGS = ("o", "O")  # set -o OPTION / shopt -O OPTION as bash's own flags: the next word is the value
 
 
@@ -2574,8 +2616,11 @@ def _unwrapped(tokens: Sequence[str]) -> list[str]:
     while rest and PurePosixPath(rest[0]).name in _WRAPPERS:
         head = PurePosixPath(rest.pop(0)).name
         values = _WRAPPER_VALUES.get(head, 0)
+        takes = _WRAPPER_OPTION_VALUES.get(head, set())
         while rest and (rest[0].startswith("-") or (head == "env" and _ASSIGN.match(rest[0]))):
-            rest.pop(0)  # options (-oL, -k 10 is rare) and env's NAME=value
+            option = rest.pop(0)  # options (-oL, -n 10) and env's NAME=value
+            if option in takes and rest:
+                rest.pop(0)
         del rest[:values]
     return rest
 
@@ -3230,9 +3275,14 @@ def _openrlhf_ppo_settings(pairs: Mapping[str, tuple[Any, str]], raw: dict[str, 
         kl_value = float(kl[0])
     except (TypeError, ValueError):
         kl_value = 0.0
-    if kl_value > 0 or "use_kl_loss" in pairs:
+    colocated_ref = "colocate_actor_ref" in pairs or "colocate_all_models" in pairs
+    if (kl_value > 0 or "use_kl_loss" in pairs) and colocated_ref:
         raw.setdefault("reference_model", Setting(
-            "copy" if "_peft" in raw else True, f"{kl[1]} (the KL term's reference model, an Actor of its own)", where))
+            "copy" if "_peft" in raw else True, f"{kl[1]} (the KL term's reference model, an Actor of its own on the "
+                                                "actor's GPUs: --colocate_actor_ref / --colocate_all_models)", where))
+    elif kl_value > 0 or "use_kl_loss" in pairs:
+        notes.append("OpenRLHF train_ppo_ray: the reference model runs on GPUs of its own (no --colocate_actor_ref): "
+                     "not on the actor's")
     if "colocate_all_models" in pairs and "vllm_enable_sleep" not in pairs and \
             (share := pairs.get("vllm_gpu_memory_utilization")) is not None:
         raw.setdefault("colocated_engine_memory_fraction", Setting(share[0], f"{share[1]} (vLLM colocated with "
@@ -3503,8 +3553,8 @@ def _online_rl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: l
     colocate`` without sleep mode) holds its ``vllm_gpu_memory_utilization`` share of every GPU. The rollout's own
     generation (transformers' generate, or a vLLM server on other GPUs) is named in a note."""
     rl = raw.get("_rl")
-    grpo = _trl_command(tokens) in ("grpo", "rloo") or ("_max_completion_length" in raw and (
-        "_num_generations" in raw or "_max_prompt_length" in raw)) or (
+    grpo = _trl_command(tokens) in ("grpo", "rloo") or (
+        "_num_generations" in raw and "_max_completion_length" in raw) or (
         rl is not None and str(rl.value).strip().lower() == "grpo")
     if not grpo or "model" not in raw:
         return

@@ -1156,3 +1156,31 @@ def test_grpo_lengths_given_as_env_vars() -> None:
                                                      "MAX_PROMPT_LENGTH": "1024", "MAX_COMPLETION_LENGTH": "2048",
                                                      "PER_DEVICE_TRAIN_BATCH_SIZE": "8"}, gpus=8))
     assert (job.spec.seq_len, job.spec.logits_tokens, job.spec.micro_batch_size) == (3072, 2048, 8)
+
+
+def test_review_findings_on_scripts_and_rl_readings() -> None:
+    """A later review's findings: a DPO job with --max_prompt_length and --max_completion_length is no GRPO (its logits
+    were halved); a sourced file's own heredoc config is cut out (source ds.sh lost its ZeRO-3); a read -r -d '' body
+    expands its $VARS; $((1024 * 8)) is a number, not two subshells; OpenRLHF's reference model is on the actor's GPUs
+    only when colocated; nice -n 10 / timeout -k 30 72h run the script after their option values."""
+    dpo = one_job(pod(["trl", "dpo", "--model_name_or_path", "Qwen/Qwen2.5-7B", "--max_prompt_length", "512",
+                       "--max_completion_length", "512", "--max_length", "1024"]))
+    assert dpo.spec.logits_tokens is None and not any("GRPO" in a for a in dpo.assumptions)
+    ds_sh = ("cat > /tmp/ds.json <<EOF\n{\"zero_optimization\": {\"stage\": 3}}\nEOF\n"
+             "export MODEL=Qwen/Qwen2.5-7B\n")
+    sourced = one_job(_scripts({"ds.sh": ds_sh}), pod(["bash", "-c", "source /workspace/ds.sh && deepspeed train.py "
+                                                       "--model_name_or_path $MODEL --deepspeed /tmp/ds.json"]))
+    assert (sourced.spec.model, sourced.spec.sharding) == ("Qwen/Qwen2.5-7B", "zero3")
+    read = ("MODEL=meta-llama/Meta-Llama-3-8B\nread -r -d '' cmd <<EOF\nopenrlhf.cli.train_sft --pretrain $MODEL "
+            "--max_len 2048\nEOF\ndeepspeed --module $cmd\n")
+    assert one_job(pod(["bash", "-c", read])).spec.model == "meta-llama/Meta-Llama-3-8B"
+    verl = one_job(pod(["bash", "-c", "python3 -m verl.trainer.main_ppo data.max_response_length=$((1024 * 8)) "
+                                      "actor_rollout_ref.model.path=Qwen/Qwen2-7B-Instruct"], gpus=8))
+    assert (verl.spec.model, verl.spec.seq_len) == ("Qwen/Qwen2-7B-Instruct", 512 + 8192)
+    ppo = ["python3", "-m", "openrlhf.cli.train_ppo_ray", "--pretrain", "meta-llama/Meta-Llama-3-8B"]
+    assert one_job(pod(ppo, gpus=8)).spec.reference_model is None
+    assert one_job(pod([*ppo, "--colocate_actor_ref"], gpus=8)).spec.reference_model is True
+    for wrapper in (["nice", "-n", "10"], ["timeout", "-k", "30", "72h"], ["numactl", "-N", "0"]):
+        job = one_job(_scripts({"script.sh": ENTRYPOINT}),
+                      pod([*wrapper, "bash", "/workspace/script.sh"], env={"MODEL_NAME": "gpt2"}, gpus=2))
+        assert job.spec.model == "Qwen/Qwen2.5-7B", wrapper
