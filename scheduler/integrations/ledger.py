@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from predictors.catalog import resolve_model
 from predictors.errors import SpecError
-from predictors.hardware import lookup_gpu
+from predictors.hardware import gpu_catalog, lookup_gpu
 from predictors.reference import ReferenceRun
 from predictors.runtime import flops_per_token, job_tokens
 from predictors.spec import TrainingSpec
@@ -254,10 +254,13 @@ def plausible_peak(peak: int | None, gpu_name: str | None, oom: bool) -> tuple[i
     if not oom and 0 < peak < MIN_DEVICE_PEAK_BYTES:
         return None, f"a device peak of {peak:,} bytes is below any CUDA context"
     if gpu_name:
+        family = [g.memory_bytes for g in gpu_catalog().values() if g.name.lower().startswith(gpu_name.lower())]
         try:
-            memory = lookup_gpu(gpu_name).memory_bytes
+            memory = max([*family, lookup_gpu(gpu_name).memory_bytes])
         except SpecError:
-            return peak, ""
+            if not family:
+                return peak, ""
+            memory = max(family)
         if peak > memory * 1.02:
             return None, f"a device peak of {peak:,} bytes is more than the {gpu_name}'s {memory:,}"
     return peak, ""

@@ -299,12 +299,16 @@ class ActualIn(_Posted):
             return self
         if self.gpu:
             from predictors.errors import SpecError
-            from predictors.hardware import lookup_gpu
+            from predictors.hardware import gpu_catalog, lookup_gpu
 
+            # a bare family name ("V100", "A100") may be any of its cards: the largest one's memory is the limit
+            family = [g.memory_bytes for g in gpu_catalog().values() if g.name.lower().startswith(self.gpu.lower())]
             try:
-                memory = lookup_gpu(self.gpu).memory_bytes
+                memory = max([*family, lookup_gpu(self.gpu).memory_bytes])
             except SpecError:
-                return self
+                if not family:
+                    return self
+                memory = max(family)
             if peak > memory * 1.02:
                 raise ValueError(f"peak_vram_bytes {peak:,} is more than the {self.gpu}'s {memory:,} bytes: no device "
                                  "peak of that GPU (the peak of one GPU, in bytes)")

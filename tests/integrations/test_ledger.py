@@ -196,6 +196,7 @@ def test_device_peaks_no_gpu_can_have_are_refused_or_left_out_of_training(ledger
     naming the field; the export leaves out a stored peak above the decision's GPU or below any CUDA context."""
     with pytest.raises(ValidationError, match=r"peak_vram_bytes .* is more than the A100-80GB's"):
         actual(decision_id="d1", peak_vram_bytes=2**62, gpu="A100-80GB")
+    assert actual(decision_id="d1", peak_vram_bytes=30 * GIB, gpu="V100").gpu == "V100"  # a V100-32GB, maybe
     ledger = SqliteLedger(ledger_path)
     for name in ("tiny", "huge"):
         ledger.record_decision(DecisionIn.model_validate(decision_payload(name)))  # on an A100-80GB
