@@ -414,3 +414,18 @@ def test_config_switches_as_strings_are_read_as_written() -> None:
     assert architecture_from_config({**cfg, "tie_word_embeddings": "True"}).tie_word_embeddings is True
     with pytest.raises(SpecError, match="tie_word_embeddings"):
         architecture_from_config({**cfg, "tie_word_embeddings": "no"})
+
+
+@pytest.mark.parametrize(("hf_id", "base"), [
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "qwen2.5-7b"), ("Qwen/Qwen2.5-Math-7B", "qwen2.5-7b"),
+    ("Qwen/Qwen2.5-Coder-7B-Instruct", "qwen2.5-7b"), ("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", "qwen2.5-14b"),
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "qwen2.5-32b"), ("Qwen/Qwen2.5-Coder-32B", "qwen2.5-32b"),
+])
+def test_the_common_rl_bases_resolve_to_their_shapes(hf_id: str, base: str) -> None:
+    """open-r1's and most R1-style RL recipes start from R1-Distill-Qwen or Qwen2.5-Math/Coder checkpoints, which the
+    catalog refused (no "did you mean"); they have their Qwen2.5 base's shapes (7,615,616,512 parameters for the 7B)."""
+    from predictors.catalog import resolve_model
+    from predictors.spec import TrainingSpec
+
+    got = resolve_model(TrainingSpec.model_validate({"model": hf_id})).architecture.params_total
+    assert got == resolve_model(TrainingSpec.model_validate({"model": base})).architecture.params_total
