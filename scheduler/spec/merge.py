@@ -662,6 +662,29 @@ def _merge(stages: Sequence[Settings], notes: list[str]) -> tuple[Settings, dict
     return merged, {k: s.source for k, s in merged.items()}
 
 
+def _catalog_name(merged: Settings, field: str) -> tuple[bool, list[str]]:
+    """Whether ``merged[field]`` names a catalog model, as written or as a variant of one (an ``-Instruct``, a dated
+    refresh: the name is then replaced by the base's, with a note); ``(True, notes)``, else ``(False, [the catalog's
+    hint])``."""
+    setting = merged[field]
+    name = setting.value
+    try:
+        lookup_model(name)
+        return True, []
+    except SpecError as exc:
+        hint = exc.problems[0].hint if exc.problems else ""
+    base = name
+    while (stripped := _VARIANT_SUFFIX.sub("", base)) != base:
+        base = stripped
+        try:
+            lookup_model(base)
+        except SpecError:
+            continue
+        merged[field] = Setting(base, setting.source, setting.where)
+        return True, [f"{field} {name} read as {base} (same architecture; the catalog lists the base model)"]
+    return False, [hint] if hint else []
+
+
 def _check_teacher(merged: Settings) -> list[str]:
     """A distillation teacher a command names that vramfit cannot size (an API model such as gpt-4o-mini, a local
     checkpoint) is dropped with a note: it refused the whole job at prediction time. One the annotation names stays
@@ -670,20 +693,9 @@ def _check_teacher(merged: Settings) -> list[str]:
     if setting is None or not isinstance(setting.value, str) or ANNOTATION in setting.source:
         return []
     name = setting.value
-    try:
-        lookup_model(name)
-        return []
-    except SpecError:
-        pass
-    base = name
-    while (stripped := _VARIANT_SUFFIX.sub("", base)) != base:
-        base = stripped
-        try:
-            lookup_model(base)
-        except SpecError:
-            continue
-        merged["teacher_model"] = Setting(base, setting.source, setting.where)
-        return [f"teacher_model {name} read as {base} (same architecture; the catalog lists the base model)"]
+    known, notes = _catalog_name(merged, "teacher_model")
+    if known:
+        return notes
     del merged["teacher_model"]
     return [f"teacher_model {name!r} ({setting.source}) is no model vramfit can size (an API model or a local "
             "checkpoint): a teacher on these GPUs is not in the prediction; name it in the vramfit.io/spec annotation "
@@ -696,20 +708,10 @@ def _check_model(obj: ObjectRef, merged: Settings) -> list[str]:
     name = setting.value
     if not isinstance(name, str):
         return []
-    try:
-        lookup_model(name)
-        return []
-    except SpecError as exc:
-        hint = exc.problems[0].hint if exc.problems else ""
-    base = name
-    while (stripped := _VARIANT_SUFFIX.sub("", base)) != base:
-        base = stripped
-        try:
-            lookup_model(base)
-        except SpecError:
-            continue
-        merged["model"] = Setting(base, setting.source, setting.where)
-        return [f"model {name} read as {base} (same architecture; the catalog lists the base model)"]
+    known, notes = _catalog_name(merged, "model")
+    if known:
+        return notes
+    hint = notes[0] if notes else ""
     local = name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
     what = "is a local path, which vramfit cannot read" if local else "is not in the model catalog"
     quantized = _QUANTIZED_CHECKPOINT.search(name)
