@@ -94,10 +94,15 @@ class ResolvedModel:
     params_override: int | None
     source: str  # "catalog:<name>", "inline config", or a file path
     teacher: ResolvedModel | None = None  # the spec's teacher_model (knowledge distillation)
+    critic: ResolvedModel | None = None  # the spec's critic_model (PPO's value model)
 
     @property
     def teacher_architecture(self) -> Architecture | None:
         return self.teacher.architecture if self.teacher is not None else None
+
+    @property
+    def critic_architecture(self) -> Architecture | None:
+        return self.critic.architecture if self.critic is not None else None
 
     @property
     def params_total(self) -> int:
@@ -106,23 +111,31 @@ class ResolvedModel:
 
 def resolve_model(spec: TrainingSpec, base_dir: Path | None = None) -> ResolvedModel:
     """Resolve ``spec.model`` into an architecture (catalog entry, inline config or config file), and
-    ``spec.teacher_model`` likewise when the spec distils from a teacher."""
+    ``spec.teacher_model`` and ``spec.critic_model`` likewise when the spec names them."""
     student = _resolve(spec.model, base_dir)
-    if spec.teacher_model is None:
+    teacher = _resolve_other(spec.teacher_model, "teacher_model", base_dir)
+    critic = _resolve_other(spec.critic_model, "critic_model", base_dir)
+    if teacher is None and critic is None:
         return student
+    return replace(student, teacher=teacher, critic=critic)
+
+
+def _resolve_other(ref: str | ModelRef | None, field: str, base_dir: Path | None) -> ResolvedModel | None:
+    """A model beside the trained one (``field``: teacher_model, critic_model), its errors naming that field."""
+    if ref is None:
+        return None
     try:
-        teacher = _resolve(spec.teacher_model, base_dir)
-    except SpecError as exc:  # name the teacher's field, not the model's
-        raise SpecError([FieldProblem(_teacher_path(p.path), p.message, p.hint) for p in exc.problems],
+        return _resolve(ref, base_dir)
+    except SpecError as exc:
+        raise SpecError([FieldProblem(_field_path(p.path, field), p.message, p.hint) for p in exc.problems],
                         exc.source) from None
-    return replace(student, teacher=teacher)
 
 
-def _teacher_path(path: str) -> str:
-    """``spec.model...`` / ``model...`` (where the model's errors point) -> the teacher's field."""
+def _field_path(path: str, field: str) -> str:
+    """``spec.model...`` / ``model...`` (where the model's errors point) -> ``field``'s path."""
     for prefix in ("spec.model", "model"):
         if path == prefix or path.startswith(prefix + "."):
-            return prefix.replace("model", "teacher_model") + path[len(prefix):]
+            return prefix.replace("model", field) + path[len(prefix):]
     return path
 
 

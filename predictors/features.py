@@ -29,7 +29,8 @@ from predictors.vram import VramPrediction
 # Breakdown entries that are resident model states: they exist for the whole step, whatever the batch.
 # Their sum is the floor below which no corrected prediction may fall.
 RESIDENT_COMPONENTS: tuple[str, ...] = ("weights", "secondary_weights", "reference_weights", "teacher_weights",
-                                         "lora_adapters", "saved_modules", "master_weights", "optimizer_states")
+                                         "lora_adapters", "saved_modules", "master_weights", "optimizer_states",
+                                         "critic_states", "policy_states")
 # Entries that scale with the tokens of a micro-batch (the backward-phase high-water mark).
 TRANSIENT_COMPONENTS: tuple[str, ...] = ("activations", "logits", "quantization_workspace", "teacher_forward",
                                           "distillation_loss", "dora_workspace")

@@ -316,7 +316,8 @@ class SpecPredictor:
         base = self._without_gpu.get(gpus)
         if base is None:
             base = self._without_gpu[gpus] = predict_vram_without_gpu(
-                self.spec, self.model.architecture, gpus, self.model.params_override, self.model.teacher_architecture)
+                self.spec, self.model.architecture, gpus, self.model.params_override, self.model.teacher_architecture,
+                self.model.critic_architecture)
         return base
 
     def upper_floor_bytes(self, gpu_name: str | None, gpus: int | None) -> int:
@@ -367,7 +368,8 @@ class SpecPredictor:
             resolved = self.model
             hit = self._runtimes[key] = predict_runtime(
                 self.spec, resolved.architecture, gpu, gpus=gpus, interconnect=interconnect,
-                params_override=resolved.params_override, teacher=resolved.teacher_architecture)
+                params_override=resolved.params_override, teacher=resolved.teacher_architecture,
+                critic=resolved.critic_architecture)
         return hit
 
     def runtime_floor_seconds(self, gpu_name: str | None, gpus: int | None, interconnect: Interconnect | None

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 
@@ -150,7 +150,7 @@ class RuntimePrediction:
         additive = (bound, "dequantization", "lora_elementwise", "dora_base_recompute", "eager_elementwise",
                     "eager_attention_scores", "reference_forward", "teacher_forward", "host_wait",
                     "pipeline_bubble", "optimizer_step", "communication_exposed", "tensor_parallel_communication",
-                    "context_parallel_exposed", "cpu_optimizer_step")
+                    "context_parallel_exposed", "cpu_optimizer_step", "critic_update")
         parts = {name: c[name] for name in additive if c.get(name, 0.0) > 0}
         hidden = c.get("data_parallel_communication", 0.0) + c.get("offload_transfer", 0.0) \
             + c.get("activation_offload_transfer", 0.0) - c.get("communication_exposed", 0.0)
@@ -538,12 +538,55 @@ def predict_runtime(
     interconnect: Interconnect | None = None,
     params_override: int | None = None,
     teacher: Architecture | None = None,
+    critic: Architecture | None = None,
 ) -> RuntimePrediction:
-    """Predict job throughput, step time and runtime of ``spec`` on ``gpus`` GPUs of type ``gpu`` (``teacher``: the
-    architecture of the spec's ``teacher_model``, required when it names one)."""
+    """Predict job throughput, step time and runtime of ``spec`` on ``gpus`` GPUs of type ``gpu`` (``teacher`` and
+    ``critic``: the architectures of the spec's ``teacher_model`` and ``critic_model``, required when it names
+    them). A critic (PPO's value model) trains in turn with the policy on the same GPUs and tokens: its own step,
+    predicted as a training step of its own, adds to every step (``critic_update``)."""
     if spec.teacher_model is not None and teacher is None:
         raise ValueError("spec.teacher_model needs its architecture: pass teacher= (catalog.resolve_model resolves it "
                          "as ResolvedModel.teacher_architecture)")
+    critic_spec = spec.critic_spec()
+    policy = _predict_runtime(spec, arch, gpu, gpus, interconnect, params_override, teacher)
+    if critic_spec is None:
+        return policy
+    if critic is None:
+        raise ValueError("spec.critic_model needs its architecture: pass critic= (catalog.resolve_model resolves it "
+                         "as ResolvedModel.critic_architecture)")
+    critic_step = _predict_runtime(critic_spec, critic, gpu, gpus, interconnect, None, None)
+    # the critic trains on the policy's tokens of the step, in micro-batches of its own size
+    critic_s = policy.tokens_per_step / critic_step.tokens_per_second
+    step_s = policy.step_time_seconds + critic_s
+    tokens_per_second = policy.tokens_per_step / step_s
+    runtime = _job_seconds(spec, tokens_per_second, step_s)
+    components = {**policy.components_seconds, "critic_update": critic_s, "step": step_s}
+    note = (f"critic_model {critic.name}: its update takes {critic_s:.3g} s of every {step_s:.3g} s step (a training "
+            "step of its own on the same tokens)")
+    return replace(policy, tokens_per_second=tokens_per_second, step_time_seconds=step_s, runtime_seconds=runtime,
+                   flops_per_token=policy.flops_per_token + critic_step.flops_per_token,
+                   components_seconds=components, notes=(*policy.notes, note))
+
+
+def _job_seconds(spec: TrainingSpec, tokens_per_second: float, step_seconds: float) -> float | None:
+    """The whole job's runtime: ``train_tokens`` at the job's throughput, or ``steps`` steps; None without either."""
+    if spec.train_tokens is not None:
+        return spec.train_tokens / tokens_per_second
+    if spec.steps is not None:
+        return spec.steps * step_seconds
+    return None
+
+
+def _predict_runtime(
+    spec: TrainingSpec,
+    arch: Architecture,
+    gpu: GpuSpec,
+    gpus: int | None,
+    interconnect: Interconnect | None,
+    params_override: int | None,
+    teacher: Architecture | None,
+) -> RuntimePrediction:
+    """:func:`predict_runtime` of one trained model (the policy, or a critic's own step)."""
     table = efficiency_table()
     link = interconnect or Interconnect()
     arch = arch.for_task(spec.task)
@@ -771,13 +814,7 @@ def predict_runtime(
     step_s = (compute_step_s + host_wait_s + bubble_s + optimizer_s + exposed_s + tp_comm_s + cpu_step_s
               + cp_exposed_s)
     tokens_per_second = tokens_per_step / step_s
-
-    if spec.train_tokens is not None:
-        runtime: float | None = spec.train_tokens / tokens_per_second
-    elif spec.steps is not None:
-        runtime = spec.steps * step_s
-    else:
-        runtime = None
+    runtime = _job_seconds(spec, tokens_per_second, step_s)
     if cp_exposed_s > 0:
         notes.append("context parallel: passing K/V blocks round the ring takes longer than the attention of a block, "
                      "which hides it only in part")

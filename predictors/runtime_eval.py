@@ -106,7 +106,7 @@ def runtime_measurements(runs: Iterable[ReferenceRun]) -> tuple[list[RuntimeMeas
             continue
         try:
             gpu = lookup_gpu(run.gpu)
-            key = run.spec.model_dump_json(include={"model"})
+            key = run.spec.model_dump_json(include={"model", "teacher_model", "critic_model"})
             model = cache.get(key) or resolve_model(run.spec)
             cache[key] = model
         except SpecError as exc:
@@ -114,7 +114,7 @@ def runtime_measurements(runs: Iterable[ReferenceRun]) -> tuple[list[RuntimeMeas
             continue
         gpus = run.spec.gpus if isinstance(run.spec.gpus, int) else 1
         pred = predict_runtime(run.spec, model.architecture, gpu, gpus=gpus, params_override=model.params_override,
-                               teacher=model.teacher_architecture)
+                               teacher=model.teacher_architecture, critic=model.critic_architecture)
         scope = run.measured.tokens_per_second_scope or "per_gpu"
         if scope == "per_gpu" and gpus > 1 and _implied_utilization(measured, pred.flops_per_token, gpu,
                                                                     run.spec.precision) > 1.0:

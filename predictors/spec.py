@@ -370,6 +370,24 @@ class TrainingSpec(BaseModel):
                           "mapping, as `model`) held on the same GPUs in the compute dtype, sharded as the model is, "
                           "running one forward per micro-batch (torchtune's KD recipes, TRL's GKDTrainer)"
     )
+    critic_model: str | ModelRef | None = Field(
+        None, description="vramfit extension: PPO's value model (critic), trained on the same GPUs as the policy (a "
+                          "catalog name, HF id or mapping, as `model`): the named model with a one-output head per "
+                          "token in place of its LM head, trained in full with the spec's precision, optimizer, "
+                          "sharding and checkpointing (verl's critic worker, colocated with the actor by default; "
+                          "OpenRLHF with --colocate_all_models). Its weights and optimizer states stay on the GPUs "
+                          "while the policy trains, and the policy's while it trains; the two updates take turns, so "
+                          "the peak is the larger of the two phases. Unset: no critic on these GPUs"
+    )
+    critic_micro_batch_size: PositiveCount | None = Field(
+        None, description="vramfit extension: with critic_model, the critic's micro-batch per GPU (verl critic."
+                          "ppo_micro_batch_size_per_gpu, OpenRLHF --micro_train_batch_size). Unset: micro_batch_size"
+    )
+    critic_gradient_checkpointing: Annotated[Checkpointing, BeforeValidator(_lower)] | None = Field(
+        None, description="vramfit extension: with critic_model, the critic's activation checkpointing, as "
+                          "gradient_checkpointing (verl critic.model.enable_gradient_checkpointing). Unset: "
+                          "gradient_checkpointing"
+    )
     shard_group_size: PositiveCount | None = Field(
         None, description="vramfit extension: hybrid sharding (HSDP): the data-parallel ranks one copy of the "
                           "sharded states is split over, replicated across the other ranks (FSDP HYBRID_SHARD: the "
@@ -452,7 +470,7 @@ class TrainingSpec(BaseModel):
                           "which frees it while training). Counted exactly on each GPU, outside the learned bound"
     )
 
-    @field_validator("gradient_checkpointing", mode="before")
+    @field_validator("gradient_checkpointing", "critic_gradient_checkpointing", mode="before")
     @classmethod
     def _checkpointing_bool(cls, value: Any) -> Any:
         if isinstance(value, bool):
@@ -533,7 +551,7 @@ class TrainingSpec(BaseModel):
                 raise ValueError(f"{problem.message}; {problem.hint}") from None
         return value
 
-    @field_validator("model", "teacher_model", mode="before")
+    @field_validator("model", "teacher_model", "critic_model", mode="before")
     @classmethod
     def _model_str(cls, value: Any) -> Any:
         if isinstance(value, str) and not value.strip():
@@ -646,6 +664,18 @@ class TrainingSpec(BaseModel):
             raise ValueError(
                 f"teacher_model distils a language model's token distribution; task {self.task} has a classifier "
                 "head. To fix: drop teacher_model")
+        for name in ("critic_micro_batch_size", "critic_gradient_checkpointing"):
+            if getattr(self, name) is not None and self.critic_model is None:
+                raise ValueError(f"{name} is set but critic_model is not. To fix: name the critic's model "
+                                 f"(critic_model), or drop {name}")
+        if self.critic_model is not None and self.pipeline_parallel > 1:
+            raise ValueError(
+                "critic_model with pipeline_parallel > 1 is not modelled: PPO trainers colocate the critic with a "
+                "data-parallel (FSDP/ZeRO) policy. To fix: drop pipeline_parallel or critic_model")
+        if self.critic_model is not None and self.task != "causal-lm":
+            raise ValueError(
+                f"critic_model is PPO's value model beside a language-model policy; task is {self.task}. To fix: "
+                "set task: causal-lm, or drop critic_model")
         if self.shard_group_size is not None:
             if self.sharding not in HYBRID_SHARDING:
                 raise ValueError(
@@ -737,6 +767,30 @@ class TrainingSpec(BaseModel):
 
     def with_gpus(self, gpus: int) -> TrainingSpec:
         return self.model_copy(update={"gpus": gpus})
+
+    def critic_spec(self) -> TrainingSpec | None:
+        """The critic's own training step (``critic_model``): its model with a per-token value head (task
+        token-classification, as verl loads it: AutoModelForTokenClassification with one label), trained in full on
+        the policy's GPUs, sequences, precision, optimizer, sharding and checkpointing, at ``critic_micro_batch_size``;
+        None without a critic."""
+        if self.critic_model is None:
+            return None
+        kept = self.model_dump(exclude_none=True, exclude=_POLICY_ONLY_FIELDS)
+        kept.update(model=self.critic_model, task="token-classification", method="full",
+                    micro_batch_size=self.critic_micro_batch_size or self.micro_batch_size,
+                    gradient_checkpointing=self.critic_gradient_checkpointing or self.gradient_checkpointing)
+        return TrainingSpec.model_validate(kept)
+
+
+# what belongs to the policy alone, not to the critic trained beside it (TrainingSpec.critic_spec): its adapter and
+# quantization, the models around it, its loss over the vocabulary, and the job's length and deadline
+_POLICY_ONLY_FIELDS = frozenset({
+    "model", "task", "method", "lora", "quantization", "kbit_prepared", "reference_model", "teacher_model",
+    "critic_model", "critic_micro_batch_size", "critic_gradient_checkpointing", "checkpoint_every_n_layers",
+    "checkpoint_trained_blocks_only", "trainable_layers", "galore_rank", "galore_target_modules",
+    "cross_entropy", "logits_tokens", "colocated_engine_memory_fraction", "train_tokens", "steps",
+    "deadline_seconds",
+})
 
 
 def _path(loc: tuple[Any, ...], prefix: str) -> str:

@@ -60,7 +60,7 @@ def case_for_run(run: ReferenceRun, metric: str | None = None) -> VramCase:
     resolved = resolve_model(run.spec)
     gpu = lookup_gpu(run.gpu) if run.gpu != "unknown" else None
     vram = predict_vram(run.spec, resolved.architecture, gpu, params_override=resolved.params_override,
-                        teacher=resolved.teacher_architecture)
+                        teacher=resolved.teacher_architecture, critic=resolved.critic_architecture)
     return VramCase(spec=run.spec, architecture=resolved.architecture, gpu=gpu,
                     metric=metric or run.measured.metric, vram=vram)
 

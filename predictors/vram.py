@@ -271,15 +271,17 @@ def predict_vram(
     gpus: int | None = None,
     params_override: int | None = None,
     teacher: Architecture | None = None,
+    critic: Architecture | None = None,
 ) -> VramPrediction:
     """Predict peak memory per GPU for ``spec`` on ``gpu`` (context sizes depend on the GPU family): the training
     step's, without a colocated inference engine's share (``predictors.predict`` adds that after the residual model,
     and training takes it off a measured peak, so that the residual model learns the training step only).
 
-    ``gpus`` overrides ``spec.gpus`` (needed when the spec says ``auto``); ``teacher`` is the architecture of the
-    spec's ``teacher_model`` (``ResolvedModel.teacher_architecture``), required when it names one.
+    ``gpus`` overrides ``spec.gpus`` (needed when the spec says ``auto``); ``teacher`` and ``critic`` are the
+    architectures of the spec's ``teacher_model`` and ``critic_model`` (``ResolvedModel.teacher_architecture``,
+    ``critic_architecture``), required when it names them.
     """
-    return on_gpu(predict_vram_without_gpu(spec, arch, gpus, params_override, teacher), gpu)
+    return on_gpu(predict_vram_without_gpu(spec, arch, gpus, params_override, teacher, critic), gpu)
 
 
 def colocated_engine_bytes(spec: TrainingSpec, gpu: GpuSpec | None) -> int:
@@ -379,6 +381,7 @@ def predict_vram_without_gpu(
     gpus: int | None = None,
     params_override: int | None = None,
     teacher: Architecture | None = None,
+    critic: Architecture | None = None,
 ) -> VramPrediction:
     """All of :func:`predict_vram` but the GPU type's part: ``cuda_context`` is 0 until :func:`on_gpu`.
 
@@ -392,6 +395,13 @@ def predict_vram_without_gpu(
     if spec.teacher_model is not None and teacher is None:
         raise ValueError("spec.teacher_model needs its architecture: pass teacher= (catalog.resolve_model resolves it "
                          "as ResolvedModel.teacher_architecture)")
+    critic_spec = spec.critic_spec()
+    if critic_spec is not None:
+        if critic is None:
+            raise ValueError("spec.critic_model needs its architecture: pass critic= (catalog.resolve_model resolves "
+                             "it as ResolvedModel.critic_architecture)")
+        policy = _predict_stage(spec, arch, gpus, params_override, last_stage=False, teacher=teacher)
+        return _with_critic(policy, _predict_stage(critic_spec, critic, gpus, None, last_stage=False), critic)
     if spec.pipeline_parallel <= 1:
         return _predict_stage(spec, arch, gpus, params_override, last_stage=False, teacher=teacher)
     first = _predict_stage(spec, arch, gpus, params_override, last_stage=False)
@@ -403,6 +413,46 @@ def predict_vram_without_gpu(
                                     f"the first ({spec.pipeline_parallel} micro-batches in flight)"))
     return replace(first, notes=(*first.notes, f"pipeline: the first stage ({spec.pipeline_parallel} micro-batches "
                                  "in flight) peaks at least as high as the last (the head's logits)"))
+
+
+# What a model keeps on its GPUs between its own updates: its weights (the sharded fp32 flat parameters under FSDP),
+# copies, adapters, master weights and optimizer states, and DeepSpeed's persistent gradient buffer. Its gradients
+# are not: verl's actor and critic updates end with optimizer.zero_grad() (set_to_none), so each model's gradients
+# are freed before the other trains (verl/workers/critic/dp_critic.py update_critic, actor/dp_actor.py update_policy).
+_MODEL_STATES = ("weights", "secondary_weights", "reference_weights", "teacher_weights", "lora_adapters",
+                 "saved_modules", "master_weights", "optimizer_states", "communication_buffers",
+                 "paged_optimizer_states")
+
+
+def _with_critic(policy: VramPrediction, critic_step: VramPrediction, critic: Architecture) -> VramPrediction:
+    """The peak of a PPO step whose critic trains on the policy's GPUs: the two updates take turns, each with the
+    other's model states resident (``_MODEL_STATES``). The higher phase is the peak; its breakdown is that update's,
+    with the other model's states as one component (``critic_states`` or ``policy_states``)."""
+    critic_states = sum(critic_step.breakdown_bytes.get(k, 0) for k in _MODEL_STATES)
+    policy_states = sum(policy.breakdown_bytes.get(k, 0) for k in _MODEL_STATES)
+    policy_peak = policy.peak_vram_bytes + critic_states
+    critic_peak = critic_step.peak_vram_bytes + policy_states
+    states_note = (f"critic_model {critic.name}: a PPO value model trained in turn with the policy on the same GPUs "
+                   f"({critic_step.params_total:,} parameters with its value head); its weights and optimizer states "
+                   f"hold {critic_states / 2**30:.2f} GiB per GPU while the policy trains, the policy's "
+                   f"{policy_states / 2**30:.2f} GiB while it trains")
+    gap = abs(policy_peak - critic_peak) / 2**30
+    if policy_peak >= critic_peak:
+        base, extra, name = policy, critic_states, "critic_states"
+        phase_note = (f"the policy's update peaks {gap:.2f} GiB higher than the critic's: the breakdown is the "
+                      "policy's, with the critic's states (critic_states)")
+    else:
+        base, extra, name = critic_step, policy_states, "policy_states"
+        phase_note = (f"the critic's update peaks {gap:.2f} GiB higher than the policy's: weights, activations and "
+                      "the other components are the critic's, with the policy's states (policy_states) beside them")
+    breakdown = {**base.breakdown_bytes, name: int(extra)}
+    notes = [*policy.notes, states_note, phase_note]
+    if base is critic_step:
+        notes += [n for n in critic_step.notes if n not in policy.notes]
+    return replace(policy, peak_allocated_bytes=base.peak_allocated_bytes + int(extra),
+                   peak_reserved_bytes=base.peak_reserved_bytes + int(extra),
+                   peak_vram_bytes=base.peak_vram_bytes + int(extra), breakdown_bytes=breakdown,
+                   peak_phase=base.peak_phase, notes=tuple(notes))
 
 
 def _predict_stage(

@@ -170,9 +170,9 @@ def _ref_key(ref: Any) -> str:
 
 
 def resolve_model_cached(spec: TrainingSpec, base_dir: Path | None = None) -> ResolvedModel:
-    """:func:`resolve_model`, memoised on everything it reads: the model, the teacher (a ResolvedModel carries the
-    teacher's architecture) and the folder relative paths start from."""
-    key = (_ref_key(spec.model), _ref_key(spec.teacher_model), str(base_dir or ""))
+    """:func:`resolve_model`, memoised on everything it reads: the model, the teacher and the critic (a ResolvedModel
+    carries their architectures) and the folder relative paths start from."""
+    key = (_ref_key(spec.model), _ref_key(spec.teacher_model), _ref_key(spec.critic_model), str(base_dir or ""))
     model = _MODEL_CACHE.get(key)
     if model is None:
         if len(_MODEL_CACHE) > 256:

@@ -167,6 +167,8 @@ def skip_reason(spec: TrainingSpec, config: dict[str, Any], device_type: str,
         return "reference_model: the harness trains one model, without a frozen reference copy"
     if spec.teacher_model is not None:
         return "teacher_model: the harness has no distillation loop (no teacher forward, no KD loss)"
+    if spec.critic_model is not None:
+        return "critic_model: the harness trains one model, without a PPO critic beside it"
     if spec.galore_rank is not None:
         return "galore_rank: the harness runs torch and bitsandbytes optimizers, not galore_torch's"
     if spec.trainable_layers is not None:

@@ -185,7 +185,8 @@ def stable_digest(material: str) -> str:
 def _names_no_local_file(spec: TrainingSpec) -> None:
     """A job in the cluster names no file on the webhook's host: a ``config_path`` would let whoever can create a Pod
     make the webhook read its files (``/dev/zero`` without end) and learn from the error which ones exist."""
-    for name, ref in (("model", spec.model), ("teacher_model", spec.teacher_model)):
+    for name, ref in (("model", spec.model), ("teacher_model", spec.teacher_model),
+                      ("critic_model", spec.critic_model)):
         if isinstance(ref, ModelRef) and ref.config_path is not None:
             raise SpecError.one(f"spec.{name}.config_path", "names a file on the webhook's host, which the admission "
                                 "webhook does not read", "give the model's config inline (`config: {...}`), a catalog "

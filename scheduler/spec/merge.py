@@ -262,6 +262,7 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
         )
     notes += _check_model(w.obj, merged)
     notes += _check_teacher(merged)
+    notes += _check_critic(merged)
     notes += _cap_default_seq_len(merged, dotted(w.annotation_path))
     notes += _freeze_tuning_moe_notes(merged)
     spec = _validate(w.obj, merged)
@@ -700,6 +701,30 @@ def _check_teacher(merged: Settings) -> list[str]:
     return [f"teacher_model {name!r} ({setting.source}) is no model vramfit can size (an API model or a local "
             "checkpoint): a teacher on these GPUs is not in the prediction; name it in the vramfit.io/spec annotation "
             "(teacher_model: a catalog name or a config)"]
+
+
+def _check_critic(merged: Settings) -> list[str]:
+    """A PPO critic a command names that vramfit cannot size (most often a local checkpoint of a reward model) is
+    predicted as the policy's model, the usual starting point of a critic, with a note: dropping it would leave a
+    second trained model out of the prediction, and refusing it refused the whole job. One the annotation names
+    stays (an error there is the annotation's to fix)."""
+    setting = merged.get("critic_model")
+    if setting is None or not isinstance(setting.value, str) or ANNOTATION in setting.source:
+        return []
+    known, notes = _catalog_name(merged, "critic_model")
+    if known:
+        return notes
+    policy = merged.get("model")
+    if policy is None:
+        for key in [k for k in merged if k.startswith("critic_")]:
+            del merged[key]
+        return [f"critic_model {setting.value!r} ({setting.source}) is no model vramfit can size: the critic is not "
+                "in the prediction"]
+    merged["critic_model"] = Setting(policy.value, f"{setting.source}; no model vramfit can size (a local "
+                                     "checkpoint?), predicted as the policy's model", setting.where)
+    return [f"critic_model {setting.value!r} ({setting.source}) is no model vramfit can size (a local checkpoint?): "
+            "predicted as the policy's model; name it in the vramfit.io/spec annotation (critic_model: a catalog name "
+            "or a config)"]
 
 
 def _check_model(obj: ObjectRef, merged: Settings) -> list[str]:

@@ -2941,7 +2941,10 @@ def _verl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[s
     ``actor.use_kl_loss`` or ``algorithm.use_kl_in_reward`` keep a reference model unless its ``ref.fsdp_config.
     param_offload`` holds it in host memory; the rollout engine (vLLM/SGLang) frees its memory while the actor trains
     (``rollout.free_cache_engine``, on by default), else it keeps ``rollout.gpu_memory_utilization`` of each GPU.
-    Critic and reward models (PPO) are not predicted."""
+    ``use_dynamic_bsz`` packs micro-batches to ``ppo_max_token_len_per_gpu`` tokens (16,384 for the actor, 32,768
+    for the critic by default). PPO (``algorithm.adv_estimator`` gae, the default) trains a critic on the same GPUs
+    (``critic.model.path``, its own micro-batch and checkpointing) unless its parameters and optimizer are both
+    offloaded; a reward model is not predicted. Defaults: _generated_ppo_trainer.yaml @ volcengine/verl 035682e."""
     pairs = {t.split("=", 1)[0].lstrip("+~"): t.split("=", 1)[1].strip("'\"") for t in tokens
              if "=" in t and not t.startswith("-")}
     label = "verl override"
@@ -2956,12 +2959,18 @@ def _verl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[s
     if prompt and response and "seq_len" not in raw:
         raw["seq_len"] = Setting(prompt + response, f"verl data.max_prompt_length {prompt} + data.max_response_length "
                                  f"{response} (the actor trains on prompt and response)", where)
-    if "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" in pairs:
-        put("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "micro_batch_size",
-            pairs["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"])
+    world = (launch_count(pairs.get("trainer.n_gpus_per_node", "8")) or 8) * (
+        launch_count(pairs.get("trainer.nnodes", "1")) or 1)
+    length = prompt + response if prompt and response else None
+    actor_batch = _verl_micro_batch(pairs, "actor_rollout_ref.actor", world, length, 16384, False)
+    if actor_batch is not None:
+        raw.setdefault("micro_batch_size", Setting(actor_batch[0], actor_batch[1], where))
     if "actor_rollout_ref.model.enable_gradient_checkpointing" in pairs:
         put("actor_rollout_ref.model.enable_gradient_checkpointing", "gradient_checkpointing",
             to_bool(pairs["actor_rollout_ref.model.enable_gradient_checkpointing"]) is True)
+    else:
+        raw.setdefault("gradient_checkpointing", Setting(True, "verl default actor_rollout_ref.model."
+                                                               "enable_gradient_checkpointing True", where))
     strategy = pairs.get("actor_rollout_ref.actor.strategy", "fsdp")
     if strategy.startswith("fsdp"):
         raw.setdefault("_use_fsdp", Setting(True, f"verl actor strategy {strategy}", where))
@@ -2994,9 +3003,72 @@ def _verl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[s
     elif "actor_rollout_ref.rollout.gpu_memory_utilization" in pairs:
         put("actor_rollout_ref.rollout.gpu_memory_utilization", "colocated_engine_memory_fraction",
             pairs["actor_rollout_ref.rollout.gpu_memory_utilization"])
-    if pairs.get("algorithm.adv_estimator", "gae") == "gae":
-        notes.append("verl PPO (adv_estimator gae): the critic and reward models beside the actor are not in the "
-                     "prediction (an under-estimate where they share the actor's GPUs)")
+    _verl_critic(pairs, raw, notes, where, world, length)
+    if to_bool(pairs.get("reward_model.enable", "false")) is True:
+        notes.append("verl reward_model.enable: the reward model's weights beside the actor are not in the prediction "
+                     "(an under-estimate where they stay on the GPUs: reward_model.model.fsdp_config.param_offload "
+                     "False)")
+
+
+def _verl_micro_batch(pairs: Mapping[str, str], role: str, world: int, length: int | None, token_budget: int,
+                      critic: bool) -> tuple[int, str] | None:
+    """verl's micro-batch per GPU for ``role`` (``actor_rollout_ref.actor`` or ``critic``) and where it came from:
+    with ``use_dynamic_bsz`` (the critic's defaults to the actor's) micro-batches are packed to
+    ``ppo_max_token_len_per_gpu`` tokens (``token_budget`` by default), read as that many tokens over the trained
+    length; else ``ppo_micro_batch_size_per_gpu``, or the deprecated global ``ppo_micro_batch_size`` over the
+    ``world`` GPUs (fsdp_workers.py divides it by the data-parallel size)."""
+    dynamic = pairs.get(f"{role}.use_dynamic_bsz")
+    if dynamic is None and critic:
+        dynamic = pairs.get("actor_rollout_ref.actor.use_dynamic_bsz")
+    if to_bool(dynamic if dynamic is not None else "false") is True and length:
+        budget = launch_count(pairs.get(f"{role}.ppo_max_token_len_per_gpu", str(token_budget))) or token_budget
+        return max(1, budget // length), (f"verl {role}.use_dynamic_bsz: micro-batches packed to "
+                                          f"ppo_max_token_len_per_gpu {budget:,} tokens, {length:,}-token sequences")
+    if f"{role}.ppo_micro_batch_size_per_gpu" in pairs:
+        value = pairs[f"{role}.ppo_micro_batch_size_per_gpu"]
+        count = launch_count(value)
+        return (count, f"verl override {role}.ppo_micro_batch_size_per_gpu={value}") if count else None
+    total = launch_count(pairs.get(f"{role}.ppo_micro_batch_size", ""))
+    if total:
+        return max(1, total // world), (f"verl {role}.ppo_micro_batch_size {total} (global) over {world} GPUs "
+                                        "(trainer.n_gpus_per_node x trainer.nnodes)")
+    return None
+
+
+def _verl_critic(pairs: Mapping[str, str], raw: dict[str, Setting], notes: list[str], where: str, world: int,
+                 length: int | None) -> None:
+    """verl's PPO critic: trained on the actor's GPUs (every role is colocated in one resource pool by default) when
+    the advantage estimator is gae (critic.enable unset) or critic.enable is true, unless its parameters and
+    optimizer both live in host memory between its turns."""
+    enable = pairs.get("critic.enable")
+    estimator = pairs.get("algorithm.adv_estimator", "gae")
+    if (to_bool(enable) is not True) if enable is not None else estimator != "gae":
+        return
+    label = f"verl critic (algorithm.adv_estimator {estimator})" if enable is None else "verl critic.enable=True"
+    params_off = to_bool(pairs.get("critic.model.fsdp_config.param_offload", "false")) is True
+    optim_off = to_bool(pairs.get("critic.model.fsdp_config.optimizer_offload", "false")) is True
+    if params_off and optim_off:
+        notes.append(f"{label}: its parameters and optimizer are offloaded to host memory between its turns "
+                     "(critic.model.fsdp_config); not on the GPUs while the actor trains")
+        return
+    if "critic.model.path" in pairs:
+        raw.setdefault("critic_model", Setting(pairs["critic.model.path"], f"{label}: critic.model.path="
+                                               f"{pairs['critic.model.path']}", where))
+    elif "model" in raw:
+        raw.setdefault("critic_model", Setting(raw["model"].value, f"{label}: critic.model.path not given, the "
+                                               "actor's model assumed", where))
+    else:
+        return
+    batch = _verl_micro_batch(pairs, "critic", world, length, 32768, True)
+    if batch is not None:
+        raw.setdefault("critic_micro_batch_size", Setting(batch[0], batch[1], where))
+    key = "critic.model.enable_gradient_checkpointing"
+    raw.setdefault("critic_gradient_checkpointing", Setting(
+        to_bool(pairs[key]) is True if key in pairs else True,
+        f"verl override {key}={pairs[key]}" if key in pairs else f"verl default {key} True", where))
+    if params_off or optim_off:
+        notes.append(f"{label}: its {'parameters' if params_off else 'optimizer states'} are offloaded to host "
+                     "memory; predicted as resident (an over-estimate)")
 
 
 # Meta's llama-cookbook (llama-recipes) finetuning entry point and the flags only it takes
@@ -3250,8 +3322,12 @@ def _openrlhf_ppo_settings(pairs: Mapping[str, tuple[Any, str]], raw: dict[str, 
     ``--pretrain`` on ``--micro_train_batch_size`` sequences of ``--prompt_max_len`` + ``--generate_max_len`` (1,024
     each by default), ``--zero_stage`` (2), ``--gradient_checkpointing``, ``--lora_rank``; ``--init_kl_coef`` (0.01 by
     default) or ``--use_kl_loss`` keep a reference model; with ``--colocate_all_models`` the vLLM engines share the
-    GPUs and keep ``--vllm_gpu_memory_utilization`` of each unless ``--vllm_enable_sleep``. Critic and reward models
-    are noted, not predicted. It was refused with the generic no-model error."""
+    GPUs and keep ``--vllm_gpu_memory_utilization`` of each unless ``--vllm_enable_sleep``. PPO
+    (``--advantage_estimator`` gae, the default) trains a critic, ``--critic_pretrain`` (else the first
+    ``--reward_pretrain``, else ``--pretrain`` with ``--remote_rm_url``), on the actor's GPUs with
+    ``--colocate_all_models``, its states resident while the actor trains unless ``--deepspeed_enable_sleep``
+    (train_ppo_ray.py @ OpenRLHF 021d1b0). The reward model is noted, not predicted. It was refused with the generic
+    no-model error."""
     def put(key: str, field: str) -> None:
         if (found := pairs.get(key)) is not None:
             raw.setdefault(field, Setting(found[0], found[1], where))
@@ -3287,8 +3363,25 @@ def _openrlhf_ppo_settings(pairs: Mapping[str, tuple[Any, str]], raw: dict[str, 
             (share := pairs.get("vllm_gpu_memory_utilization")) is not None:
         raw.setdefault("colocated_engine_memory_fraction", Setting(share[0], f"{share[1]} (vLLM colocated with "
                                                                              "--colocate_all_models)", where))
-    notes.append("OpenRLHF train_ppo_ray: the critic and reward models (and the vLLM engines unless colocated) are "
-                 "not in the prediction: an under-estimate where they share the actor's GPUs")
+    estimator = str(pairs.get("advantage_estimator", ("gae", ""))[0]).strip().lower()
+    critic = pairs.get("critic_pretrain")
+    if critic is None and "remote_rm_url" not in pairs and (reward := pairs.get("reward_pretrain")) is not None:
+        critic = (str(reward[0]).split(",")[0], f"{reward[1]} (OpenRLHF's critic starts from the first reward model "
+                                                "when --critic_pretrain is not given)")
+    elif critic is None and "remote_rm_url" in pairs:
+        critic = pairs.get("pretrain")
+    if estimator == "gae" and critic is not None:
+        if "colocate_all_models" in pairs and "deepspeed_enable_sleep" not in pairs:
+            raw.setdefault("critic_model", Setting(critic[0], f"{critic[1]} (PPO's critic, on the actor's GPUs: "
+                                                              "--colocate_all_models)", where))
+        elif "colocate_all_models" in pairs:
+            notes.append("OpenRLHF train_ppo_ray --deepspeed_enable_sleep: the critic's states go to host memory "
+                         "while the actor trains")
+        else:
+            notes.append("OpenRLHF train_ppo_ray: the critic trains on GPUs of its own (no --colocate_all_models): "
+                         "not on the actor's")
+    notes.append("OpenRLHF train_ppo_ray: the reward model (and the vLLM engines unless colocated) are not in the "
+                 "prediction: an under-estimate where they share the actor's GPUs")
 
 
 def _openrlhf_settings(command: str, tokens: Sequence[str], raw: dict[str, Setting], notes: list[str],

@@ -700,15 +700,15 @@ def test_the_decision_record_carries_every_predicted_level() -> None:
     assert record.params_total and record.model
 
 
-@pytest.mark.parametrize("field", ["model", "teacher_model"])
+@pytest.mark.parametrize("field", ["model", "teacher_model", "critic_model"])
 def test_a_config_path_in_a_cluster_object_is_not_read(field: str, tmp_path: Path) -> None:
     """Whoever can create a Pod must not make the webhook read files on its host (/dev/zero never ends) nor learn from
     its errors which exist: a config_path is an unreadable job, named, and no file is opened."""
     secret = tmp_path / "config.json"
     secret.write_text("{not json")
-    teacher = f"\nteacher_model: {{config_path: {secret}}}" if field == "teacher_model" else ""
-    model = "llama-3.2-1b" if field == "teacher_model" else f"{{config_path: {secret}}}"
-    obj = batch_job(spec=f"model: {model}\nmethod: lora{teacher}\n")
+    other = f"\n{field}: {{config_path: {secret}}}" if field != "model" else ""
+    model = "llama-3.2-1b" if field != "model" else f"{{config_path: {secret}}}"
+    obj = batch_job(spec=f"model: {model}\nmethod: lora{other}\n")
     validated = body(run(obj, webhook="validate"))
     assert validated["allowed"] is True and "decision-id" not in validated["auditAnnotations"]
     unreadable = validated["auditAnnotations"]["unreadable"]

@@ -1,0 +1,135 @@
+"""PPO's critic (``critic_model``): a value model trained in turn with the policy on the same GPUs. Each update peaks
+with the other model's states resident; checked by hand against the two models predicted alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from predictors.architecture import architecture_from_config
+from predictors.errors import SpecError
+from predictors.hardware import lookup_gpu
+from predictors.predict import predict
+from predictors.runtime import predict_runtime
+from predictors.spec import TrainingSpec, parse_training_spec
+from predictors.vram import predict_vram
+from tests.predictors.test_vram import ARCH, TINY
+
+CRITIC_CONFIG = {**TINY, "num_hidden_layers": 1}
+CRITIC = architecture_from_config(CRITIC_CONFIG, "tiny-critic")
+STATES = ("weights", "master_weights", "optimizer_states", "lora_adapters", "reference_weights",
+          "communication_buffers", "secondary_weights", "saved_modules", "teacher_weights", "paged_optimizer_states")
+
+
+def _spec(**fields: Any) -> TrainingSpec:
+    return parse_training_spec({"model": {"name": "tiny", "config": TINY},
+                                "critic_model": {"name": "tiny-critic", "config": CRITIC_CONFIG},
+                                "precision": "bf16-mixed", "micro_batch_size": 2, "seq_len": 64, "gpus": 4,
+                                "sharding": "fsdp", "gradient_checkpointing": "full", **fields})
+
+
+def _alone(spec: TrainingSpec) -> TrainingSpec:
+    return spec.model_copy(update={"critic_model": None, "critic_micro_batch_size": None,
+                                   "critic_gradient_checkpointing": None})
+
+
+def _states(breakdown: dict[str, int]) -> int:
+    return sum(breakdown.get(k, 0) for k in STATES)
+
+
+def test_the_critic_step_is_its_own_training_step() -> None:
+    spec = _spec(method="lora", critic_micro_batch_size=8, critic_gradient_checkpointing="none",
+                 reference_model=True)
+    critic = spec.critic_spec()
+    assert critic is not None
+    assert (critic.task, critic.method, critic.lora, critic.micro_batch_size, critic.gradient_checkpointing) == (
+        "token-classification", "full", None, 8, "none")
+    assert (critic.sharding, critic.gpus, critic.seq_len, critic.precision) == ("fsdp", 4, 64, "bf16-mixed")
+    assert critic.reference_model is None and critic.critic_model is None
+    assert _spec().critic_spec().micro_batch_size == 2  # type: ignore[union-attr]  # the policy's by default
+    assert _alone(spec).critic_spec() is None
+
+
+def test_each_update_peaks_with_the_other_models_states() -> None:
+    gpu = lookup_gpu("A100-80GB")
+    spec = _spec()
+    both = predict_vram(spec, ARCH, gpu, critic=CRITIC)
+    policy = predict_vram(_alone(spec), ARCH, gpu)
+    critic_spec = spec.critic_spec()
+    assert critic_spec is not None
+    critic = predict_vram(critic_spec, CRITIC, gpu)
+    critic_states, policy_states = _states(critic.breakdown_bytes), _states(policy.breakdown_bytes)
+    assert critic_states > 0 and policy_states > 0
+    expected = max(policy.peak_vram_bytes + critic_states, critic.peak_vram_bytes + policy_states)
+    assert both.peak_vram_bytes == expected
+    assert sum(both.breakdown_bytes.values()) == both.peak_vram_bytes
+    # the policy's step is the larger here (a tiny critic, the same micro-batch): its breakdown, the critic's states
+    assert both.breakdown_bytes["critic_states"] == critic_states
+    assert both.peak_allocated_bytes == policy.peak_allocated_bytes + critic_states
+    assert both.params_total == policy.params_total  # the job's model is the policy
+    assert any("critic_model tiny-critic" in n for n in both.notes)
+
+
+def test_a_larger_critic_batch_makes_the_critic_step_the_peak() -> None:
+    gpu = lookup_gpu("A100-80GB")
+    spec = _spec(critic_micro_batch_size=64, critic_gradient_checkpointing="none")
+    both = predict_vram(spec, ARCH, gpu, critic=CRITIC)
+    policy = predict_vram(_alone(spec), ARCH, gpu)
+    critic_spec = spec.critic_spec()
+    assert critic_spec is not None
+    critic = predict_vram(critic_spec, CRITIC, gpu)
+    assert "policy_states" in both.breakdown_bytes and "critic_states" not in both.breakdown_bytes
+    assert both.breakdown_bytes["policy_states"] == _states(policy.breakdown_bytes)
+    assert both.peak_vram_bytes == critic.peak_vram_bytes + _states(policy.breakdown_bytes)
+    assert both.breakdown_bytes["activations"] == critic.breakdown_bytes["activations"]
+    assert any("the critic's update peaks" in n for n in both.notes)
+
+
+def test_the_critic_is_required_and_checked() -> None:
+    with pytest.raises(ValueError, match="critic_model needs its architecture"):
+        predict_vram(_spec(), ARCH, None)
+    with pytest.raises(SpecError) as info:
+        parse_training_spec({"model": "llama-3-8b", "critic_micro_batch_size": 4})
+    assert "critic_micro_batch_size is set but critic_model is not" in str(info.value)
+    with pytest.raises(SpecError) as info:
+        parse_training_spec({"model": "llama-3-8b", "critic_model": "llama-3-8b", "pipeline_parallel": 2,
+                             "gpus": 2})
+    assert "pipeline_parallel" in str(info.value)
+    with pytest.raises(SpecError) as info:
+        predict(parse_training_spec({"model": "llama-3-8b", "critic_model": "no-such-critic-9b"}))
+    assert "critic_model" in str(info.value) and "no-such-critic-9b" in str(info.value)
+
+
+def test_the_critic_update_adds_to_every_step() -> None:
+    gpu = lookup_gpu("H100-80GB")
+    spec = _spec(critic_micro_batch_size=4, steps=10)
+    both = predict_runtime(spec, ARCH, gpu, critic=CRITIC)
+    policy = predict_runtime(_alone(spec), ARCH, gpu)
+    critic_spec = spec.critic_spec()
+    assert critic_spec is not None
+    critic = predict_runtime(critic_spec, CRITIC, gpu)
+    # the critic trains on the policy's tokens of the step, at its own throughput
+    critic_s = policy.tokens_per_step / critic.tokens_per_second
+    assert both.components_seconds["critic_update"] == pytest.approx(critic_s)
+    assert both.step_time_seconds == pytest.approx(policy.step_time_seconds + critic_s)
+    assert both.tokens_per_step == policy.tokens_per_step
+    assert both.runtime_seconds == pytest.approx(10 * both.step_time_seconds)
+    parts, _ = both.step_breakdown()
+    assert sum(parts.values()) == pytest.approx(both.step_time_seconds)
+
+
+def test_predict_resolves_the_critic_from_the_catalog() -> None:
+    spec = parse_training_spec({"model": "qwen2.5-1.5b", "critic_model": "Qwen/Qwen2.5-7B-Instruct",
+                                "micro_batch_size": 4, "seq_len": 1024, "gpus": 8, "sharding": "fsdp",
+                                "gradient_checkpointing": True, "steps": 5, "gpu": "H100-80GB"})
+    with_critic = predict(spec).to_dict()
+    alone = predict(spec.model_copy(update={"critic_model": None})).to_dict()
+    breakdown = with_critic["breakdown_bytes"]
+    # the 7B critic's update (4 x 1,024 tokens through 28 blocks) peaks above the 1.5B policy's: the breakdown is the
+    # critic's, its fp32 sharded weights and AdamW states 12 bytes x 7.07e9 / 8 GPUs, with the policy's beside them
+    critic_states = breakdown["weights"] + breakdown["optimizer_states"] + breakdown.get("master_weights", 0)
+    assert critic_states / 2**30 == pytest.approx(12 * 7.07e9 / 8 / 2**30, rel=0.02)
+    assert breakdown["policy_states"] / 2**30 == pytest.approx(12 * 1.544e9 / 8 / 2**30, rel=0.02)
+    assert with_critic["peak_vram_bytes"] > alone["peak_vram_bytes"] + 9 * 2**30
+    assert with_critic["runtime_seconds"] > alone["runtime_seconds"]
