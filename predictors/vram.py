@@ -33,7 +33,7 @@ from predictors.architecture import (
     LinearGroup,
     saved_module_params,
 )
-from predictors.errors import SpecError
+from predictors.errors import FieldProblem, SpecError
 from predictors.hardware import GpuSpec
 from predictors.spec import LoraSpec, TrainingSpec
 
@@ -401,7 +401,12 @@ def predict_vram_without_gpu(
             raise ValueError("spec.critic_model needs its architecture: pass critic= (catalog.resolve_model resolves "
                              "it as ResolvedModel.critic_architecture)")
         policy = _predict_stage(spec, arch, gpus, params_override, last_stage=False, teacher=teacher)
-        return _with_critic(policy, _predict_stage(critic_spec, critic, gpus, None, last_stage=False), critic)
+        try:
+            critic_step = _predict_stage(critic_spec, critic, gpus, None, last_stage=False)
+        except SpecError as exc:  # say that it is the critic's model that the layout does not fit
+            raise SpecError([FieldProblem(p.path, f"{p.message} (critic_model {critic.name})", p.hint)
+                             for p in exc.problems], exc.source) from None
+        return _with_critic(policy, critic_step, critic)
     if spec.pipeline_parallel <= 1:
         return _predict_stage(spec, arch, gpus, params_override, last_stage=False, teacher=teacher)
     first = _predict_stage(spec, arch, gpus, params_override, last_stage=False)

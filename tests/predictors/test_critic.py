@@ -99,6 +99,13 @@ def test_the_critic_is_required_and_checked() -> None:
     with pytest.raises(SpecError) as info:
         predict(parse_training_spec({"model": "llama-3-8b", "critic_model": "no-such-critic-9b"}))
     assert "critic_model" in str(info.value) and "no-such-critic-9b" in str(info.value)
+    # a layout the policy takes but the critic's model does not: the error says it is the critic's
+    odd = {"name": "odd-critic", "config": {**CRITIC_CONFIG, "num_attention_heads": 3, "num_key_value_heads": 3,
+                                            "hidden_size": 96}}
+    with pytest.raises(SpecError) as info:
+        predict(parse_training_spec({"model": {"name": "tiny", "config": TINY}, "critic_model": odd,
+                                     "tensor_parallel": 2, "gpus": 2}))
+    assert "3 attention heads" in str(info.value) and "(critic_model odd-critic)" in str(info.value)
 
 
 def test_the_critic_update_adds_to_every_step() -> None:
