@@ -256,6 +256,9 @@ KEYS: dict[str, tuple[str, Convert]] = {
     **dict.fromkeys(
         (
             "max_seq_length",
+            # transformers' seq2seq scripts: the encoder's input (the spec's seq_len for encoder-decoder models)
+            "max_source_length",
+            "max_sequence_length",
             "model_max_length",
             "max_length",
             "cutoff_len",
@@ -292,6 +295,8 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "mixed_precision": ("_mixed", _same),
     **dict.fromkeys(("torch_dtype", "dtype"), ("_dtype", _same)),
     **dict.fromkeys(("optim", "optimizer"), ("optimizer", optimizer_name)),
+    # TrainingArguments' deprecated --adafactor: __post_init__ sets optim to adafactor
+    "adafactor": ("optimizer", lambda v: "adafactor" if to_bool(v) is True else None),
     "optim_args": ("_optim_args", _same),  # HF TrainingArguments.optim_args, e.g. "momentum=0.9"
     "optim_target_modules": ("_optim_target_modules", _same),  # HF low-rank optimizers' (GaLore) targets
     "auto_find_batch_size": ("_auto_batch", to_bool),
@@ -1467,6 +1472,9 @@ def _enabled(setting: Setting | None) -> bool | str | None:
 
 
 def _resolve_precision(raw: Mapping[str, Setting], out: Settings) -> None:
+    if (lightning := raw.get("_lightning_precision")) is not None:
+        _put(out, "precision", lightning.value, lightning)
+        return
     dtype, pure = raw.get("_dtype"), raw.get("_pure_bf16")
     bf16, fp16, mixed = raw.get("_bf16"), raw.get("_fp16"), raw.get("_mixed")
     weights = _DTYPES.get(str(dtype.value).lower()) if dtype else None
@@ -1822,9 +1830,23 @@ SHIPPED_DEEPSPEED_FILES: dict[str, dict[str, dict[str, Any]]] = {
         "zero3_bf16_cpuoffload_params.json": {**_BF16, "zero_optimization": {**_AX_ZERO_3_BF16,
                                                                              "offload_param": _CPU}},
     },
+    # transformers' own test configs, which its DeepSpeed guide's examples name (docs/source/en/deepspeed.md):
+    # tests/deepspeed/ds_config_zero2.json @00e12e7 offloads the optimizer; ds_config_zero3.json offloads the
+    # optimizer and the parameters (@61c7ec9: fp16 on, later releases "auto")
+    "transformers": {
+        "ds_config_zero2.json": {**_AUTO_PRECISION, "zero_optimization": {
+            "stage": 2, "offload_optimizer": _CPU, "overlap_comm": True, "reduce_bucket_size": 2e8,
+            "contiguous_gradients": True}},
+        "ds_config_zero3.json": {**_AUTO_PRECISION, "zero_optimization": {
+            "stage": 3, "offload_optimizer": _CPU, "offload_param": _CPU, "overlap_comm": True,
+            "contiguous_gradients": True, "stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9}},
+    },
 }
 # the folder a trainer keeps them in, where its names are too common to be recognised anywhere
-_SHIPPED_FOLDER: dict[str, str] = {"axolotl": "deepspeed_configs"}
+_SHIPPED_FOLDER: dict[str, tuple[str, ...]] = {"axolotl": ("deepspeed_configs",),
+                                                "transformers": ("tests", "deepspeed")}
+# owners whose folder alone identifies the file, whatever runs it (transformers' example scripts under any launcher)
+_FOLDER_IDENTIFIES = frozenset({"transformers"})
 
 
 def _shipped_deepspeed_config(text: str, config: Setting, trainer: str,
@@ -1836,11 +1858,11 @@ def _shipped_deepspeed_config(text: str, config: Setting, trainer: str,
     for owner, shipped in SHIPPED_DEEPSPEED_FILES.items():
         if path.name not in shipped:
             continue
-        if owner != trainer and owner not in config.source and not any(
+        if owner != trainer and owner not in _FOLDER_IDENTIFIES and owner not in config.source and not any(
                 f"{owner} config" in setting.source for setting in raw.values()):
             continue
         folder = _SHIPPED_FOLDER.get(owner)
-        if folder is not None and path.parent.name != folder:
+        if folder is not None and path.parent.parts[-len(folder):] != folder:
             continue
         return owner, json.loads(json.dumps(shipped[path.name]))  # a copy the reading cannot alter
     return None
@@ -1870,7 +1892,8 @@ def _resolve_deepspeed(
         label = f"DeepSpeed config {text if len(text) < 60 else '(inline)'}"
         if data is None and (shipped := _shipped_deepspeed_config(text, config, trainer, raw)) is not None:
             owner, data = shipped
-            label = f"{owner}'s {PurePosixPath(text).name} (as it ships)"
+            possessive = "'" if owner.endswith("s") else "'s"
+            label = f"{owner}{possessive} {PurePosixPath(text).name} (as it ships)"
             notes.append(f"DeepSpeed config {text} is not in the manifest: read as {owner} ships it; a changed "
                          "copy of that name is not seen")
         if isinstance(data, dict):
@@ -2525,8 +2548,32 @@ def _key_values(tokens: Sequence[str]) -> list[tuple[str, str]]:
     ]
 
 
+# arguments whose .json/.yaml value is data, a model file or an output, never a trainer config: transformers' task
+# scripts accept only .csv/.json data files (DataTrainingArguments.__post_init__), so `--train_file train.json` is
+# common; taken for an unread config, it switched off the trainers' defaults (batch 8, fp32) without a word
+_DATA_FILE_ARGS = frozenset({
+    "train_file", "validation_file", "test_file", "eval_file", "predict_file", "dev_file", "train_data_file",
+    "eval_data_file", "train_files", "val_files", "validation_files", "test_files", "eval_files", "data_path",
+    "data_file", "data_files", "data_dir", "dataset", "dataset_name", "dataset_path", "dataset_config_name",
+    "train_data", "eval_data", "valid_data", "val_data", "test_data", "train_data_path", "eval_data_path",
+    "val_data_path", "test_data_path", "prompt_data", "eval_dataset", "label_file", "vocab_file", "config_name",
+    "tokenizer_name", "tokenizer", "output_dir", "logging_dir", "output_file", "predictions_file",
+})
+
+
 def _config_paths(tokens: Sequence[str]) -> list[str]:
-    return [t.split("=", 1)[-1] for t in tokens if t.lower().endswith((".yaml", ".yml", ".json"))]
+    """The .json/.yaml/.yml paths a command names that may be trainer, launcher or DeepSpeed configs: every such token
+    (``--flag=PATH``, ``key=PATH``, or a positional or flag value) but the values of data and model-file arguments
+    (``_DATA_FILE_ARGS``)."""
+    paths: list[str] = []
+    for i, token in enumerate(tokens):
+        if not token.lower().endswith((".yaml", ".yml", ".json")):
+            continue
+        key, sep, value = token.partition("=")
+        name = (key if sep else (tokens[i - 1] if i else "")).lstrip("-+~").rsplit(".", 1)[-1].lower()
+        if name.replace("-", "_") not in _DATA_FILE_ARGS:
+            paths.append(value if sep else token)
+    return paths
 
 
 _FILE_WRITERS = {"cat", "tee", "echo", "printf"}  # commands that write a file, never a trainer
@@ -2805,6 +2852,9 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         if swift == "rlhf":
             _swift_rlhf_settings(tokens, raw, notes, where)
     _research_scripts(tokens, raw, notes, where)
+    if any(PurePosixPath(t).name in ("unsloth-cli.py", "unsloth_cli.py") for t in tokens):
+        _unsloth_cli_settings(tokens, raw, notes, where)
+    _lightning_settings(tokens, raw, notes, where)
     if _is_llama_cookbook(tokens):
         _llama_cookbook_defaults(tokens, raw, notes, where)
     if any(t.endswith(("verl.trainer.main_ppo", "verl/trainer/main_ppo.py")) for t in tokens):
@@ -2824,6 +2874,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
     _trl_defaults(tokens, trainer, raw, flags, notes, where, all_read=not unread)
     _online_rl_settings(tokens, raw, notes, where)
     _hf_trainer_defaults(tokens, trainer, raw, notes, where, all_read=not unread)
+    _task_script_settings(tokens, raw, notes, where, all_read=not unread)
     if trainer == "LLaMA-Factory" and not notes and "_finetuning_type" not in raw and "model" in raw:
         # every setting is in view (flags, overrides, configs read) and none names the method: LLaMA-Factory's
         # default finetuning_type is lora (llamafactory hparams/finetuning_args.py)
@@ -3071,6 +3122,90 @@ def _verl_critic(pairs: Mapping[str, str], raw: dict[str, Setting], notes: list[
                      "memory; predicted as resident (an over-estimate)")
 
 
+# PyTorch Lightning's Trainer(precision=...) values (lightning/fabric/connector.py _PRECISION_INPUT, with the 1.x
+# spellings it still maps) and the TrainingSpec precision each trains in
+_LIGHTNING_PRECISION = {"16": "16-mixed", "16-mixed": "16-mixed", "bf16": "bf16-mixed", "bf16-mixed": "bf16-mixed",
+                        "16-true": "16-true", "bf16-true": "bf16-true", "32": "32-true", "32-true": "32-true"}
+# Trainer(strategy=...) registry names (lightning/pytorch/strategies/deepspeed.py register_strategies, fsdp.py):
+# the ZeRO stage and what it offloads
+_LIGHTNING_DEEPSPEED = {"deepspeed_stage_1": (1, None), "deepspeed_stage_2": (2, None),
+                        "deepspeed_stage_2_offload": (2, "optimizer"), "deepspeed_stage_3": (3, None),
+                        "deepspeed_stage_3_offload": (3, "params+optimizer"),
+                        "deepspeed_stage_3_offload_nvme": (3, "params+optimizer")}
+
+
+def _lightning_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """PyTorch Lightning's Trainer arguments as scripts and LightningCLI take them (``--precision 16``,
+    ``--strategy deepspeed_stage_2``, ``--trainer.precision bf16-mixed``, ``--trainer.strategy fsdp``,
+    ``--accumulate_grad_batches``), and ``fabric run`` / ``lightning run model`` with the same names: read only with
+    Lightning's own values, so that another tool's ``--precision`` or ``--strategy`` is not taken for them. They were
+    not read at all ("the job does not say")."""
+    values = _flag_values(tokens)
+    strategy = values.get("strategy") or values.get("trainer.strategy")
+    precision = values.get("precision") or values.get("trainer.precision")
+    name = str(strategy[0]).strip().lower() if strategy is not None else ""
+    lightning = name in _LIGHTNING_DEEPSPEED or name.startswith(("fsdp", "ddp")) or "trainer.precision" in values
+    if precision is not None and str(precision[0]).strip().lower() in _LIGHTNING_PRECISION and (
+            lightning or any(PurePosixPath(t).name in ("fabric", "lightning") for t in tokens[:2])):
+        raw.setdefault("_lightning_precision", Setting(_LIGHTNING_PRECISION[str(precision[0]).strip().lower()],
+                                                       f"Lightning {precision[1]}", where))
+    if not lightning:
+        return
+    label = f"Lightning {strategy[1]}" if strategy is not None else "Lightning"
+    if name in _LIGHTNING_DEEPSPEED:
+        stage, offload = _LIGHTNING_DEEPSPEED[name]
+        raw.setdefault("_zero_stage", Setting(stage, label, where))
+        if offload is not None:
+            raw.setdefault("offload", Setting(offload, label, where))
+    elif name.startswith("fsdp"):
+        raw.setdefault("_use_fsdp", Setting(True, label, where))
+    accumulate = values.get("accumulate_grad_batches") or values.get("trainer.accumulate_grad_batches")
+    if accumulate is not None and (count := launch_count(accumulate[0])):
+        raw.setdefault("grad_accum_steps", Setting(count, f"Lightning {accumulate[1]}", where))
+
+
+# unsloth-cli.py's LoRA targets: FastLanguageModel.get_peft_model(target_modules=[...]), hard-coded
+_UNSLOTH_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _unsloth_cli_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """Unsloth's starter script ``unsloth-cli.py`` (argparse @ unslothai/unsloth 066c227): LoRA always
+    (``get_peft_model``) with ``--r`` (16), ``--lora_alpha`` (16), ``--lora_dropout`` (0) on the seven projections it
+    names; ``--use_gradient_checkpointing`` ("unsloth": checkpointing with the kept inputs in host memory; "True" /
+    "False"); 4-bit with ``--load_in_4bit``; ``--per_device_train_batch_size`` 2, ``--gradient_accumulation_steps``
+    4, ``--optim`` adamw_8bit, ``--max_seq_length`` 2048 (SFTTrainer without packing: padded batches up to it),
+    ``--max_steps`` 400; bf16 where the GPU has it (``bf16=is_bfloat16_supported()``); ``--model_name``
+    unsloth/llama-3-8b. Its ``--r`` read as nothing, and its rank and targets as PEFT's (8 on q/v) before."""
+    values = _flag_values(tokens)
+    label = "unsloth-cli.py default"
+    if "model" not in raw:
+        raw["model"] = Setting("llama-3-8b", f"{label} --model_name unsloth/llama-3-8b (Llama-3-8B)", where)
+    rank = values.get("r")
+    raw["lora.rank"] = Setting(rank[0], rank[1], where) if rank is not None else Setting(16, f"{label} --r 16", where)
+    raw["_peft"] = Setting(True, "unsloth-cli.py (FastLanguageModel.get_peft_model: LoRA always)", where)
+    raw["lora.target_modules"] = Setting(list(_UNSLOTH_TARGETS), "unsloth-cli.py get_peft_model target_modules "
+                                                                 "(the seven projections, hard-coded)", where)
+    checkpointing = values.get("use_gradient_checkpointing", ("unsloth", f"{label} --use_gradient_checkpointing "
+                                                                         "unsloth"))
+    offloaded = str(checkpointing[0]).strip().strip("'\"").lower() == "unsloth"
+    raw["gradient_checkpointing"] = Setting(offloaded or to_bool(checkpointing[0]) is True, checkpointing[1], where)
+    if offloaded:
+        raw["activation_offloading"] = Setting(True, f"{checkpointing[1]} (Unsloth's checkpointing keeps the "
+                                                     "checkpointed inputs in host memory)", where)
+    applied = _fill_defaults(raw, (("lora.alpha", 16, "--lora_alpha 16"), ("lora.dropout", 0.0, "--lora_dropout 0"),
+                                   ("micro_batch_size", 2, "--per_device_train_batch_size 2"),
+                                   ("grad_accum_steps", 4, "--gradient_accumulation_steps 4"),
+                                   ("optimizer", "adamw-8bit", "--optim adamw_8bit"),
+                                   ("seq_len", 2048, "--max_seq_length 2048"), ("steps", 400, "--max_steps 400")),
+                             label, where)
+    if not any(k in raw for k in _PRECISION_KEYS):
+        raw["_bf16"] = Setting(True, "unsloth-cli.py TrainingArguments(bf16=is_bfloat16_supported()): bf16 on GPUs "
+                                     "that have it (Ampere and later)", where)
+        applied.append("bf16")
+    if applied:
+        notes.append(f"unsloth-cli.py defaults where the command sets none: {', '.join(applied)}")
+
+
 # Meta's llama-cookbook (llama-recipes) finetuning entry point and the flags only it takes
 _LLAMA_COOKBOOK_FLAGS = ("--enable_fsdp", "--batch_size_training", "--context_length", "--batching_strategy",
                          "--peft_method", "--one_gpu", "--fsdp_config.")
@@ -3163,11 +3298,63 @@ def _research_scripts(tokens: Sequence[str], raw: dict[str, Setting], notes: lis
                                                 "concatenated)", where))
 
 
-# transformers' task example scripts (examples/pytorch/*) and the task their Auto class trains
-_SCRIPT_TASKS = {"run_glue.py": "seq-classification", "run_classification.py": "seq-classification",
-                 "run_glue_no_trainer.py": "seq-classification", "run_ner.py": "token-classification",
-                 "run_ner_no_trainer.py": "token-classification", "run_mlm.py": "masked-lm",
-                 "run_mlm_no_trainer.py": "masked-lm"}
+# transformers' task example scripts (examples/pytorch/*): the task their Auto class trains (None: the model's own,
+# causal or seq2seq LM) and the input length their DataTrainingArguments / argparse default to (None: the tokenizer's
+# limit, which the model's position table stands for). Question answering puts a 2-output span head on every token
+# (AutoModelForQuestionAnswering: qa_outputs = Linear(hidden, 2)), the per-token tiny head of token-classification;
+# multiple choice scores each ending as a sequence with a one-output head (seq-classification, the batch x its
+# choices: _MULTIPLE_CHOICE). Defaults read at transformers 0055f834 (run_glue), 03ea97ae (run_qa), 00e6a185
+# (run_summarization; run_translation has the same 1024/128).
+_TASK_SCRIPTS: dict[str, tuple[str | None, int | None, str]] = {
+    "run_glue.py": ("seq-classification", 128, "max_seq_length 128 (padded to it)"),
+    "run_glue_no_trainer.py": ("seq-classification", 128, "max_length 128"),
+    "run_classification.py": ("seq-classification", 128, "max_seq_length 128 (padded to it)"),
+    "run_ner.py": ("token-classification", None, ""),
+    "run_ner_no_trainer.py": ("token-classification", None, ""),
+    "run_mlm.py": ("masked-lm", None, ""),
+    "run_mlm_no_trainer.py": ("masked-lm", None, ""),
+    "run_qa.py": ("token-classification", 384, "max_seq_length 384 (padded to it)"),
+    "run_qa_beam_search.py": ("token-classification", 384, "max_seq_length 384 (padded to it)"),
+    "run_qa_no_trainer.py": ("token-classification", 384, "max_seq_length 384"),
+    "run_qa_beam_search_no_trainer.py": ("token-classification", 384, "max_seq_length 384"),
+    "run_swag.py": ("seq-classification", None, ""),
+    "run_swag_no_trainer.py": ("seq-classification", 128, "max_seq_length 128"),
+    "run_summarization.py": (None, 1024, "max_source_length 1024"),
+    "run_summarization_no_trainer.py": (None, 1024, "max_source_length 1024"),
+    "run_translation.py": (None, 1024, "max_source_length 1024"),
+    "run_translation_no_trainer.py": (None, 1024, "max_source_length 1024"),
+    "run_seq2seq_qa.py": (None, 384, "max_seq_length 384"),
+}
+_SCRIPT_TASKS = {name: task for name, (task, _, _) in _TASK_SCRIPTS.items() if task is not None}
+# SWAG's endings per example: run_swag*.py build four choices per context (ending0..ending3)
+_MULTIPLE_CHOICE = {"run_swag.py": 4, "run_swag_no_trainer.py": 4}
+
+
+def _task_script_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str,
+                          all_read: bool) -> None:
+    """What a transformers task script trains where its command leaves it out: its input length (``_TASK_SCRIPTS``);
+    for a ``*_no_trainer.py`` script, argparse's per-device batch of 8 and, with no ``--mixed_precision`` and no
+    accelerate config to say otherwise, fp32 (accelerate's mixed_precision defaults to "no", as ``Accelerator()``
+    does); for multiple choice, every ending a sequence of the micro-batch."""
+    script = next((PurePosixPath(t).name for t in tokens if PurePosixPath(t).name in _TASK_SCRIPTS), None)
+    if script is None:
+        return
+    label = f"transformers' {script} default"
+    _, length, what = _TASK_SCRIPTS[script]
+    applied = _fill_defaults(raw, (("seq_len", length, what),), label, where) if length else []
+    if script.endswith("_no_trainer.py") and "model" in raw:
+        applied += _fill_defaults(raw, (("micro_batch_size", 8, "per_device_train_batch_size 8"),), label, where)
+        if all_read and not any(k in raw for k in _PRECISION_KEYS):
+            raw["_dtype"] = Setting("float32", "accelerate's default mixed_precision \"no\" (no --mixed_precision, "
+                                               "no accelerate config): fp32", where)
+            applied.append("fp32 (accelerate's mixed_precision \"no\")")
+    if applied:
+        notes.append(f"{script} defaults where the command sets none: {', '.join(applied)}")
+    choices = _MULTIPLE_CHOICE.get(script)
+    batch = raw.get("micro_batch_size")
+    if choices and batch is not None and (count := launch_count(batch.value)):
+        raw["micro_batch_size"] = Setting(count * choices, f"{batch.source} x {choices} endings (multiple choice "
+                                                           "scores each ending as a sequence)", batch.where)
 
 
 def _swift_command(tokens: Sequence[str]) -> str | None:
@@ -3627,7 +3814,7 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
 
 
 # raw keys that state a precision: a trainer's default precision applies only without any of them
-_PRECISION_KEYS = ("_bf16", "_fp16", "_dtype", "_pure_bf16", "_mixed")
+_PRECISION_KEYS = ("_bf16", "_fp16", "_dtype", "_pure_bf16", "_mixed", "_lightning_precision")
 
 
 # TRL GRPOConfig max_completion_length default (trl/trainer/grpo_config.py), and the max_prompt_length default of the
