@@ -21,6 +21,12 @@ from predictors.spec import ModelRef, TrainingSpec
 
 EXPECTED: dict[str, int] = {
     "bert-base-uncased": 109_482_240,
+    "bert-base-cased": 108_310_272,  # session 28: the total transformers reports for the base model
+    "roberta-base": 124_645_632,  # session 28: the total transformers reports for the base model
+    "roberta-large": 355_359_744,  # session 28: the total transformers reports for the base model
+    "t5-small": 60_506_624,  # session 28: the total transformers reports for the base model
+    "t5-large": 737_668_096,  # session 28: the total transformers reports for the base model
+    "bart-large": 406_291_456,  # session 28: the total transformers reports for the base model
     "bert-large-uncased": 335_141_888,
     "bloomz-7b1": 7_069_016_064,
     "chatglm3-6b": 6_243_584_000,
