@@ -31,6 +31,7 @@ from scheduler.spec.litgpt import FSDP_WHEN_SEVERAL_GPUS
 from scheduler.spec.pods import Container, ObjectRef, Path, Role, dotted, pointer
 from scheduler.spec.trainer_args import (
     HYBRID_MARKERS,
+    MICRO_BATCH_CAP,
     TORCHTUNE_ALLOCATOR_SOURCE,
     ZERO_STAGE_MARKERS,
     Launch,
@@ -175,6 +176,26 @@ def _fsdp_when_several_gpus(merged: Settings, notes: list[str]) -> None:
                         ("gradient_checkpointing", "full" if several else "none")):
         if name not in merged:
             merged[name] = Setting(value, f"{marker.source}: {gpus} GPU{'s' if several else ''}", marker.where)
+
+
+def _micro_batch_within_global(merged: Settings) -> None:
+    """llm-foundry's micro-batch is at most each GPU's share of the global batch (Composer splits
+    ``global_train_batch_size`` over the data-parallel ranks, then each share into ``device_train_microbatch_size``
+    micro-batches): the smaller of the two, once the GPU count is known."""
+    total = merged.pop(MICRO_BATCH_CAP, None)
+    micro = merged.get("micro_batch_size")
+    if total is None or micro is None:
+        return
+    sizes = [launch_count(merged[name].value) if name in merged else 1
+             for name in ("gpus", "tensor_parallel", "context_parallel")]
+    count, global_count = launch_count(micro.value), launch_count(total.value)
+    if None in sizes or count is None or global_count is None:
+        return
+    ranks = max(1, sizes[0] // (sizes[1] * sizes[2]))  # type: ignore[operator]
+    share = global_count // ranks
+    if 1 <= share < count:
+        merged["micro_batch_size"] = Setting(share, f"{total.source} {global_count} over {ranks} data-parallel ranks "
+                                             f"(below {micro.source} {count})", total.where)
 
 
 def _accumulation_from_global_batch(merged: Settings, notes: list[str]) -> None:
@@ -647,6 +668,7 @@ def _merge(stages: Sequence[Settings], notes: list[str]) -> tuple[Settings, dict
                      "state-sized step temporary); an image with older torch or transformers runs the foreach "
                      "AdamW, whose step holds one more state-sized buffer: pass --optim adamw_torch to predict that")
     _fsdp_when_several_gpus(merged, notes)
+    _micro_batch_within_global(merged)
     _accumulation_from_global_batch(merged, notes)
     every = merged.get("checkpoint_every_n_layers")
     checkpointing = merged.get("gradient_checkpointing")

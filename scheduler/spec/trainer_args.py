@@ -2179,7 +2179,7 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None, 
     command's trainer, whose shipped DeepSpeed configs a name can refer to."""
     out: Settings = {k: v for k, v in raw.items()
                      if not k.startswith(("_", "lora.")) or k in HYBRID_MARKERS + ZERO_STAGE_MARKERS
-                     or k == "_global_batch_size"}
+                     or k in ("_global_batch_size", MICRO_BATCH_CAP)}
     notes: list[str] = []
     _resolve_precision(raw, out)
     _resolve_method(raw, out, notes)
@@ -2548,6 +2548,9 @@ def _key_values(tokens: Sequence[str]) -> list[tuple[str, str]]:
     ]
 
 
+# a marker the merge resolves once the GPU count is known: a global batch whose per-GPU share caps the micro-batch
+# (llm-foundry's global_train_batch_size over device_train_microbatch_size)
+MICRO_BATCH_CAP = "_micro_batch_cap_global"
 # arguments whose .json/.yaml value is data, a model file or an output, never a trainer config: transformers' task
 # scripts accept only .csv/.json data files (DataTrainingArguments.__post_init__), so `--train_file train.json` is
 # common; taken for an unread config, it switched off the trainers' defaults (batch 8, fp32) without a word
@@ -2782,6 +2785,8 @@ def framework_setting(trainer: str, raw: Mapping[str, Setting], where: str) -> S
 def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
                    env: Mapping[str, str] | None = None) -> Reading:
     """HF Trainer / TRL / accelerate / torchrun / deepspeed / axolotl / LLaMA-Factory command lines."""
+    from scheduler.spec.llmfoundry import is_llm_foundry_config, read_llm_foundry  # it builds on this module
+
     flags, positionals = read_flags(tokens, where)
     raw: dict[str, Setting] = {}
     notes: list[str] = []
@@ -2802,6 +2807,13 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         if content is None:
             unread.append(path)
         data = _load_mapping(content) if content is not None else None
+        if isinstance(data, dict) and is_llm_foundry_config(data):
+            # llm-foundry's training YAML (composer train.py CONFIG key=value ...): its overrides merged over it
+            settings, config_notes = read_llm_foundry(data, _key_values(positionals), f"llm-foundry config {path}",
+                                                      where)
+            raw.update(settings)
+            notes += config_notes
+            continue
         if isinstance(data, dict) and config_flavour(data, v1) == "DeepSpeed config" and "_deepspeed" not in flags:
             # a DeepSpeed config under another flag (Ray's fine-tuning template: --ds-config): read as --deepspeed is,
             # its "auto" values filled from the trainer's arguments
