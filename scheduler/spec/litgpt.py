@@ -32,7 +32,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from scheduler.spec.trainer_args import Launch, Reading, Setting, Settings, _load_mapping, launch_count, to_bool
+from scheduler.spec.trainer_args import (
+    Launch,
+    Reading,
+    Setting,
+    Settings,
+    _load_mapping,
+    basename,
+    launch_count,
+    to_bool,
+)
 
 _COMMANDS = {"finetune_lora": "lora", "finetune": "lora", "finetune_full": "full"}
 _SCRIPTS = {"lora.py": "lora", "full.py": "full"}
@@ -53,7 +62,7 @@ FSDP_WHEN_SEVERAL_GPUS = "_fsdp_when_several_gpus"
 def litgpt_method(tokens: Sequence[str]) -> tuple[str, int] | None:
     """(method, index of the first argument after the command) when ``tokens`` run litgpt's LoRA or full
     fine-tuning, else None."""
-    names = [PurePosixPath(t).name for t in tokens]
+    names = [basename(t) for t in tokens]
     for i, name in enumerate(names[:4]):
         if name == "litgpt" or (name == "-m" and i + 1 < len(names) and names[i + 1] == "litgpt"):
             at = i + 1 if name == "litgpt" else i + 2
@@ -138,7 +147,7 @@ def read_litgpt(tokens: Sequence[str], where: str, files: Mapping[str, str]) -> 
     values: dict[str, tuple[Any, str]] = {}
     config = next((str(v) for k, v in flags if k == "config"), "")
     if config:
-        content = files.get(PurePosixPath(config).name)
+        content = files.get(basename(config))
         data = _load_mapping(content) if content is not None else None
         if data is None:
             notes.append(f"litgpt config {config} is " + ("not in the manifest" if content is None else

@@ -38,7 +38,6 @@ and S12 rows).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import PurePosixPath
 from typing import Any
 
 from scheduler.spec.litgpt import dashed_arguments
@@ -46,6 +45,7 @@ from scheduler.spec.trainer_args import (
     Reading,
     Setting,
     Settings,
+    basename,
     hybrid_markers,
     launch_count,
     launch_layout,
@@ -80,7 +80,7 @@ def is_torchtitan(tokens: Sequence[str]) -> bool:
     ``run_train.sh``)."""
     for token in tokens:
         if token in ("torchtitan.train", "torchtitan.train.main") or token.endswith("torchtitan/train.py") \
-                or PurePosixPath(token).name == "run_train.sh":
+                or basename(token) == "run_train.sh":
             return True
     return False
 
@@ -116,7 +116,7 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
     config = next((str(v) for k, v in flags if k == "job.config_file"), env.get("CONFIG_FILE", ""))
     known = True  # every setting in view: torchtitan's defaults fill what neither the config nor a flag sets
     if config:
-        content = files.get(PurePosixPath(config).name)
+        content = files.get(basename(config))
         data = _toml(content) if content is not None else None
         known = data is not None
         if data is None:

@@ -32,6 +32,13 @@ from predictors.spec import FUSABLE_OPTIMIZERS, MAX_ZERO3_ELEMENTS, MAX_ZERO_BUC
 from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load, substitute_within
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def basename(token: str) -> str:
+    """``PurePosixPath(token).name``, memoised: every detector asks it of every token of a command, and a hostile
+    command repeats one token hundreds of thousands of times (bench/hostile_reviews.py "many flags")."""
+    return PurePosixPath(token).name
+
+
 @dataclass(frozen=True)
 class Setting:
     """One TrainingSpec field value and where it was read: ``source`` says how (``flag --bf16``),
@@ -1010,11 +1017,11 @@ def _command_words(tokens: Sequence[str]) -> Iterator[tuple[int, str]]:
 def _llamafactory_cli_at(tokens: Sequence[str], i: int) -> tuple[str, list[str]] | None:
     """``(cli, its arguments)`` when ``tokens[i]`` runs LLaMA-Factory's CLI (``llamafactory-cli``, ``lmf``,
     ``python -m llamafactory.cli``), else None."""
-    token, rest = tokens[i], list(tokens[i + 1:])
-    if PurePosixPath(token).name in _LLAMAFACTORY_CLIS:
-        return PurePosixPath(token).name, rest
-    if token == "-m" and rest[:1] == ["llamafactory.cli"]:
-        return "python -m llamafactory.cli", rest[1:]
+    token = tokens[i]
+    if basename(token) in _LLAMAFACTORY_CLIS:
+        return basename(token), list(tokens[i + 1:])
+    if token == "-m" and tokens[i + 1:i + 2] == ["llamafactory.cli"]:
+        return "python -m llamafactory.cli", list(tokens[i + 2:])
     return None
 
 
@@ -1701,7 +1708,7 @@ def _resolve_quantization(
 
 def deepspeed_stage_from_name(name: str) -> tuple[int | None, bool]:
     """ZeRO stage and offload guessed from a config file name (``ds_z3_offload_config.json``)."""
-    base = PurePosixPath(name).name.lower()
+    base = basename(name).lower()
     match = re.search(r"(?:zero|stage|ds_z|_z)[_-]?([0-3])(?!\d)", base) or re.search(r"z([0-3])(?!\d)", base)
     return (int(match.group(1)) if match else None), "offload" in base
 
@@ -1887,13 +1894,13 @@ def _resolve_deepspeed(
         text = str(value).strip()
         if data is None and text.startswith("{"):
             data = _load_mapping(text)
-        if data is None and PurePosixPath(text).name in files:
-            data = _load_mapping(files[PurePosixPath(text).name])
+        if data is None and basename(text) in files:
+            data = _load_mapping(files[basename(text)])
         label = f"DeepSpeed config {text if len(text) < 60 else '(inline)'}"
         if data is None and (shipped := _shipped_deepspeed_config(text, config, trainer, raw)) is not None:
             owner, data = shipped
             possessive = "'" if owner.endswith("s") else "'s"
-            label = f"{owner}{possessive} {PurePosixPath(text).name} (as it ships)"
+            label = f"{owner}{possessive} {basename(text)} (as it ships)"
             notes.append(f"DeepSpeed config {text} is not in the manifest: read as {owner} ships it; a changed "
                          "copy of that name is not seen")
         if isinstance(data, dict):
@@ -2080,8 +2087,8 @@ def _fsdp_config(nested: Setting, files: Mapping[str, str], notes: list[str]) ->
         if data is None:
             notes.append(f"{nested.source}: not a JSON object, FSDP settings in it not read")
         return data
-    if PurePosixPath(text).name in files:
-        data = _load_mapping(files[PurePosixPath(text).name])
+    if basename(text) in files:
+        data = _load_mapping(files[basename(text)])
         if data is None:
             notes.append(f"FSDP config {text} ({nested.source}) is not a JSON object, FSDP settings in it not read")
         return data
@@ -2437,7 +2444,7 @@ def split_script(
     script = Script(env=dict(env))
     tokens = list(argv)
     shell_text: str | None = None
-    if tokens and PurePosixPath(tokens[0]).name in _SHELLS:
+    if tokens and basename(tokens[0]) in _SHELLS:
         flags = [t for t in tokens[1:] if t.startswith("-")]
         rest = [t for t in tokens[1:] if not t.startswith("-")]
         if any("c" in f for f in flags if not f.startswith("--")) and rest:  # -c, -xc; not --rcfile
@@ -2580,6 +2587,9 @@ def _config_paths(tokens: Sequence[str]) -> list[str]:
 
 
 _FILE_WRITERS = {"cat", "tee", "echo", "printf"}  # commands that write a file, never a trainer
+# the words of one command that are read (verl's longest example scripts pass about 60 overrides; Megatron-LM's
+# pretraining scripts about 150 flags and values)
+MAX_COMMAND_WORDS = 4096
 
 
 def read_command(
@@ -2597,7 +2607,13 @@ def read_command(
     _run_carried_scripts(script, known, budget, where)
     reading = Reading(notes=list(script.notes))
     for tokens in script.commands:
-        if tokens and PurePosixPath(tokens[0]).name in _FILE_WRITERS:
+        if len(tokens) > MAX_COMMAND_WORDS:
+            # no trainer takes thousands of arguments; a command that long is read as far as a real one goes, so that
+            # the dozen readers that scan every word stay fast (an 8 MiB Pod of one repeated flag took 30 s)
+            reading.notes.append(f"{where}: a command of {len(tokens):,} words; its first {MAX_COMMAND_WORDS:,} are "
+                                 "read")
+            tokens = tokens[:MAX_COMMAND_WORDS]
+        if tokens and basename(tokens[0]) in _FILE_WRITERS:
             continue  # ``cat > f.yml <<EOF``: writes the config a later command reads (the heredoc is in files)
         if (server := _inference_server(tokens)) is not None:
             # a generation server started beside the trainer (TRL's one-node GRPO example: vLLM on GPUs 0-3 in the
@@ -2605,7 +2621,7 @@ def read_command(
             reading.notes.append(f"{where}: {server} serves generation beside the training; its flags are not read "
                                  "as the trainer's, and the GPUs it holds are not in the prediction")
             continue
-        if len(tokens) >= 2 and PurePosixPath(tokens[0]).name == "tune" and tokens[1] == "run":
+        if len(tokens) >= 2 and basename(tokens[0]) == "tune" and tokens[1] == "run":
             part = read_torchtune(tokens[2:], where, script.env, known)
         elif is_torchtitan(tokens):
             part = read_torchtitan(tokens, where, known, script.env)
@@ -2631,7 +2647,7 @@ _SHELL_SHEBANG = re.compile(r"#![ \t]*\S*(?:/|env[ \t]+)(?:ba|z|da|a)?sh\b")
 def _inference_server(tokens: Sequence[str]) -> str | None:
     """The inference server a command starts (``trl vllm-serve``, ``vllm serve``, vLLM's or SGLang's server module,
     ``swift rollout`` / ``swift deploy``, TGI's launcher), or None."""
-    names = [PurePosixPath(t).name for t in tokens[:4]]
+    names = [basename(t) for t in tokens[:4]]
     pairs = list(pairwise(names))
     if ("trl", "vllm-serve") in pairs or ("vllm", "serve") in pairs:
         return " ".join(next(p for p in pairs if p in (("trl", "vllm-serve"), ("vllm", "serve"))))
@@ -2663,7 +2679,7 @@ _SHELL_VALUE_FLAGS = ("o", "O")  # set -o OPTION / shopt -O OPTION as bash's own
 def _unwrapped(tokens: Sequence[str]) -> list[str]:
     """``tokens`` without the wrappers in front of the command they run (and their options and values)."""
     rest = list(tokens)
-    while rest and PurePosixPath(rest[0]).name in _WRAPPERS:
+    while rest and basename(rest[0]) in _WRAPPERS:
         head = PurePosixPath(rest.pop(0)).name
         values = _WRAPPER_VALUES.get(head, 0)
         takes = _WRAPPER_OPTION_VALUES.get(head, set())
@@ -2682,7 +2698,7 @@ def _script_run(tokens: Sequence[str]) -> str | None:
     tokens = _unwrapped(tokens)
     if not tokens:
         return None
-    head = PurePosixPath(tokens[0]).name
+    head = basename(tokens[0])
     if head in _SHELLS or head in ("source", "."):
         rest = list(tokens[1:])
         while rest and rest[0].startswith(("-", "+")):
@@ -2706,9 +2722,9 @@ def _run_carried_scripts(script: Script, known: dict[str, str], budget: TextBudg
     commands: list[list[str]] = []
     for tokens in script.commands:
         path = _script_run(tokens)
-        content = known.get(PurePosixPath(path).name) if path else None
+        content = known.get(basename(path)) if path else None
         inner_tokens = _unwrapped(tokens)
-        runs_shell = bool(inner_tokens) and PurePosixPath(inner_tokens[0]).name in (*_SHELLS, "source", ".")
+        runs_shell = bool(inner_tokens) and basename(inner_tokens[0]) in (*_SHELLS, "source", ".")
         if content is not None and not runs_shell and not path.endswith(".sh") and \
                 not _SHELL_SHEBANG.match(content.lstrip()):
             content = None  # a carried file that is no shell script (a Python entry point, a config)
@@ -2739,10 +2755,10 @@ def _run_carried_scripts(script: Script, known: dict[str, str], budget: TextBudg
 
 
 def _trainer_label(tokens: Sequence[str]) -> str:
-    names = [PurePosixPath(t).name for t in tokens[:4]]
-    if any(PurePosixPath(t).name == "train_bash.py" for t in tokens):
+    names = [basename(t) for t in tokens[:4]]
+    if any(basename(t) == "train_bash.py" for t in tokens):
         return "LLaMA-Factory"  # its launcher before llamafactory-cli (src/train_bash.py), often behind accelerate's
-    if any(PurePosixPath(t).name == "train.py" and PurePosixPath(t).parent.name == "src" for t in tokens) and any(
+    if any(basename(t) == "train.py" and PurePosixPath(t).parent.name == "src" for t in tokens) and any(
             t == "--finetuning_type" or t.startswith("--finetuning_type=") for t in tokens):
         # its src/train.py (run_exp) under torchrun or deepspeed, with LLaMA-Factory's own --finetuning_type
         return "LLaMA-Factory"
@@ -2803,7 +2819,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
     for path in dict.fromkeys(_config_paths(tokens)):
         if path == deepspeed_value:
             continue
-        content = files.get(PurePosixPath(path).name)
+        content = files.get(basename(path))
         if content is None:
             unread.append(path)
         data = _load_mapping(content) if content is not None else None
@@ -2855,7 +2871,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _kubeflow_sdk_settings(tokens, raw, notes, where)
     if _is_megatron(tokens):
         _megatron_settings(tokens, raw, notes, where)
-    if any(PurePosixPath(t).name == "finetune_hf_llm.py" for t in tokens):
+    if any(basename(t) == "finetune_hf_llm.py" for t in tokens):
         _ray_template_settings(tokens, raw, notes, where)
     if (openrlhf := _openrlhf_command(tokens)) is not None:
         _openrlhf_settings(openrlhf, tokens, raw, notes, where)
@@ -2864,14 +2880,14 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         if swift == "rlhf":
             _swift_rlhf_settings(tokens, raw, notes, where)
     _research_scripts(tokens, raw, notes, where)
-    if any(PurePosixPath(t).name in ("unsloth-cli.py", "unsloth_cli.py") for t in tokens):
+    if any(basename(t) in ("unsloth-cli.py", "unsloth_cli.py") for t in tokens):
         _unsloth_cli_settings(tokens, raw, notes, where)
     _lightning_settings(tokens, raw, notes, where)
     if _is_llama_cookbook(tokens):
         _llama_cookbook_defaults(tokens, raw, notes, where)
     if any(t.endswith(("verl.trainer.main_ppo", "verl/trainer/main_ppo.py")) for t in tokens):
         _verl_settings(tokens, raw, notes, where)
-    script = next((PurePosixPath(t).name for t in tokens if PurePosixPath(t).name in _SCRIPT_TASKS), None)
+    script = next((basename(t) for t in tokens if basename(t) in _SCRIPT_TASKS), None)
     if script is not None and "task" not in raw:
         raw["task"] = Setting(_SCRIPT_TASKS[script], f"transformers' {script} example script", where)
     if "_dtype" in raw and "(axolotl loads the model in bf16)" in raw["_dtype"].source and \
@@ -3158,7 +3174,7 @@ def _lightning_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: l
     name = str(strategy[0]).strip().lower() if strategy is not None else ""
     lightning = name in _LIGHTNING_DEEPSPEED or name.startswith(("fsdp", "ddp")) or "trainer.precision" in values
     if precision is not None and str(precision[0]).strip().lower() in _LIGHTNING_PRECISION and (
-            lightning or any(PurePosixPath(t).name in ("fabric", "lightning") for t in tokens[:2])):
+            lightning or any(basename(t) in ("fabric", "lightning") for t in tokens[:2])):
         raw.setdefault("_lightning_precision", Setting(_LIGHTNING_PRECISION[str(precision[0]).strip().lower()],
                                                        f"Lightning {precision[1]}", where))
     if not lightning:
@@ -3226,7 +3242,7 @@ _LLAMA_COOKBOOK_FLAGS = ("--enable_fsdp", "--batch_size_training", "--context_le
 def _is_llama_cookbook(tokens: Sequence[str]) -> bool:
     """``finetuning.py`` (recipes/quickstart, getting-started/finetuning) or ``-m llama_recipes.finetuning`` /
     ``llama_cookbook.finetuning``, with at least one flag of its train_config / fsdp_config."""
-    script = any(PurePosixPath(t).name == "finetuning.py" or t.endswith(("llama_recipes.finetuning",
+    script = any(basename(t) == "finetuning.py" or t.endswith(("llama_recipes.finetuning",
                                                                           "llama_cookbook.finetuning"))
                  for t in tokens)
     return script and any(t.startswith(_LLAMA_COOKBOOK_FLAGS) for t in tokens)
@@ -3283,7 +3299,7 @@ def _research_scripts(tokens: Sequence[str], raw: dict[str, Setting], notes: lis
       ``DataCollatorReward`` concatenating the chosen and rejected batches)."""
     pairs = _flag_values(tokens)
     paths = [t for t in tokens if t.endswith(".py")]
-    name = PurePosixPath(paths[0]).name if paths else ""
+    name = basename(paths[0]) if paths else ""
     open_instruct = any("open_instruct" in p for p in paths)
     if open_instruct and name in ("dpo_tune_cache.py", "dpo_tune.py", "dpo.py"):
         raw.setdefault("_rl", Setting("dpo", f"open-instruct {name} (chosen and rejected forwarded together)", where))
@@ -3348,7 +3364,7 @@ def _task_script_settings(tokens: Sequence[str], raw: dict[str, Setting], notes:
     for a ``*_no_trainer.py`` script, argparse's per-device batch of 8 and, with no ``--mixed_precision`` and no
     accelerate config to say otherwise, fp32 (accelerate's mixed_precision defaults to "no", as ``Accelerator()``
     does); for multiple choice, every ending a sequence of the micro-batch."""
-    script = next((PurePosixPath(t).name for t in tokens if PurePosixPath(t).name in _TASK_SCRIPTS), None)
+    script = next((basename(t) for t in tokens if basename(t) in _TASK_SCRIPTS), None)
     if script is None:
         return
     label = f"transformers' {script} default"
@@ -3372,7 +3388,7 @@ def _task_script_settings(tokens: Sequence[str], raw: dict[str, Setting], notes:
 def _swift_command(tokens: Sequence[str]) -> str | None:
     """``sft`` / ``rlhf`` for ``swift sft ...`` / ``swift rlhf ...`` (ms-swift's CLI) or their scripts
     ``swift/cli/sft.py`` / ``swift/cli/rlhf.py``."""
-    names = [PurePosixPath(t).name for t in tokens]
+    names = [basename(t) for t in tokens]
     for command in ("sft", "rlhf"):
         if any(n == "swift" and i + 1 < len(names) and names[i + 1] == command for i, n in enumerate(names[:4])) \
                 or any(t.endswith(f"swift/cli/{command}.py") for t in tokens):
@@ -3647,8 +3663,8 @@ def _openrlhf_settings(command: str, tokens: Sequence[str], raw: dict[str, Setti
 
 def _is_megatron(tokens: Sequence[str]) -> bool:
     """Whether a command runs Megatron-LM's training (``pretrain_gpt.py`` and its siblings, Megatron-LM's paths)."""
-    return any(PurePosixPath(t).name.startswith("pretrain_") and t.endswith(".py")
-               and ("megatron" in t.lower() or PurePosixPath(t).name in _MEGATRON_SCRIPTS) for t in tokens)
+    return any(basename(t).startswith("pretrain_") and t.endswith(".py")
+               and ("megatron" in t.lower() or basename(t) in _MEGATRON_SCRIPTS) for t in tokens)
 
 
 _MEGATRON_SCRIPTS = {"pretrain_gpt.py", "pretrain_mamba.py", "pretrain_bert.py", "pretrain_t5.py"}
@@ -3989,7 +4005,7 @@ _TRL_ACCELERATE = {"zero1": ("_zero_stage", 1), "zero2": ("_zero_stage", 2), "ze
 
 def _trl_command(tokens: Sequence[str]) -> str | None:
     """``sft`` / ``dpo`` for ``trl sft ...`` / ``trl dpo ...`` and for TRL's own scripts run directly."""
-    names = [PurePosixPath(t).name for t in tokens[:3]]
+    names = [basename(t) for t in tokens[:3]]
     if "trl" in names:
         return next((c for c in _TRL_SCRIPTS if c in tokens[:4]), None)
     return next((c for c, paths in _TRL_SCRIPTS.items() if any(t.endswith(paths) for t in tokens)), None)
@@ -4001,7 +4017,7 @@ def _accelerate_config_by_name(tokens: Sequence[str], unread: Sequence[str], raw
     image: open-r1's recipes/accelerate_configs/zero2.yaml, TRL's examples/accelerate_configs/deepspeed_zero3.yaml):
     its distributed type read from the file name, as an unread DeepSpeed config's stage is, and said so. Without
     this, such a job read as plain data parallel: the model states of every rank unsharded."""
-    if [PurePosixPath(t).name for t in tokens[:2]] != ["accelerate", "launch"]:
+    if [basename(t) for t in tokens[:2]] != ["accelerate", "launch"]:
         return
     path = next((t.split("=", 1)[1] if t.startswith("--config_file=") else tokens[i + 1]
                  for i, t in enumerate(tokens[:-1] if tokens else [])
@@ -4012,7 +4028,7 @@ def _accelerate_config_by_name(tokens: Sequence[str], unread: Sequence[str], raw
         return
     if any(k in raw for k in ("_deepspeed", "_fsdp", "_zero_stage", "_use_fsdp", "_use_deepspeed")):
         return  # the trainer's own flags say it
-    name = PurePosixPath(path).name.lower()
+    name = basename(path).lower()
     stage, offload = deepspeed_stage_from_name(name)
     missing = f"accelerate config {path} is not in the manifest"
     if stage is not None and "fsdp" not in name:
@@ -4084,7 +4100,7 @@ def launch_layout(tokens: Sequence[str], accelerate_config: Mapping[str, Any] | 
     argument lists); None for another command or when the flags do not say. torchrun takes a flag it is not given
     from the env var ``PET_<FLAG>`` (torch/distributed/argparse_util.py ``env``), e.g. ``PET_NPROC_PER_NODE``, which
     the Kubeflow training operator sets from a PyTorchJob's ``nprocPerNode``, or a user sets."""
-    names = [PurePosixPath(t).name for t in tokens[:3]]
+    names = [basename(t) for t in tokens[:3]]
     module = "torch.distributed.run" in tokens[:4]  # python -m torch.distributed.run
     if module or names[:1] == ["torchrun"] or names[:2] == ["tune", "run"]:
         flags = _launcher_flags(tokens[list(tokens).index("torch.distributed.run") + 1 if module else 1:])
@@ -4307,7 +4323,7 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
         # (torchtune reads PYTORCH_CUDA_ALLOC_CONF only: with PYTORCH_ALLOC_CONF alone it still turns them on)
         if "expandable_segments:False" not in (env or {}).get("PYTORCH_CUDA_ALLOC_CONF", ""):
             out["expandable_segments"] = Setting(True, TORCHTUNE_ALLOCATOR_SOURCE, where)
-    content = (files or {}).get(PurePosixPath(config).name) if config else None
+    content = (files or {}).get(basename(config)) if config else None
     carried = _load_mapping(content) if content is not None else None
     model = _tune_model_from_config(config) if carried is None else None
     if model:

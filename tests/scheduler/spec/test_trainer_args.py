@@ -1255,3 +1255,31 @@ def test_review_findings_on_scripts_and_rl_readings() -> None:
         job = one_job(_scripts({"script.sh": ENTRYPOINT}),
                       pod([*wrapper, "bash", "/workspace/script.sh"], env={"MODEL_NAME": "gpt2"}, gpus=2))
         assert job.spec.model == "Qwen/Qwen2.5-7B", wrapper
+
+
+def test_a_command_of_thousands_of_words_is_read_as_far_as_a_real_one_goes() -> None:
+    """An 8 MiB Pod of one flag repeated 800,000 times took 30 s to review (a dozen readers scanned every word):
+    past the API server's longest webhook timeout. The first MAX_COMMAND_WORDS words are read, with a note; what a
+    real command says in them is read as before."""
+    from scheduler.spec.trainer_args import MAX_COMMAND_WORDS
+
+    argv = ["torchrun", "train.py", "--model_name_or_path", "meta-llama/Llama-3.1-8B",
+            "--per_device_train_batch_size", "4", *["--lr=1"] * (MAX_COMMAND_WORDS * 3)]
+    job = one_job(pod(argv, gpus=1))
+    assert (job.spec.model, job.spec.micro_batch_size) == ("meta-llama/Llama-3.1-8B", 4)
+    assert any(f"its first {MAX_COMMAND_WORDS:,} are read" in a for a in job.assumptions)
+
+
+def test_the_commands_of_the_first_containers_are_read() -> None:
+    """Thousands of containers without trainer settings were each read in turn (2,850 of them: 15.8 s); the first
+    MAX_COMMANDS_READ are, with a note when none of them names the trainer's settings."""
+    from scheduler.spec.merge import MAX_COMMANDS_READ
+
+    sidecars = [{"name": f"s{i}", "image": "busybox", "command": ["sleep", "inf"]}
+                for i in range(MAX_COMMANDS_READ + 5)]
+    manifest = pod(["sleep", "inf"], gpus=1,
+                   annotations={"vramfit.io/spec": "model: llama-3.2-1b"})
+    manifest["spec"]["containers"] += sidecars
+    job = one_job(manifest)
+    assert job.spec.model == "llama-3.2-1b"
+    assert any(f"the first {MAX_COMMANDS_READ} containers were read" in a for a in job.assumptions)
