@@ -51,6 +51,7 @@ _FRAMEWORK_ALIASES = {"hf": "transformers", "huggingface": "transformers", "hugg
 # Cross-Entropy).
 CrossEntropy = Literal["full", "chunked", "fused-linear"]
 SequenceLengths = Literal["fixed", "variable"]
+IdleOffload = Literal["policy", "critic", "both"]
 _CROSS_ENTROPY_ALIASES = {"standard": "full", "chunked-output": "chunked", "fused": "fused-linear",
                           "liger": "fused-linear", "flce": "fused-linear", "cut": "fused-linear",
                           "cce": "fused-linear", "fused_linear": "fused-linear"}
@@ -92,6 +93,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "framework": Framework.__args__,  # type: ignore[attr-defined]
     "cross_entropy": CrossEntropy.__args__,  # type: ignore[attr-defined]
     "sequence_lengths": SequenceLengths.__args__,  # type: ignore[attr-defined]
+    "idle_offload": IdleOffload.__args__,  # type: ignore[attr-defined]
 }
 
 
@@ -388,6 +390,12 @@ class TrainingSpec(BaseModel):
                           "gradient_checkpointing (verl critic.model.enable_gradient_checkpointing). Unset: "
                           "gradient_checkpointing"
     )
+    idle_offload: Annotated[IdleOffload, BeforeValidator(_lower)] | None = Field(
+        None, description="vramfit extension: with critic_model, the models whose weights and optimizer states move "
+                          "to host memory while the other one trains and come back for their own update: policy | "
+                          "critic | both (verl's fsdp_config param_offload + optimizer_offload of the actor or the "
+                          "critic; OpenRLHF --deepspeed_enable_sleep: both). Unset: both stay on the GPUs"
+    )
     shard_group_size: PositiveCount | None = Field(
         None, description="vramfit extension: hybrid sharding (HSDP): the data-parallel ranks one copy of the "
                           "sharded states is split over, replicated across the other ranks (FSDP HYBRID_SHARD: the "
@@ -664,14 +672,10 @@ class TrainingSpec(BaseModel):
             raise ValueError(
                 f"teacher_model distils a language model's token distribution; task {self.task} has a classifier "
                 "head. To fix: drop teacher_model")
-        for name in ("critic_micro_batch_size", "critic_gradient_checkpointing"):
+        for name in ("critic_micro_batch_size", "critic_gradient_checkpointing", "idle_offload"):
             if getattr(self, name) is not None and self.critic_model is None:
                 raise ValueError(f"{name} is set but critic_model is not. To fix: name the critic's model "
                                  f"(critic_model), or drop {name}")
-        if self.critic_model is not None and self.pipeline_parallel > 1:
-            raise ValueError(
-                "critic_model with pipeline_parallel > 1 is not modelled: PPO trainers colocate the critic with a "
-                "data-parallel (FSDP/ZeRO) policy. To fix: drop pipeline_parallel or critic_model")
         if self.critic_model is not None and self.task != "causal-lm":
             raise ValueError(
                 f"critic_model is PPO's value model beside a language-model policy; task is {self.task}. To fix: "
@@ -786,7 +790,8 @@ class TrainingSpec(BaseModel):
 # quantization, the models around it, its loss over the vocabulary, and the job's length and deadline
 _POLICY_ONLY_FIELDS = frozenset({
     "model", "task", "method", "lora", "quantization", "kbit_prepared", "reference_model", "teacher_model",
-    "critic_model", "critic_micro_batch_size", "critic_gradient_checkpointing", "checkpoint_every_n_layers",
+    "critic_model", "critic_micro_batch_size", "critic_gradient_checkpointing", "idle_offload",
+    "checkpoint_every_n_layers",
     "checkpoint_trained_blocks_only", "trainable_layers", "galore_rank", "galore_target_modules",
     "cross_entropy", "logits_tokens", "colocated_engine_memory_fraction", "train_tokens", "steps",
     "deadline_seconds",

@@ -400,13 +400,24 @@ def predict_vram_without_gpu(
         if critic is None:
             raise ValueError("spec.critic_model needs its architecture: pass critic= (catalog.resolve_model resolves "
                              "it as ResolvedModel.critic_architecture)")
-        policy = _predict_stage(spec, arch, gpus, params_override, last_stage=False, teacher=teacher)
+        policy = _predict_model(spec, arch, gpus, params_override, teacher)
         try:
-            critic_step = _predict_stage(critic_spec, critic, gpus, None, last_stage=False)
+            critic_step = _predict_model(critic_spec, critic, gpus, None, None)
         except SpecError as exc:  # say that it is the critic's model that the layout does not fit
             raise SpecError([FieldProblem(p.path, f"{p.message} (critic_model {critic.name})", p.hint)
                              for p in exc.problems], exc.source) from None
-        return _with_critic(policy, critic_step, critic)
+        return _with_critic(policy, critic_step, critic, spec.idle_offload)
+    return _predict_model(spec, arch, gpus, params_override, teacher)
+
+
+def _predict_model(
+    spec: TrainingSpec,
+    arch: Architecture,
+    gpus: int | None,
+    params_override: int | None,
+    teacher: Architecture | None,
+) -> VramPrediction:
+    """One trained model's step on its most loaded GPU (with pipeline parallelism the higher of the two ends)."""
     if spec.pipeline_parallel <= 1:
         return _predict_stage(spec, arch, gpus, params_override, last_stage=False, teacher=teacher)
     first = _predict_stage(spec, arch, gpus, params_override, last_stage=False)
@@ -429,18 +440,28 @@ _MODEL_STATES = ("weights", "secondary_weights", "reference_weights", "teacher_w
                  "paged_optimizer_states")
 
 
-def _with_critic(policy: VramPrediction, critic_step: VramPrediction, critic: Architecture) -> VramPrediction:
+def _with_critic(policy: VramPrediction, critic_step: VramPrediction, critic: Architecture,
+                 idle_offload: str | None = None) -> VramPrediction:
     """The peak of a PPO step whose critic trains on the policy's GPUs: the two updates take turns, each with the
-    other's model states resident (``_MODEL_STATES``). The higher phase is the peak; its breakdown is that update's,
-    with the other model's states as one component (``critic_states`` or ``policy_states``)."""
+    other's model states resident (``_MODEL_STATES``), unless ``idle_offload`` moves them to host memory while the
+    other trains (verl loads an offloaded model back for its own update: fsdp_workers.py update_actor /
+    update_critic call load_fsdp_model_to_gpu and load_fsdp_optimizer first). The higher phase is the peak; its
+    breakdown is that update's, with the other model's states as one component (``critic_states`` or
+    ``policy_states``)."""
     critic_states = sum(critic_step.breakdown_bytes.get(k, 0) for k in _MODEL_STATES)
     policy_states = sum(policy.breakdown_bytes.get(k, 0) for k in _MODEL_STATES)
+    if idle_offload in ("critic", "both"):
+        critic_states = 0
+    if idle_offload in ("policy", "both"):
+        policy_states = 0
     policy_peak = policy.peak_vram_bytes + critic_states
     critic_peak = critic_step.peak_vram_bytes + policy_states
     states_note = (f"critic_model {critic.name}: a PPO value model trained in turn with the policy on the same GPUs "
                    f"({critic_step.params_total:,} parameters with its value head); its weights and optimizer states "
                    f"hold {critic_states / 2**30:.2f} GiB per GPU while the policy trains, the policy's "
-                   f"{policy_states / 2**30:.2f} GiB while it trains")
+                   f"{policy_states / 2**30:.2f} GiB while it trains"
+                   + (f" (idle_offload {idle_offload}: in host memory while the other model trains)"
+                      if idle_offload else ""))
     gap = abs(policy_peak - critic_peak) / 2**30
     if policy_peak >= critic_peak:
         base, extra, name = policy, critic_states, "critic_states"

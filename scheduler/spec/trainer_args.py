@@ -2885,7 +2885,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
     _lightning_settings(tokens, raw, notes, where)
     if _is_llama_cookbook(tokens):
         _llama_cookbook_defaults(tokens, raw, notes, where)
-    if any(t.endswith(("verl.trainer.main_ppo", "verl/trainer/main_ppo.py")) for t in tokens):
+    if is_verl_trainer(tokens):
         _verl_settings(tokens, raw, notes, where)
     script = next((basename(t) for t in tokens if basename(t) in _SCRIPT_TASKS), None)
     if script is not None and "task" not in raw:
@@ -3011,19 +3011,37 @@ def _ray_template_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
                      "modules are unknown (set lora in the vramfit.io/spec annotation)")
 
 
+def is_verl_trainer(tokens: Sequence[str]) -> bool:
+    """verl's PPO trainer (``verl.trainer.main_ppo``) or one of its recipes' entry points, which take the same Hydra
+    config (``recipe.dapo.main_dapo``, ``recipe/dapo/src/main_dapo.py``, ``recipe.one_step_off_policy.main_ppo``)."""
+    return any(t.endswith(("verl.trainer.main_ppo", "verl/trainer/main_ppo.py")) or _VERL_RECIPE.match(t) is not None
+               for t in tokens)
+
+
+_VERL_RECIPE = re.compile(r"^(?:\S*/)?recipe[./](?:\w+[./])+main_\w+(?:\.py)?$")
+
+
 def _verl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
-    """verl's PPO/GRPO trainer (``python -m verl.trainer.main_ppo`` with Hydra ``key=value`` overrides,
-    verl/trainer/config/ppo_trainer.yaml): the actor is what trains. ``actor_rollout_ref.model.path`` the model,
-    ``data.max_prompt_length`` + ``data.max_response_length`` (512 each by default) the trained length,
-    ``actor.ppo_micro_batch_size_per_gpu`` the micro-batch, ``model.enable_gradient_checkpointing``, the actor's FSDP
-    (its default strategy; ``fsdp_config.param_offload`` / ``optimizer_offload``), ``model.lora_rank`` > 0 LoRA;
-    ``actor.use_kl_loss`` or ``algorithm.use_kl_in_reward`` keep a reference model unless its ``ref.fsdp_config.
-    param_offload`` holds it in host memory; the rollout engine (vLLM/SGLang) frees its memory while the actor trains
-    (``rollout.free_cache_engine``, on by default), else it keeps ``rollout.gpu_memory_utilization`` of each GPU.
-    ``use_dynamic_bsz`` packs micro-batches to ``ppo_max_token_len_per_gpu`` tokens (16,384 for the actor, 32,768
-    for the critic by default). PPO (``algorithm.adv_estimator`` gae, the default) trains a critic on the same GPUs
-    (``critic.model.path``, its own micro-batch and checkpointing) unless its parameters and optimizer are both
-    offloaded; a reward model is not predicted. Defaults: _generated_ppo_trainer.yaml @ volcengine/verl 035682e."""
+    """verl's PPO/GRPO trainer (``python -m verl.trainer.main_ppo`` or a recipe's entry point, with Hydra
+    ``key=value`` overrides; verl/trainer/config/_generated_ppo_trainer.yaml @ volcengine/verl 035682e, fsdp_workers.py
+    @ 004c888): the actor is what trains. ``actor_rollout_ref.model.path`` the model, ``data.max_prompt_length`` +
+    ``data.max_response_length`` (512 each by default) the trained length, ``actor.ppo_micro_batch_size_per_gpu`` the
+    micro-batch (:func:`_verl_micro_batch`), ``actor.ulysses_sequence_parallel_size`` the sequence split (read as
+    context parallelism: FSDP still shards over every GPU), ``model.enable_gradient_checkpointing`` (on by default),
+    ``model.lora_rank`` > 0 LoRA (no dropout: verl's LoraConfig passes none).
+    - FSDP (the default strategy) keeps bf16 compute over fp32 sharded parameters. ``fsdp_config.param_offload`` /
+      ``optimizer_offload`` move the actor to host memory between its calls and back for its update (update_actor
+      loads both first): on the GPUs at its own peak, away while a critic trains (``idle_offload``); FSDP2's
+      ``offload_policy`` offloads during training.
+    - The KL term's reference model (``actor.use_kl_loss``, ``algorithm.use_kl_in_reward``) and a reward model live in
+      host memory under FSDP (fsdp_workers.py: CPUOffload(offload_params=True) for every role but the actor).
+    - ``--config-name ppo_megatron_trainer`` (or strategy megatron): Megatron with its distributed optimizer (read as
+      ZeRO-1), ``megatron.tensor_model_parallel_size`` / ``pipeline_model_parallel_size`` /
+      ``context_parallel_size``, no recompute unless ``override_transformer_config.recompute_granularity`` says so,
+      and a reference model on the GPUs.
+    - The rollout engine (vLLM/SGLang) frees its memory while the actor trains (``rollout.free_cache_engine``, on by
+      default), else it keeps ``rollout.gpu_memory_utilization`` of each GPU.
+    - PPO (``algorithm.adv_estimator`` gae, the default) trains a critic on the same GPUs (:func:`_verl_critic`)."""
     pairs = {t.split("=", 1)[0].lstrip("+~"): t.split("=", 1)[1].strip("'\"") for t in tokens
              if "=" in t and not t.startswith("-")}
     label = "verl override"
@@ -3031,35 +3049,45 @@ def _verl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[s
     def put(key: str, name: str, value: Any) -> None:
         raw.setdefault(name, Setting(value, f"{label} {key}={pairs[key]}", where))
 
+    config_name = next((t.split("=", 1)[1] if "=" in t else tokens[i + 1] for i, t in enumerate(tokens)
+                        if t.startswith("--config-name") and ("=" in t or i + 1 < len(tokens))), "")
+    megatron_default = "megatron" in config_name
     if "actor_rollout_ref.model.path" in pairs:
         put("actor_rollout_ref.model.path", "model", pairs["actor_rollout_ref.model.path"])
-    prompt = launch_count(pairs.get("data.max_prompt_length", "512"))
-    response = launch_count(pairs.get("data.max_response_length", "512"))
+    lengths = {k: pairs.get(f"data.{k}", "512") for k in ("max_prompt_length", "max_response_length")}
+    prompt, response = (launch_count(v) for v in lengths.values())
     if prompt and response and "seq_len" not in raw:
         raw["seq_len"] = Setting(prompt + response, f"verl data.max_prompt_length {prompt} + data.max_response_length "
                                  f"{response} (the actor trains on prompt and response)", where)
+    elif not (prompt and response):
+        notes.append(f"verl data lengths not read ({', '.join(f'{k}={v}' for k, v in lengths.items())}): set seq_len "
+                     "in the vramfit.io/spec annotation")
     world = (launch_count(pairs.get("trainer.n_gpus_per_node", "8")) or 8) * (
         launch_count(pairs.get("trainer.nnodes", "1")) or 1)
     length = prompt + response if prompt and response else None
-    actor_batch = _verl_micro_batch(pairs, "actor_rollout_ref.actor", world, length, 16384, False)
+    sp = launch_count(pairs.get("actor_rollout_ref.actor.ulysses_sequence_parallel_size", "1")) or 1
+    actor_batch = _verl_micro_batch(pairs, "actor_rollout_ref.actor", world, length, 16384, False, sp)
     if actor_batch is not None:
         raw.setdefault("micro_batch_size", Setting(actor_batch[0], actor_batch[1], where))
-    if "actor_rollout_ref.model.enable_gradient_checkpointing" in pairs:
-        put("actor_rollout_ref.model.enable_gradient_checkpointing", "gradient_checkpointing",
-            to_bool(pairs["actor_rollout_ref.model.enable_gradient_checkpointing"]) is True)
-    else:
-        raw.setdefault("gradient_checkpointing", Setting(True, "verl default actor_rollout_ref.model."
-                                                               "enable_gradient_checkpointing True", where))
-    strategy = pairs.get("actor_rollout_ref.actor.strategy", "fsdp")
-    if strategy.startswith("fsdp"):
+    if sp > 1:
+        raw.setdefault("context_parallel", Setting(sp, f"{label} actor_rollout_ref.actor.ulysses_sequence_parallel_"
+                                                       f"size={sp} (Ulysses: each GPU holds 1/{sp} of a sequence)",
+                                                   where))
+    strategy = pairs.get("actor_rollout_ref.actor.strategy", "megatron" if megatron_default else "fsdp")
+    megatron = strategy == "megatron"
+    if megatron:
+        _verl_megatron(pairs, raw, notes, where, config_name)
+    elif strategy.startswith("fsdp"):
         raw.setdefault("_use_fsdp", Setting(True, f"verl actor strategy {strategy}", where))
+        if "actor_rollout_ref.model.enable_gradient_checkpointing" in pairs:
+            put("actor_rollout_ref.model.enable_gradient_checkpointing", "gradient_checkpointing",
+                to_bool(pairs["actor_rollout_ref.model.enable_gradient_checkpointing"]) is True)
+        else:
+            raw.setdefault("gradient_checkpointing", Setting(True, "verl default actor_rollout_ref.model."
+                                                                   "enable_gradient_checkpointing True", where))
     else:
         notes.append(f"verl actor strategy {strategy}: its parallelism is not read")
-    params_off = to_bool(pairs.get("actor_rollout_ref.actor.fsdp_config.param_offload", "false")) is True
-    optim_off = to_bool(pairs.get("actor_rollout_ref.actor.fsdp_config.optimizer_offload", "false")) is True
-    if params_off or optim_off:
-        raw.setdefault("offload", Setting("params+optimizer" if params_off else "optimizer",
-                                          f"{label} actor fsdp_config offload", where))
+    actor_idle = _verl_offloaded_when_idle(pairs, "actor_rollout_ref.actor", "the actor", raw, notes, where)
     rank = launch_count(pairs.get("actor_rollout_ref.model.lora_rank", "0"))
     if rank:
         put("actor_rollout_ref.model.lora_rank", "lora.rank", rank)
@@ -3067,14 +3095,20 @@ def _verl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[s
         if "actor_rollout_ref.model.lora_alpha" in pairs:
             put("actor_rollout_ref.model.lora_alpha", "lora.alpha", pairs["actor_rollout_ref.model.lora_alpha"])
         raw.setdefault("lora.target_modules", Setting("all-linear", "verl default target_modules all-linear", where))
-    raw.setdefault("_bf16", Setting(True, "verl actor FSDP mixed precision (bf16 parameters, fp32 masters)", where))
+        raw.setdefault("lora.dropout", Setting(0.0, "verl's LoraConfig (fsdp_workers.py: no lora_dropout, PEFT's 0)",
+                                               where))
+    raw.setdefault("_bf16", Setting(True, f"verl actor {'Megatron' if megatron else 'FSDP'} mixed precision (bf16 "
+                                          "compute, fp32 masters)", where))
     kl = [k for k in ("actor_rollout_ref.actor.use_kl_loss", "algorithm.use_kl_in_reward")
           if to_bool(pairs.get(k, "false")) is True]
-    if kl and to_bool(pairs.get("actor_rollout_ref.ref.fsdp_config.param_offload", "false")) is True:
-        notes.append(f"verl {kl[0]}: its reference model's parameters are offloaded to host memory "
-                     "(ref.fsdp_config.param_offload): not on the GPUs at the actor's peak")
+    ref_offloaded = to_bool(pairs.get("actor_rollout_ref.ref.megatron.param_offload", "false")) is True
+    if kl and megatron and not ref_offloaded:
+        raw.setdefault("reference_model", Setting(True, f"{label} {kl[0]}=True (the KL term's reference model, on the "
+                                                        "GPUs under Megatron)", where))
     elif kl:
-        raw.setdefault("reference_model", Setting(True, f"{label} {kl[0]}=True (the KL term's reference model)", where))
+        notes.append(f"verl {kl[0]}: the reference model's parameters live in host memory ("
+                     + ("ref.megatron.param_offload" if megatron else "verl puts every FSDP role but the actor under "
+                        "CPUOffload") + "): not on the GPUs at the actor's peak")
     engine = pairs.get("actor_rollout_ref.rollout.name", "vllm")
     free = to_bool(pairs.get("actor_rollout_ref.rollout.free_cache_engine", "true")) is not False
     if free:
@@ -3082,54 +3116,116 @@ def _verl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[s
     elif "actor_rollout_ref.rollout.gpu_memory_utilization" in pairs:
         put("actor_rollout_ref.rollout.gpu_memory_utilization", "colocated_engine_memory_fraction",
             pairs["actor_rollout_ref.rollout.gpu_memory_utilization"])
-    _verl_critic(pairs, raw, notes, where, world, length)
+    critic_idle = _verl_critic(pairs, raw, notes, where, world, length, megatron)
+    if "critic_model" in raw and (actor_idle or critic_idle):
+        which = "both" if actor_idle and critic_idle else ("policy" if actor_idle else "critic")
+        raw.setdefault("idle_offload", Setting(which, "verl fsdp_config param_offload and optimizer_offload of "
+                                                      + {"both": "the actor and the critic", "policy": "the actor",
+                                                         "critic": "the critic"}[which], where))
     if to_bool(pairs.get("reward_model.enable", "false")) is True:
-        notes.append("verl reward_model.enable: the reward model's weights beside the actor are not in the prediction "
-                     "(an under-estimate where they stay on the GPUs: reward_model.model.fsdp_config.param_offload "
-                     "False)")
+        notes.append("verl reward_model.enable: " + (
+            "the reward model's weights on the GPUs (Megatron) are not in the prediction (an under-estimate)"
+            if pairs.get("reward_model.strategy", "megatron" if megatron else "fsdp") == "megatron" else
+            "the reward model's parameters live in host memory (FSDP CPUOffload) and come to the GPUs for scoring, "
+            "not while the actor trains"))
+
+
+def _verl_offloaded_when_idle(pairs: Mapping[str, str], role: str, what: str, raw: dict[str, Setting],
+                              notes: list[str], where: str) -> bool:
+    """Whether verl moves ``role``'s parameters and optimizer to host memory between its calls (both
+    ``param_offload`` and ``optimizer_offload``, under ``fsdp_config`` or ``megatron``): it loads them back before
+    its own update (fsdp_workers.py update_actor / update_critic: load_fsdp_model_to_gpu, load_fsdp_optimizer), so
+    they are on the GPUs at its own peak and away while another model trains. One of the two alone: resident, noted.
+    FSDP2's ``offload_policy`` (CPUOffloadPolicy) offloads during training itself: CPU offload."""
+    base = f"{role}.fsdp_config" if role.startswith("actor") else f"{role}.model.fsdp_config"
+    flags = {name: any(to_bool(pairs.get(f"{prefix}.{name}", "false")) is True
+                       for prefix in (base, f"{role}.megatron"))
+             for name in ("param_offload", "optimizer_offload")}
+    if to_bool(pairs.get(f"{base}.offload_policy", "false")) is True and role.startswith("actor"):
+        raw.setdefault("offload", Setting("params+optimizer", f"verl override {base}.offload_policy=True (FSDP2 "
+                                                              "CPUOffloadPolicy: offloaded while training)", where))
+        return False
+    if all(flags.values()):
+        notes.append(f"verl: {what}'s parameters and optimizer go to host memory between its calls and come back for "
+                     "its update (param_offload and optimizer_offload): on the GPUs at its own peak")
+        return True
+    if any(flags.values()):
+        notes.append(f"verl: {what}'s {'parameters' if flags['param_offload'] else 'optimizer states'} go to host "
+                     "memory between its calls; predicted on the GPUs throughout (an over-estimate where another "
+                     "model trains meanwhile)")
+    return False
+
+
+def _verl_megatron(pairs: Mapping[str, str], raw: dict[str, Setting], notes: list[str], where: str,
+                   config_name: str) -> None:
+    """verl's Megatron strategy for the actor (_generated_ppo_megatron_trainer.yaml @ 00bbce4; megatron_utils.py
+    get_model): tensor / pipeline / context parallel sizes (1 each by default), the distributed optimizer (on by
+    default: fp32 main parameters and Adam states sharded over data parallel, the bf16 parameters and fp32 gradient
+    buffer whole: read as ZeRO-1), no recompute unless ``override_transformer_config.recompute_granularity`` sets
+    it."""
+    base = "actor_rollout_ref.actor.megatron"
+    source = f"verl Megatron ({'--config-name ' + config_name if config_name else 'actor strategy megatron'})"
+    for key, name in (("tensor_model_parallel_size", "tensor_parallel"),
+                      ("pipeline_model_parallel_size", "pipeline_parallel"),
+                      ("context_parallel_size", "context_parallel")):
+        if (count := launch_count(pairs.get(f"{base}.{key}", "1"))) and count > 1:
+            raw.setdefault(name, Setting(count, f"verl override {base}.{key}={count}", where))
+    distributed = to_bool(pairs.get(f"{base}.use_distributed_optimizer", "true")) is not False
+    raw.setdefault("_zero_stage", Setting(1 if distributed else 0, f"{source}: use_distributed_optimizer "
+                                                                   f"{'True' if distributed else 'False'}", where))
+    granularity = pairs.get(f"{base}.override_transformer_config.recompute_granularity", "null")
+    text = str(granularity).strip().lower()
+    raw.setdefault("gradient_checkpointing", Setting(
+        {"full": "full", "selective": "selective"}.get(text, "none"),
+        f"verl override {base}.override_transformer_config.recompute_granularity={granularity}"
+        if text not in ("null", "none", "") else f"{source}: recompute_granularity null (no recompute)", where))
+    notes.append(f"{source}: the distributed optimizer read as ZeRO-1 (bf16 parameters whole on each GPU, fp32 masters "
+                 "and Adam states sharded); Megatron's fp32 gradient buffer (grad_reduce_in_fp32), which stays "
+                 "allocated between updates, is counted in 16 bits and freed between them: an under-estimate of up "
+                 "to 4 bytes per parameter and model")
 
 
 def _verl_micro_batch(pairs: Mapping[str, str], role: str, world: int, length: int | None, token_budget: int,
-                      critic: bool) -> tuple[int, str] | None:
+                      critic: bool, sp: int = 1) -> tuple[int, str] | None:
     """verl's micro-batch per GPU for ``role`` (``actor_rollout_ref.actor`` or ``critic``) and where it came from:
     with ``use_dynamic_bsz`` (the critic's defaults to the actor's) micro-batches are packed to
-    ``ppo_max_token_len_per_gpu`` tokens (``token_budget`` by default), read as that many tokens over the trained
-    length; else ``ppo_micro_batch_size_per_gpu``, or the deprecated global ``ppo_micro_batch_size`` over the
-    ``world`` GPUs (fsdp_workers.py divides it by the data-parallel size)."""
+    ``ppo_max_token_len_per_gpu`` real tokens (``token_budget`` by default; seqlen_balancing.py
+    rearrange_micro_batches), read as that many tokens over the trained length, rounded up; else
+    ``ppo_micro_batch_size_per_gpu``, or the deprecated global ``ppo_micro_batch_size`` over the ``world`` GPUs / the
+    Ulysses size ``sp`` (fsdp_workers.py divides it by device_mesh.size() // ulysses_sequence_parallel_size)."""
     dynamic = pairs.get(f"{role}.use_dynamic_bsz")
     if dynamic is None and critic:
         dynamic = pairs.get("actor_rollout_ref.actor.use_dynamic_bsz")
     if to_bool(dynamic if dynamic is not None else "false") is True and length:
         budget = launch_count(pairs.get(f"{role}.ppo_max_token_len_per_gpu", str(token_budget))) or token_budget
-        return max(1, budget // length), (f"verl {role}.use_dynamic_bsz: micro-batches packed to "
-                                          f"ppo_max_token_len_per_gpu {budget:,} tokens, {length:,}-token sequences")
+        return max(1, math.ceil(budget / length)), (
+            f"verl {role}.use_dynamic_bsz: micro-batches packed to ppo_max_token_len_per_gpu {budget:,} tokens, "
+            f"{length:,}-token sequences (rounded up)")
     if f"{role}.ppo_micro_batch_size_per_gpu" in pairs:
         value = pairs[f"{role}.ppo_micro_batch_size_per_gpu"]
         count = launch_count(value)
         return (count, f"verl override {role}.ppo_micro_batch_size_per_gpu={value}") if count else None
     total = launch_count(pairs.get(f"{role}.ppo_micro_batch_size", ""))
     if total:
-        return max(1, total // world), (f"verl {role}.ppo_micro_batch_size {total} (global) over {world} GPUs "
-                                        "(trainer.n_gpus_per_node x trainer.nnodes)")
+        ranks = max(1, world // sp)
+        return max(1, total // ranks), (f"verl {role}.ppo_micro_batch_size {total} (global) over {ranks} data-"
+                                        "parallel ranks (trainer.n_gpus_per_node x trainer.nnodes"
+                                        + (f" / Ulysses {sp}" if sp > 1 else "") + ")"
+                                        + ("; verl computes 0 here and fails, 1 assumed" if total < ranks else ""))
     return None
 
 
 def _verl_critic(pairs: Mapping[str, str], raw: dict[str, Setting], notes: list[str], where: str, world: int,
-                 length: int | None) -> None:
+                 length: int | None, megatron: bool = False) -> bool:
     """verl's PPO critic: trained on the actor's GPUs (every role is colocated in one resource pool by default) when
-    the advantage estimator is gae (critic.enable unset) or critic.enable is true, unless its parameters and
-    optimizer both live in host memory between its turns."""
+    the advantage estimator is gae (critic.enable unset) or critic.enable is true; its own micro-batch, checkpointing
+    (on by default under FSDP) and LoRA (``critic.model.lora_rank``: noted, predicted in full). Whether it goes to host
+    memory between its calls (:func:`_verl_offloaded_when_idle`) is returned."""
     enable = pairs.get("critic.enable")
     estimator = pairs.get("algorithm.adv_estimator", "gae")
     if (to_bool(enable) is not True) if enable is not None else estimator != "gae":
-        return
+        return False
     label = f"verl critic (algorithm.adv_estimator {estimator})" if enable is None else "verl critic.enable=True"
-    params_off = to_bool(pairs.get("critic.model.fsdp_config.param_offload", "false")) is True
-    optim_off = to_bool(pairs.get("critic.model.fsdp_config.optimizer_offload", "false")) is True
-    if params_off and optim_off:
-        notes.append(f"{label}: its parameters and optimizer are offloaded to host memory between its turns "
-                     "(critic.model.fsdp_config); not on the GPUs while the actor trains")
-        return
     if "critic.model.path" in pairs:
         raw.setdefault("critic_model", Setting(pairs["critic.model.path"], f"{label}: critic.model.path="
                                                f"{pairs['critic.model.path']}", where))
@@ -3137,17 +3233,20 @@ def _verl_critic(pairs: Mapping[str, str], raw: dict[str, Setting], notes: list[
         raw.setdefault("critic_model", Setting(raw["model"].value, f"{label}: critic.model.path not given, the "
                                                "actor's model assumed", where))
     else:
-        return
-    batch = _verl_micro_batch(pairs, "critic", world, length, 32768, True)
+        return False
+    sp = launch_count(pairs.get("critic.ulysses_sequence_parallel_size", "1")) or 1
+    batch = _verl_micro_batch(pairs, "critic", world, length, 32768, True, sp)
     if batch is not None:
         raw.setdefault("critic_micro_batch_size", Setting(batch[0], batch[1], where))
     key = "critic.model.enable_gradient_checkpointing"
-    raw.setdefault("critic_gradient_checkpointing", Setting(
-        to_bool(pairs[key]) is True if key in pairs else True,
-        f"verl override {key}={pairs[key]}" if key in pairs else f"verl default {key} True", where))
-    if params_off or optim_off:
-        notes.append(f"{label}: its {'parameters' if params_off else 'optimizer states'} are offloaded to host "
-                     "memory; predicted as resident (an over-estimate)")
+    if not megatron or key in pairs:
+        raw.setdefault("critic_gradient_checkpointing", Setting(
+            to_bool(pairs[key]) is True if key in pairs else True,
+            f"verl override {key}={pairs[key]}" if key in pairs else f"verl default {key} True", where))
+    if (launch_count(pairs.get("critic.model.lora_rank", "0")) or 0) > 0:
+        notes.append(f"{label}: critic.model.lora_rank {pairs['critic.model.lora_rank']}: the critic trains an "
+                     "adapter; predicted in full (an over-estimate)")
+    return _verl_offloaded_when_idle(pairs, "critic", "the critic", raw, notes, where)
 
 
 # PyTorch Lightning's Trainer(precision=...) values (lightning/fabric/connector.py _PRECISION_INPUT, with the 1.x
@@ -3548,15 +3647,27 @@ def _openrlhf_ppo_settings(pairs: Mapping[str, tuple[Any, str]], raw: dict[str, 
             raw.setdefault(field, Setting(found[0], found[1], where))
 
     put("pretrain", "model")
-    put("micro_train_batch_size", "micro_batch_size")
     prompt = pairs.get("prompt_max_len", (1024, "OpenRLHF default --prompt_max_len 1024"))
     new = pairs.get("generate_max_len", (1024, "OpenRLHF default --generate_max_len 1024"))
     lengths = launch_count(str(prompt[0])), launch_count(str(new[0]))
     if lengths[0] and lengths[1] and "seq_len" not in raw:
         raw["seq_len"] = Setting(lengths[0] + lengths[1], f"{prompt[1]} + {new[1]} (the actor trains on prompt and "
                                  "response)", where)
+    if "use_dynamic_batch" in pairs and to_bool(pairs["use_dynamic_batch"][0]) is not False and lengths[0] and \
+            lengths[1]:
+        # packed micro-batches of up to --train_max_tokens_per_gpu tokens (default 16,192), actor and critic alike
+        budget = pairs.get("train_max_tokens_per_gpu", (16192, "OpenRLHF default --train_max_tokens_per_gpu 16192"))
+        tokens = launch_count(str(budget[0])) or 16192
+        raw.setdefault("micro_batch_size", Setting(
+            max(1, math.ceil(tokens / (lengths[0] + lengths[1]))), f"{pairs['use_dynamic_batch'][1]}: micro-batches "
+            f"packed to {budget[1]} {tokens:,} tokens, {lengths[0] + lengths[1]:,}-token sequences (rounded up)",
+            where))
+    put("micro_train_batch_size", "micro_batch_size")
+    raw.setdefault("micro_batch_size", Setting(4, "OpenRLHF default --micro_train_batch_size 4", where))
     zero = pairs.get("zero_stage", (2, "OpenRLHF default --zero_stage 2"))
     raw.setdefault("_zero_stage", Setting(zero[0], zero[1], where))
+    if (found := pairs.get("adam_offload")) is not None and to_bool(found[0]) is not False:
+        raw["_offload_optimizer"] = Setting("cpu", found[1], where)  # DeepSpeed's CPU Adam, actor and critic alike
     if (rank := pairs.get("lora_rank")) is not None and (launch_count(str(rank[0])) or 0) > 0:
         raw["_peft"] = Setting(True, rank[1], where)
         raw.setdefault("lora.target_modules", Setting("all-linear", "OpenRLHF default --target_modules all-linear",
@@ -3567,7 +3678,10 @@ def _openrlhf_ppo_settings(pairs: Mapping[str, tuple[Any, str]], raw: dict[str, 
     except (TypeError, ValueError):
         kl_value = 0.0
     colocated_ref = "colocate_actor_ref" in pairs or "colocate_all_models" in pairs
-    if (kl_value > 0 or "use_kl_loss" in pairs) and colocated_ref:
+    if (kl_value > 0 or "use_kl_loss" in pairs) and colocated_ref and "ref_reward_offload" in pairs:
+        notes.append(f"{pairs['ref_reward_offload'][1]}: the reference model's parameters live in host memory "
+                     "(DeepSpeed parameter offload): not on the actor's GPUs while it trains")
+    elif (kl_value > 0 or "use_kl_loss" in pairs) and colocated_ref:
         raw.setdefault("reference_model", Setting(
             "copy" if "_peft" in raw else True, f"{kl[1]} (the KL term's reference model, an Actor of its own on the "
                                                 "actor's GPUs: --colocate_actor_ref / --colocate_all_models)", where))
@@ -3586,12 +3700,14 @@ def _openrlhf_ppo_settings(pairs: Mapping[str, tuple[Any, str]], raw: dict[str, 
     elif critic is None and "remote_rm_url" in pairs:
         critic = pairs.get("pretrain")
     if estimator == "gae" and critic is not None:
-        if "colocate_all_models" in pairs and "deepspeed_enable_sleep" not in pairs:
+        if "colocate_all_models" in pairs:
             raw.setdefault("critic_model", Setting(critic[0], f"{critic[1]} (PPO's critic, on the actor's GPUs: "
                                                               "--colocate_all_models)", where))
-        elif "colocate_all_models" in pairs:
-            notes.append("OpenRLHF train_ppo_ray --deepspeed_enable_sleep: the critic's states go to host memory "
-                         "while the actor trains")
+            if "deepspeed_enable_sleep" in pairs:
+                # each DeepSpeed engine sleeps (its states in host memory) while the other trains, and reloads
+                # before its own fit (trainer/ray/ppo_critic.py reload_states)
+                raw.setdefault("idle_offload", Setting("both", f"{pairs['deepspeed_enable_sleep'][1]} (the actor and "
+                                                               "the critic sleep while the other trains)", where))
         else:
             notes.append("OpenRLHF train_ppo_ray: the critic trains on GPUs of its own (no --colocate_all_models): "
                          "not on the actor's")

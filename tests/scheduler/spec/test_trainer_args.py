@@ -1111,7 +1111,10 @@ def test_verl_main_ppo_reads_its_hydra_overrides() -> None:
     s = job.spec
     assert (s.model, s.seq_len, s.micro_batch_size, s.gradient_checkpointing, s.sharding) == (
         "Qwen/Qwen2-7B-Instruct", 1536, 40, "full", "fsdp")
-    assert s.reference_model is True and s.colocated_engine_memory_fraction is None  # the engine sleeps in training
+    assert s.colocated_engine_memory_fraction is None  # the engine sleeps in training
+    # verl keeps every FSDP role but the actor under CPUOffload (fsdp_workers.py): the reference is not on the GPUs
+    assert s.reference_model is None and any("reference model's parameters live in host memory" in a
+                                             for a in job.assumptions)
     offloaded = one_job(pod(["python3", "-m", "verl.trainer.main_ppo", *overrides,
                              "actor_rollout_ref.ref.fsdp_config.param_offload=True",
                              "actor_rollout_ref.rollout.free_cache_engine=False",
@@ -1144,11 +1147,16 @@ def test_verl_ppo_trains_a_critic_beside_the_actor() -> None:
     grpo = one_job(pod(["python3", "-m", "verl.trainer.main_ppo", *_VERL_PPO, "algorithm.adv_estimator=grpo"],
                        gpus=8)).spec
     assert grpo.critic_model is None  # GRPO has no critic (critic.enable unset)
+    # an offloaded critic comes back for its own update (update_critic loads it first), with the actor resident
     offloaded = one_job(pod(["python3", "-m", "verl.trainer.main_ppo", *_VERL_PPO,
                              "critic.model.fsdp_config.param_offload=True",
                              "critic.model.fsdp_config.optimizer_offload=True"], gpus=8))
-    assert offloaded.spec.critic_model is None
-    assert any("offloaded to host memory between its turns" in a for a in offloaded.assumptions)
+    assert (offloaded.spec.critic_model, offloaded.spec.idle_offload) == ("deepseek-ai/deepseek-llm-7b-chat", "critic")
+    # so is an offloaded actor, which was read as CPU offload (its weights and optimizer never on the GPU)
+    actor = one_job(pod(["python3", "-m", "verl.trainer.main_ppo", *_VERL_PPO,
+                         "actor_rollout_ref.actor.fsdp_config.param_offload=True",
+                         "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True"], gpus=8)).spec
+    assert (actor.offload, actor.idle_offload) == ("none", "policy")
 
 
 def test_verl_reads_global_and_dynamic_micro_batches() -> None:
@@ -1186,8 +1194,9 @@ def test_openrlhf_ppo_critic_shares_the_actors_gpus_only_when_all_models_colocat
     assert any("critic trains on GPUs of its own" in a for a in separate.assumptions)
     colocated = one_job(pod([*args, "--colocate_all_models"], gpus=8)).spec
     assert colocated.critic_model == "OpenRLHF/Llama-3-8b-rm-mixture"
+    # asleep, each engine's states leave the GPUs while the other trains, and come back for its own fit
     asleep = one_job(pod([*args, "--colocate_all_models", "--deepspeed_enable_sleep"], gpus=8)).spec
-    assert asleep.critic_model is None
+    assert (asleep.critic_model, asleep.idle_offload) == ("OpenRLHF/Llama-3-8b-rm-mixture", "both")
     grpo = one_job(pod([*args, "--colocate_all_models", "--advantage_estimator", "group_norm"], gpus=8)).spec
     assert grpo.critic_model is None
 
@@ -1255,6 +1264,49 @@ def test_review_findings_on_scripts_and_rl_readings() -> None:
         job = one_job(_scripts({"script.sh": ENTRYPOINT}),
                       pod([*wrapper, "bash", "/workspace/script.sh"], env={"MODEL_NAME": "gpt2"}, gpus=2))
         assert job.spec.model == "Qwen/Qwen2.5-7B", wrapper
+
+
+def test_openrlhf_ppo_reads_its_batch_default_dynamic_batches_and_adam_offload() -> None:
+    """OpenRLHF's train_ppo_ray: --micro_train_batch_size defaults to 4 (read as 1), --use_dynamic_batch packs
+    --train_max_tokens_per_gpu tokens per micro-batch (not read: 27.0 GiB against 37.8), and --adam_offload puts
+    DeepSpeed's Adam on the CPU (ignored: its flagship script read 98 GiB, fitting no H100, for 38)."""
+    base = ["python3", "-m", "openrlhf.cli.train_ppo_ray", "--pretrain", "OpenRLHF/Llama-3-8b-sft-mixture",
+            "--zero_stage", "3", "--bf16", "--advantage_estimator", "group_norm"]
+    assert one_job(pod(base, gpus=8)).spec.micro_batch_size == 4
+    dynamic = one_job(pod([*base, "--use_dynamic_batch", "--train_max_tokens_per_gpu", "16384"], gpus=8)).spec
+    assert dynamic.micro_batch_size == 8  # 16,384 tokens of 1,024 + 1,024-token sequences
+    offloaded = one_job(pod([*base, "--micro_train_batch_size", "8", "--adam_offload"], gpus=8)).spec
+    assert (offloaded.micro_batch_size, offloaded.offload) == (8, "optimizer")
+
+
+def test_verl_recipes_megatron_and_ulysses() -> None:
+    """verl's recipe entry points (DAPO) take main_ppo's config but were not read (DDP, batch 1, no checkpointing:
+    182 GiB for ~15); `--config-name ppo_megatron_trainer` was read as FSDP with checkpointing; Ulysses sequence
+    parallelism was not read, and a deprecated global micro-batch was divided over every GPU instead of world / sp."""
+    overrides = ["data.max_prompt_length=2048", "data.max_response_length=2048",
+                 "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B", "actor_rollout_ref.actor.ppo_micro_batch_size=128",
+                 "algorithm.adv_estimator=grpo", "trainer.n_gpus_per_node=8",
+                 "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]
+    dapo = one_job(pod(["python3", "-m", "recipe.dapo.main_dapo", *overrides], gpus=8)).spec
+    assert (dapo.sharding, dapo.gradient_checkpointing, dapo.seq_len, dapo.context_parallel,
+            dapo.micro_batch_size) == ("fsdp", "full", 4096, 2, 32)  # 128 over 8 / 2 data-parallel ranks
+    megatron = one_job(pod(["python3", "-m", "verl.trainer.main_ppo", "--config-name=ppo_megatron_trainer",
+                            *overrides[:4], "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                            "critic.model.path=Qwen/Qwen2.5-7B"], gpus=8))
+    m = megatron.spec
+    assert (m.sharding, m.tensor_parallel, m.gradient_checkpointing, m.critic_model) == (
+        "zero1", 2, "none", "Qwen/Qwen2.5-7B")
+    assert any("distributed optimizer read as ZeRO-1" in a for a in megatron.assumptions)
+
+
+def test_verl_dynamic_batches_round_up_to_the_token_budget() -> None:
+    """verl packs up to ppo_max_token_len_per_gpu real tokens per micro-batch (seqlen_balancing.py): 24,000 tokens
+    of 8,192-token sequences is up to 3 sequences' worth, read as 2 before."""
+    s = one_job(pod(["python3", "-m", "verl.trainer.main_ppo", "data.max_prompt_length=4096",
+                     "data.max_response_length=4096", "actor_rollout_ref.model.path=Qwen/Qwen2-7B-Instruct",
+                     "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_dynamic_bsz=True",
+                     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24000"], gpus=8)).spec
+    assert s.micro_batch_size == 3
 
 
 def test_a_command_of_thousands_of_words_is_read_as_far_as_a_real_one_goes() -> None:
