@@ -2327,7 +2327,12 @@ def _expand(text: str, env: Mapping[str, str], budget: TextBudget) -> str:
             return env[name]
         return _expand(m.group(2), env, budget) if m.group(2) is not None else None  # no ``${`` in it: one level
 
-    return substitute_within(_SHELL_VAR, text, value, budget)
+    expanded = substitute_within(_SHELL_VAR, text, value, budget)
+    if expanded != text and "${" in expanded and "${" in text:
+        # a nested default, ``${A:-${B}}``: the inner one is expanded first, then the outer (verl's CI scripts:
+        # LORA_ALPHA=${LORA_ALPHA:-${LORA_RANK}})
+        expanded = substitute_within(_SHELL_VAR, expanded, value, budget)
+    return expanded
 
 
 def _commands_text(text: str) -> str:
@@ -2358,14 +2363,21 @@ def _commands_text(text: str) -> str:
 
 _ARITHMETIC = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
 _ARITHMETIC_TEXT = re.compile(r"[0-9+\-*/% ()]{1,200}")
+_ARITHMETIC_NAME = re.compile(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)|\b([A-Za-z_]\w*)\b")
 
 
-def _arithmetic(text: str) -> str:
-    """``$((1024 * 8))`` as its value (whole numbers, + - * / %, parentheses), else the expression as one word: its
+def _arithmetic(text: str, env: Mapping[str, str] | None = None) -> str:
+    """``$((1024 * 8))`` as its value (whole numbers, + - * / %, parentheses; the names of ``env`` variables holding
+    whole numbers, bare or as ``$NAME`` / ``${NAME}``, as bash reads them), else the expression as one word: its
     parentheses were taken for subshell operators and split the command in two (a verl job lost every override after
-    ``data.max_response_length=$((1024 * 8))``)."""
+    ``data.max_response_length=$((1024 * 8))``), and verl's ``$(((max_prompt_length + max_response_length) * 1))`` was
+    not evaluated."""
+    def number(match: re.Match[str]) -> str:
+        found = (env or {}).get(match.group(1) or match.group(2) or match.group(3) or "", "").strip()
+        return found if _ARITHMETIC_TEXT.fullmatch(found) and found.lstrip("-").isdigit() else "@"
+
     def value(match: re.Match[str]) -> str:
-        expression = match.group(1).strip()
+        expression = _ARITHMETIC_NAME.sub(number, match.group(1)).strip()
         if _ARITHMETIC_TEXT.fullmatch(expression) and "**" not in expression:
             try:
                 # only digits, operators and parentheses reach eval: no name, no call, no attribute
@@ -2380,8 +2392,8 @@ def _arithmetic(text: str) -> str:
     return _ARITHMETIC.sub(value, text)
 
 
-def _split_shell(text: str) -> list[str]:
-    text = _arithmetic(text)
+def _split_shell(text: str, env: Mapping[str, str] | None = None) -> list[str]:
+    text = _arithmetic(text, env)
     lexer = shlex.shlex(_commands_text(text), posix=True, punctuation_chars=";&|()")
     lexer.whitespace_split = True
     lexer.commenters = ""
@@ -2434,6 +2446,28 @@ def _inline_sourced(text: str, files: Mapping[str, str], budget: TextBudget, whe
     return _SOURCED.sub(inline, text)
 
 
+_POSITIONAL_ALL = re.compile(r'"\$(?:@|\{@\})"|"\$(?:\*|\{\*\})"|\$(?:@|\{@\}|\*|\{\*\})')
+_POSITIONAL_ONE = re.compile(r"\$(?:([1-9])|\{([1-9])\})")
+_MAX_BOUND_CHARS = 256 * 1024  # what binding a script's arguments may add to it
+
+
+def bind_positional(text: str, args: Sequence[str]) -> str:
+    """A script's ``$@`` / ``$*`` / ``$1``..``$9`` bound to the arguments it is run with (``bash run.sh key=value``,
+    ``bash -c SCRIPT arg0 key=value``), each quoted for the shell: every verl example ends in ``$@`` so that
+    overrides appended to the command win, and they were read as nothing."""
+    if not args:
+        return text if "$" not in text else _POSITIONAL_ONE.sub("", _POSITIONAL_ALL.sub("", text))
+    joined = " ".join(shlex.quote(a) for a in args)
+    if len(joined) * (len(_POSITIONAL_ALL.findall(text)) + len(_POSITIONAL_ONE.findall(text))) > _MAX_BOUND_CHARS:
+        joined, args = "", []  # a script that would grow past what any real one passes on: bound to nothing
+
+    def one(match: re.Match[str]) -> str:
+        i = int(match.group(1) or match.group(2))
+        return shlex.quote(args[i - 1]) if i <= len(args) else ""
+
+    return _POSITIONAL_ONE.sub(one, _POSITIONAL_ALL.sub(lambda _: joined, text))
+
+
 def split_script(
     argv: Sequence[str], env: Mapping[str, str], budget: TextBudget | None = None, where: str = "",
     files: Mapping[str, str] | None = None,
@@ -2448,7 +2482,7 @@ def split_script(
         flags = [t for t in tokens[1:] if t.startswith("-")]
         rest = [t for t in tokens[1:] if not t.startswith("-")]
         if any("c" in f for f in flags if not f.startswith("--")) and rest:  # -c, -xc; not --rcfile
-            shell_text = rest[0]
+            shell_text = bind_positional(rest[0], rest[2:]) if len(rest) > 1 else rest[0]  # bash -c SCRIPT $0 $1...
     if shell_text is None:
         script.commands = [tokens] if tokens else []
         return script
@@ -2468,7 +2502,7 @@ def split_script(
     for name, body in read_into.items():  # an unquoted heredoc's body is expanded as bash reads it
         script.env[name] = _expand(body, script.env, budget)
     recorded = {name for name, value in script.env.items() if seeded.get(name) != value}  # whole-line exports
-    for token in [*_split_shell(_expand(text, script.env, budget)), ";"]:
+    for token in [*_split_shell(_expand(text, script.env, budget), script.env), ";"]:
         if token in _OPERATORS:
             if command:
                 script.commands.append(command)
@@ -2486,9 +2520,10 @@ def split_script(
 def _exports(text: str, env: dict[str, str], budget: TextBudget) -> str:
     """Record ``export NAME=value`` / ``NAME=value`` lines of a script before ``$NAME`` is expanded."""
     for match in re.finditer(
-        r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|\S*)[ \t]*(?:#.*)?$", text, re.M
+        r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|\$\(\((?:[^()\n]|\([^()\n]*\))*\)\)"
+        r"|\S*)[ \t]*(?:#.*)?$", text, re.M
     ):
-        env[match.group(1)] = _expand(match.group(2).strip("'\""), env, budget)
+        env[match.group(1)] = _arithmetic(_expand(match.group(2).strip("'\""), env, budget), env)
     return text
 
 
@@ -2742,7 +2777,10 @@ def _run_carried_scripts(script: Script, known: dict[str, str], budget: TextBudg
                 script.notes.append(note)
             commands.append(tokens)
             continue
-        inner = split_script(["bash", "-c", content], script.env, budget, f"{where}: {path}", known)
+        unwrapped = _unwrapped(tokens)
+        args = unwrapped[unwrapped.index(path) + 1:] if path in unwrapped else []
+        inner = split_script(["bash", "-c", bind_positional(content, args)], script.env, budget, f"{where}: {path}",
+                             known)
         known.update(inner.files)
         script.files.update(inner.files)
         _run_carried_scripts(inner, known, budget, where, depth + 1)

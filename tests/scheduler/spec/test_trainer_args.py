@@ -403,8 +403,9 @@ def test_shell_script_split_into_commands_keeps_quoted_newlines() -> None:
 
 def test_a_default_may_name_another_variable_which_is_expanded() -> None:
     script = split_script(["bash", "-c", "export B=8\ntrain --bs ${BS:-$B} --lr ${LR:-1e-4} --x ${X:-${Y:-y}}"], {})
-    # Bash expands a default word; a nested ``${`` is read one level deep (the inner default), not more.
-    assert script.commands == [["train", "--bs", "8", "--lr", "1e-4", "--x", "${X:-y}"]]
+    # Bash expands a default word; a nested ``${`` is expanded inside, then outside (verl's CI scripts:
+    # LORA_ALPHA=${LORA_ALPHA:-${LORA_RANK}}), two levels deep
+    assert script.commands == [["train", "--bs", "8", "--lr", "1e-4", "--x", "y"]]
 
 
 def test_unclosed_expansions_and_blank_lines_are_left_as_text() -> None:
@@ -1335,3 +1336,22 @@ def test_the_commands_of_the_first_containers_are_read() -> None:
     job = one_job(manifest)
     assert job.spec.model == "llama-3.2-1b"
     assert any(f"the first {MAX_COMMANDS_READ} containers were read" in a for a in job.assumptions)
+
+
+def test_a_carried_script_reads_the_arguments_it_is_run_with() -> None:
+    """Every verl example ends in `$@` so that overrides appended to the command win; a ConfigMap script run as
+    `bash run.sh key=value ...` read its own values only (25.6 GiB under for larger micro-batches). `bash -c SCRIPT
+    arg0 args` binds the same way, and verl's `$((...))` through variables is evaluated."""
+    script = ("python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo "
+              "actor_rollout_ref.model.path=Qwen/Qwen2-7B-Instruct "
+              "data.max_prompt_length=$((P * 2)) actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 $@\n")
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "scripts"},
+              "data": {"run.sh": "P=$((256 + 256))\n" + script}}
+    job = pod(["bash", "/scripts/run.sh", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32"], gpus=8,
+              volumes=[{"name": "scripts", "configMap": {"name": "scripts"}}])
+    job["spec"]["containers"][0]["volumeMounts"] = [{"name": "scripts", "mountPath": "/scripts"}]
+    s = one_job(config, job).spec
+    assert (s.micro_batch_size, s.seq_len) == (32, 1024 + 512)
+    inline = one_job(pod(["bash", "-c", "P=512\n" + script, "run",
+                          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"], gpus=8)).spec
+    assert inline.micro_batch_size == 8
