@@ -427,9 +427,7 @@ def _fake_worker(tmp_path: Path, body: str) -> RunnerOptions:
 ])
 def test_run_worker_outcomes(tmp_path: Path, body: str, outcome: str, reason_part: str | None) -> None:
     options = _fake_worker(tmp_path, body)
-    started = time.monotonic()
     result = run_worker({"mode": "run"}, options, timeout_seconds=1 if outcome == "timeout" else 30)
-    assert time.monotonic() - started < 20
     assert result.result["outcome"] == outcome
     if reason_part:
         assert reason_part in result.result["reason"]
@@ -461,7 +459,8 @@ def test_cli_lists_without_torch(capsys: pytest.CaptureFixture[str]) -> None:
 # --- end to end on CPU: the real runner, subprocesses and worker ------------------------------------------
 
 @pytest.mark.slow
-def test_cpu_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cpu_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                              monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("peft")
@@ -503,9 +502,13 @@ def test_cpu_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
     # resume: nothing left to run, no worker started, the file is unchanged
     before = out.read_text(encoding="utf-8")
-    started = time.monotonic()
+
+    def no_worker(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("--resume with every config in the file started a worker")
+
+    monkeypatch.setattr(runner_module, "run_worker", no_worker)
     assert cli_main(["calibrate", "--sweep", str(sweep_path), "--out", str(out), "--resume"]) == 0
-    assert time.monotonic() - started < 5 and out.read_text(encoding="utf-8") == before
+    assert out.read_text(encoding="utf-8") == before
     assert "4 configs already in" in capsys.readouterr().err
 
 
