@@ -8,24 +8,36 @@ imports nothing from scheduler/.
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FORBIDDEN_IN_CORE = ("kubernetes", "ray", "starlette", "uvicorn", "fastapi", "httpx", "requests", "aiohttp",
-                     "urllib.request", "http.server", "sqlite3", "prometheus_client", "psycopg", "sqlalchemy")
+                     "urllib.request", "urllib3", "http.server", "http.client", "sqlite3", "_sqlite3",
+                     "prometheus_client", "psycopg", "sqlalchemy")
 ADAPTER_DIRS = ("scheduler/integrations", "scheduler/cli", "scheduler/calibrate")
 
 
 def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports by name, relative imports resolved against its package."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = path.relative_to(REPO).with_suffix("").parts[:-1]
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):  # from . import x / from ..integrations import y
+            base = package[:len(package) - node.level + 1] if node.level > 1 else package
+            names.update(".".join((*base, *([node.module] if node.module else []), alias.name)).rstrip(".")
+                         for alias in node.names)
+            if node.module:
+                names.add(".".join((*base, node.module)))
     return names
 
 
@@ -52,3 +64,23 @@ def test_predictors_import_nothing_from_scheduler(path: Path) -> None:
 def test_nothing_outside_integrations_imports_them() -> None:
     for path in _core_files():
         assert not {n for n in _imports(path) if n.startswith("scheduler.integrations")}, path
+
+
+# every core module, as Python imports it
+_CORE_MODULES = [path.relative_to(REPO).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__")
+                 for path in _core_files()]
+
+
+def test_importing_the_core_loads_no_adapter_even_indirectly() -> None:
+    """The rule is about what a core module brings in at all, through any chain of imports: a fresh interpreter
+    imports every core module and lists what got loaded (an import the AST check above cannot see, such as one
+    reached through another package, shows here)."""
+    probe = ("import importlib, json, sys\n"
+             f"for name in {_CORE_MODULES!r}:\n"
+             "    importlib.import_module(name)\n"
+             "print(json.dumps(sorted(sys.modules)))\n")
+    loaded = json.loads(subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
+                                       check=True).stdout)
+    bad = sorted(m for m in loaded for f in (*FORBIDDEN_IN_CORE, *(d.replace("/", ".") for d in ADAPTER_DIRS))
+                 if m == f or m.startswith(f + "."))
+    assert not bad, f"importing the core loads {bad}"
