@@ -32,7 +32,6 @@ from tests.integrations.manifests import (  # noqa: E402
     SPEC_70B_ONE_GPU,
     admission_review,
     apply,
-    at,
     fixtures_dir,
     patch_ops,
 )
@@ -137,18 +136,52 @@ def _check_pod_spec(spec: Any, where: str) -> None:
                 assert isinstance(value, str | int), where
 
 
+def _pod_templates(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every pod template a custom resource carries, with its pointer: a ``template`` whose ``spec`` is a PodSpec
+    (PyTorchJob, JobSet, RayJob, RayCluster, Volcano Job, a TrainJob's runtimePatches), and a TrainJob
+    podTemplateOverride (``targetJobs`` beside a PodSpec ``spec``)."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(node, dict):
+        spec = node.get("spec")
+        pod_like = isinstance(spec, dict) and bool(set(spec) & POD_SPEC_KEYS)
+        if pod_like and (path.endswith("/template") or "targetJobs" in node):
+            found.append((path, node))
+        for key, value in node.items():
+            found += _pod_templates(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _pod_templates(value, f"{path}/{i}")
+    return found
+
+
+def _validate_pod_template(template: dict[str, Any], where: str) -> None:
+    """A pod template of a custom resource against the Kubernetes PodTemplate schema (strict). An override carries
+    only the fields it changes, so a placeholder container stands in where it has none."""
+    spec = dict(template["spec"])
+    spec.setdefault("containers", [{"name": "placeholder", "image": "placeholder"}])
+    wrapped = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "vramfit-check"},
+               "template": {"metadata": template.get("metadata") or {}, "spec": spec}}
+    try:
+        kubernetes_validate.validate(wrapped, kubernetes_validate.utils.latest_version(), strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        raise AssertionError(f"{where}: {exc}") from exc
+
+
 def _check(obj: dict[str, Any], patched: dict[str, Any], ops: list[dict[str, Any]]) -> None:
     annotations = patched["metadata"]["annotations"]
     assert all(isinstance(v, str) for v in annotations.values())
     if (obj["apiVersion"], obj["kind"]) in BUILT_IN:
         kubernetes_validate.validate(patched, kubernetes_validate.utils.latest_version(), strict=True)
         return
-    for op in ops:  # CRDs: every pod spec vramfit touched keeps the PodSpec structure
-        path = op["path"]
-        for field in ("/nodeSelector", "/tolerations", "/containers/"):
-            if field in path:
-                pod_spec = path[: path.index(field)]
-                _check_pod_spec(at(patched, pod_spec), f"{obj['kind']} {pod_spec}")
+    templates = _pod_templates(patched)
+    assert templates, f"{obj['kind']}: no pod template found to validate"
+    for pointer, template in templates:  # CRDs: every pod template, the ones vramfit touched among them
+        _validate_pod_template(template, f"{obj['kind']} {pointer}")
+        _check_pod_spec({"containers": [{}], **template["spec"]}, f"{obj['kind']} {pointer}")
+    pointers = [pointer for pointer, _ in templates]
+    outside = {op["path"] for op in ops if not op["path"].startswith("/metadata/")
+               and not any(op["path"].startswith(p) or p.startswith(op["path"]) for p in pointers)}
+    assert not outside, f"{obj['kind']}: patched outside the object's metadata and its pod templates: {outside}"
 
 
 @pytest.mark.parametrize(("name", "obj"), _example_objects() + _fixture_objects(), ids=lambda v: v
@@ -170,13 +203,14 @@ def test_mutate_over_https_patches_validly_and_idempotently(server: Server, name
         assert validated["response"]["allowed"] is True and "patch" not in validated["response"]
 
 
-def test_patches_are_produced_for_built_in_kinds(server: Server) -> None:
-    """The loop above may skip objects; make sure the schema check ran on a patched Pod and Job."""
-    for build in (KINDS["Pod"][0], KINDS["Job"][0]):
+def test_patches_are_produced_for_every_kind(server: Server) -> None:
+    """The loop above may skip objects; make sure the schema check ran on a patched object of every kind, the
+    TrainJob's runtimePatches entry included."""
+    for kind, (build, _, _) in KINDS.items():
         obj = build()
         with server.client() as client:
             ops = patch_ops(client.post("/mutate", json=admission_review(obj)).json())
-        assert ops
+        assert ops, kind
         _check(obj, apply(obj, ops), ops)
 
 
