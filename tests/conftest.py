@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,3 +42,19 @@ def runs_subset(tmp_path: Path, dev_runs_path: Path) -> Callable[[Iterable[str]]
         return path
 
     return write
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
+    """Skips are loud: every test here runs in CI (real Ray, Prometheus and HTTPS are started by the tests), so a
+    skip means something the suite needs was missing (the shared data beside the checkout, the prometheus binary
+    that .ci/run installs). Each reason is listed with its count at the end of the run."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    reasons: Counter[str] = Counter()
+    for report in skipped:
+        longrepr = getattr(report, "longrepr", None)
+        reasons[str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)] += 1
+    terminalreporter.write_sep("!", f"{len(skipped)} tests SKIPPED: what they need is missing here", red=True)
+    for reason, count in reasons.most_common():
+        terminalreporter.write_line(f"  {count:4d} x {reason}")
