@@ -673,12 +673,16 @@ def _predict_stage(
         matrices = arch.lora_groups("all-linear") if lora is None else arch.lora_groups(lora.target_modules)
         if lora is None:
             factored = sum(g.count * (g.in_features + g.out_features) for g in matrices) * 4.0
-            vectors = (arch.embedding_params + arch.norm_params) * 0 + (arch.hidden_size + arch.vocab_size) * 4.0
+            # the embedding is a matrix too (a row and a column factor); a norm's weight is a vector, whose second
+            # moment transformers' Adafactor keeps whole (_get_options: factored only for 2-D parameters)
+            vectors = (arch.hidden_size + arch.vocab_size) * 4.0 + arch.norm_params * 4.0
             states = (factored + vectors) * layer_frac / lay.tp
             if spec.trainable_layers is not None:  # the trained blocks' matrices only
                 states = factored * trained / max(arch.num_layers, 1) / lay.tp
         else:
-            states = trainable_gpu * 0.1 * 4.0
+            # each adapter matrix factored: A (rank x in) keeps rank + in fp32 factors, B (out x rank) out + rank
+            states = sum(g.count * (2 * lora.rank + g.in_features + g.out_features) for g in matrices) * 4.0 \
+                * layer_frac / lay.tp
     else:
         states = trainable_gpu * _STATE_FACTOR[opt] * state_dtype_bytes
     if spec.galore_rank and lora is None:
@@ -1028,6 +1032,8 @@ def _predict_stage(
     # reserved 0.4-7.7 GiB above allocated, the most with large vocabularies (Qwen 152k, Gemma-3 262k);
     # counting the logits took their reserved median error from 7.0 % to 5.3 % and the dev set's `unknown`
     # (reserved) rows from 16.7 % to 13.8 %.
+    # the gradients are allocated during backward, in among the activations backward frees: half of them are taken
+    # to sit in those fragmented blocks (a choice of the first version, global, not fitted to any reference row)
     s_reserved = (s_total + _allocator_overhead(s_total, step_tmp + grads * 0.5) + cached_logits) if step_phase else 0.0
     if b_total >= s_total:
         phase, comps = "backward", backward_phase
