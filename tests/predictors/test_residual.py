@@ -261,7 +261,7 @@ def test_leave_one_source_out_no_worse_than_reported(dev_rows: list[TrainingRow]
     print(f"LOSO residual: {figures}")
     assert figures["median_ape"] <= LOSO_MEDIAN_APE + 0.005
     assert figures["p90_ape"] <= LOSO_P90_APE + 0.01
-    assert figures["coverage"] >= LOSO_COVERAGE - 0.006  # one row of 193 is 0.005
+    assert figures["coverage"] >= LOSO_COVERAGE - 0.001  # 183 of 193 covered; one row fewer (0.943) fails
     assert figures["median_slack"] <= LOSO_MEDIAN_SLACK + 0.02
 
 
