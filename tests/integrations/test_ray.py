@@ -272,25 +272,33 @@ def test_cli_submit_with_label_selector(local_cluster: LocalCluster, capsys: pyt
     assert info.status == "SUCCEEDED" and info.driver_node_id == local_cluster.h100_node
 
 
-def test_cli_submit_records_the_decision_where_the_reporter_posts(local_cluster: LocalCluster,
+def test_cli_submit_records_the_decision_where_the_reporter_posts(local_cluster: LocalCluster, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    from scheduler.integrations.records import DecisionIn
-    from tests.integrations.stub_http import StubHttpServer
+    """The decision goes to a real `vramfit serve --ledger` (started here on 127.0.0.1), and is read back from its
+    SQLite ledger; the job's VramReporter is pointed at the same server, under the same decision id."""
+    from scheduler.integrations.ledger import SqliteLedger
+    from tests.integrations.processes import ServeProcess
 
-    collector = StubHttpServer()
+    ledger_path = tmp_path / "ledger.sqlite"
+    collector = ServeProcess(ledger_path, tmp_path / "serve.log")
     try:
         code = main(["ray", "submit", str(EXAMPLES / "llama-3.1-8b-full.yaml"), "--address", local_cluster.dashboard,
                      "--gcs-address", local_cluster.gcs_address, "--ledger-url", collector.url, "--format", "json",
                      "--", *shlex.split(local_cluster.entrypoint())])
         out = json.loads(capsys.readouterr().out)
         assert code == 0 and out["recorded"] is True, out
-        (posted,) = collector.received
-        decision = DecisionIn.model_validate(posted)  # what the collector's /v1/decisions accepts
-        assert decision.decision_id == out["decision_id"] and decision.name == out["submission_id"]
-        assert decision.kind == "RayJobSubmission" and decision.pool == out["decision"]["pool"]
+        ledger = SqliteLedger(ledger_path)
+        try:
+            decision = ledger.get_decision(out["decision_id"])
+        finally:
+            ledger.close()
+        assert decision is not None, "the decision is not in the server's ledger"
+        stored = decision.decision
+        assert stored.name == out["submission_id"] and stored.kind == "RayJobSubmission"
+        assert stored.pool == out["decision"]["pool"]
         # the job's VramReporter posts its actual there, under the same decision id
         env = out["request"]["runtime_env"]["env_vars"]
-        assert env["VRAMFIT_URL"] == collector.url and env["VRAMFIT_DECISION_ID"] == decision.decision_id
+        assert env["VRAMFIT_URL"] == collector.url and env["VRAMFIT_DECISION_ID"] == out["decision_id"]
         assert _wait(job_client(local_cluster.dashboard), out["submission_id"]).status == "SUCCEEDED"
     finally:
         collector.stop()
