@@ -2839,7 +2839,8 @@ def framework_setting(trainer: str, raw: Mapping[str, Setting], where: str) -> S
 def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
                    env: Mapping[str, str] | None = None) -> Reading:
     """HF Trainer / TRL / accelerate / torchrun / deepspeed / axolotl / LLaMA-Factory command lines."""
-    from scheduler.spec.llmfoundry import is_llm_foundry_config, read_llm_foundry  # it builds on this module
+    from scheduler.spec.llmfoundry import is_llm_foundry_config, read_llm_foundry  # they build on this module
+    from scheduler.spec.nemo import is_nemo, read_nemo
 
     flags, positionals = read_flags(tokens, where)
     raw: dict[str, Setting] = {}
@@ -2925,6 +2926,10 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _llama_cookbook_defaults(tokens, raw, notes, where)
     if is_verl_trainer(tokens):
         _verl_settings(tokens, raw, notes, where)
+    if is_nemo(tokens):
+        nemo_settings, nemo_notes = read_nemo(tokens, files, where)
+        raw.update(nemo_settings)
+        notes += nemo_notes
     script = next((basename(t) for t in tokens if basename(t) in _SCRIPT_TASKS), None)
     if script is not None and "task" not in raw:
         raw["task"] = Setting(_SCRIPT_TASKS[script], f"transformers' {script} example script", where)

@@ -152,3 +152,31 @@ def test_llm_foundry_reads_its_carried_yaml_and_overrides() -> None:
             s.optimizer) == ("meta-llama/Meta-Llama-3-8B", 2048, 6, "bf16-mixed", "fsdp", "full", "adamw")
     two = _llm_foundry_job("max_seq_len=4096", "device_train_microbatch_size=2", gpus=2).spec
     assert (two.seq_len, two.micro_batch_size) == (4096, 2)  # OmegaConf overrides after the YAML win
+
+
+def test_nemo_hydra_overrides_and_its_carried_config() -> None:
+    """NeMo 1's Megatron scripts were refused (no model found); annotated, LoRA read as full fine-tuning and the
+    micro-batch, tensor parallelism and distributed optimizer dropped (133 against 89.5 GiB; 191 against 56.5)."""
+    peft = one_job(pod(["torchrun", "--nproc_per_node=1",
+                        "/opt/NeMo/examples/nlp/language_modeling/tuning/megatron_gpt_finetuning.py",
+                        "trainer.devices=1", "trainer.precision=bf16-mixed", "model.tensor_model_parallel_size=1",
+                        "model.micro_batch_size=4", "model.restore_from_path=/workspace/models/Llama-2-7b-chat.nemo",
+                        "model.peft.peft_scheme=lora"])).spec
+    assert peft.lora is not None
+    assert (peft.model, peft.method, peft.lora.rank, peft.lora.target_modules, peft.micro_batch_size,
+            peft.precision) == ("Llama-2-7b", "lora", 32, ["q_proj", "k_proj", "v_proj"], 4, "bf16-mixed")
+    config = ("trainer:\n  precision: bf16\nmodel:\n  micro_batch_size: 1\n  tensor_model_parallel_size: 2\n"
+              "  encoder_seq_length: 8192\n  num_layers: 32\n  hidden_size: 4096\n  ffn_hidden_size: 14336\n"
+              "  num_attention_heads: 32\n  num_query_groups: 8\n  activations_checkpoint_granularity: selective\n"
+              "  tokenizer:\n    type: meta-llama/Llama-3-8b-hf\n  optim:\n    name: distributed_fused_adam\n")
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "training-config"},
+          "data": {"config.yaml": config}}
+    job = pod(["python3", "/opt/NeMo/examples/nlp/language_modeling/megatron_gpt_pretraining.py",
+               "--config-path=/config", "--config-name=config.yaml", "model.micro_batch_size=2"], gpus=8,
+              volumes=[{"name": "cfg", "configMap": {"name": "training-config"}}])
+    job["spec"]["containers"][0]["volumeMounts"] = [{"name": "cfg", "mountPath": "/config"}]
+    s = one_job(cm, job).spec
+    assert not isinstance(s.model, str) and s.model.config is not None
+    assert (s.model.config["num_key_value_heads"], s.model.config["vocab_size"]) == (8, 128256)
+    assert (s.micro_batch_size, s.tensor_parallel, s.seq_len, s.gradient_checkpointing, s.sharding,
+            s.precision) == (2, 2, 8192, "selective", "zero1", "bf16-mixed")  # the override wins over the config
