@@ -65,7 +65,8 @@ def read_llm_foundry(data: Mapping[str, Any], overrides: Sequence[tuple[str, str
         if value is not None:
             out[field] = Setting(value, f"{label} key {key}", where)
 
-    model = get("model") or {}
+    model = get("model")
+    model = model if isinstance(model, Mapping) else {}  # an override may replace the mapping by a word
     name = get("model.pretrained_model_name_or_path")
     if isinstance(name, str) and name.strip():
         put("model", name.strip(), "model.pretrained_model_name_or_path")
@@ -124,7 +125,7 @@ def _with_overrides(data: Mapping[str, Any], overrides: Sequence[tuple[str, str]
         parts = key.split(".")
         for part in parts[:-1]:
             child = node.get(part)
-            if not isinstance(child, dict):
+            if not isinstance(child, dict):  # a word where a mapping was: OmegaConf replaces it too
                 child = node[part] = {}
             node = child
         node[parts[-1]] = value

@@ -184,8 +184,8 @@ def _micro_batch_within_global(merged: Settings) -> None:
     micro-batches): the smaller of the two, once the GPU count is known."""
     total = merged.pop(MICRO_BATCH_CAP, None)
     micro = merged.get("micro_batch_size")
-    if total is None or micro is None:
-        return
+    if total is None or micro is None or "device_train_microbatch_size" not in micro.source:
+        return  # a micro-batch the annotation (or anything but llm-foundry's own key) states is taken as it is
     sizes = [launch_count(merged[name].value) if name in merged else 1
              for name in ("gpus", "tensor_parallel", "context_parallel")]
     count, global_count = launch_count(micro.value), launch_count(total.value)

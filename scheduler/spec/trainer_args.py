@@ -16,6 +16,7 @@ each with the source it came from, plus notes for what was guessed.
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import math
@@ -32,10 +33,18 @@ from predictors.spec import FUSABLE_OPTIMIZERS, MAX_ZERO3_ELEMENTS, MAX_ZERO_BUC
 from scheduler.spec.yamltext import YAML_ERRORS, TextBudget, safe_load, substitute_within
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def basename(token: str) -> str:
-    """``PurePosixPath(token).name``, memoised: every detector asks it of every token of a command, and a hostile
-    command repeats one token hundreds of thousands of times (bench/hostile_reviews.py "many flags")."""
+    """``PurePosixPath(token).name``, memoised for short words: every detector asks it of every word of a command, and
+    a hostile command repeats one word hundreds of thousands of times (bench/hostile_reviews.py "many flags"). Long
+    words are not kept: a long-running webhook would hold every distinct one it was shown."""
+    return _short_basename(token) if len(token) <= _MEMOISED_WORD_CHARS else PurePosixPath(token).name
+
+
+_MEMOISED_WORD_CHARS = 256
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _short_basename(token: str) -> str:
     return PurePosixPath(token).name
 
 
@@ -2270,7 +2279,9 @@ _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 # ``${NAME}``, ``${NAME:-default}`` (a default may hold ``$OTHER`` but not another ``${``: the scan for the
 # closing brace stops at the next ``${``, so an unclosed ``${a:-${a:-...`` costs linear time, not quadratic),
 # and ``$NAME``.
-_SHELL_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-((?:[^}$]|\$(?!\{))*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+# ``${NAME}``, ``${NAME:-default}`` (the default may hold one nested ``${...}``: ``${A:-${B}}``) or ``$NAME``
+_SHELL_VAR = re.compile(
+    r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-((?:[^}$]|\$(?!\{)|\$\{[^{}$]*\})*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _OPERATORS = {";", "&&", "||", "|", "&", "(", ")", ";;"}
 
@@ -2325,14 +2336,11 @@ def _expand(text: str, env: Mapping[str, str], budget: TextBudget) -> str:
         name = m.group(1) or m.group(3)
         if name in env:
             return env[name]
-        return _expand(m.group(2), env, budget) if m.group(2) is not None else None  # no ``${`` in it: one level
-
-    expanded = substitute_within(_SHELL_VAR, text, value, budget)
-    if expanded != text and "${" in expanded and "${" in text:
-        # a nested default, ``${A:-${B}}``: the inner one is expanded first, then the outer (verl's CI scripts:
+        # the default, expanded in turn (one nested ``${...}`` at most: verl's CI scripts'
         # LORA_ALPHA=${LORA_ALPHA:-${LORA_RANK}})
-        expanded = substitute_within(_SHELL_VAR, expanded, value, budget)
-    return expanded
+        return _expand(m.group(2), env, budget) if m.group(2) is not None else None
+
+    return substitute_within(_SHELL_VAR, text, value, budget)
 
 
 def _commands_text(text: str) -> str:
@@ -2380,16 +2388,40 @@ def _arithmetic(text: str, env: Mapping[str, str] | None = None) -> str:
         expression = _ARITHMETIC_NAME.sub(number, match.group(1)).strip()
         if _ARITHMETIC_TEXT.fullmatch(expression) and "**" not in expression:
             try:
-                # only digits, operators and parentheses reach eval: no name, no call, no attribute
-                result = eval(compile(expression.replace("/", "//"), "<arithmetic>", "eval"),
-                              {"__builtins__": {}}, {})
-                if isinstance(result, int) and abs(result) < 10**18:
+                result = _integer_arithmetic(ast.parse(expression, mode="eval").body)
+                if abs(result) < 10**18:
                     return str(result)
-            except (SyntaxError, ZeroDivisionError, ValueError, TypeError, OverflowError, MemoryError):
+            except (SyntaxError, ZeroDivisionError, ValueError, RecursionError, MemoryError):
                 pass
         return "ARITHMETIC"
 
     return _ARITHMETIC.sub(value, text)
+
+
+def _integer_arithmetic(node: ast.expr) -> int:
+    """A bash arithmetic expression's value: whole numbers, + - * / % and parentheses, division and remainder
+    truncating toward zero as bash's (C's) do; anything else is a ValueError. No eval: only these nodes are read."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        inner = _integer_arithmetic(node.operand)
+        return -inner if isinstance(node.op, ast.USub) else inner
+    if isinstance(node, ast.BinOp):
+        left, right = _integer_arithmetic(node.left), _integer_arithmetic(node.right)
+        if max(abs(left), abs(right)) > 10**18:
+            raise ValueError("too large")
+        if isinstance(node.op, ast.Add):
+            return left + right
+        if isinstance(node.op, ast.Sub):
+            return left - right
+        if isinstance(node.op, ast.Mult):
+            return left * right
+        if isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mod):
+            if right == 0:
+                raise ZeroDivisionError
+            quotient = abs(left) // abs(right) * (1 if (left < 0) == (right < 0) else -1)
+            return quotient if not isinstance(node.op, ast.Mod) else left - quotient * right
+    raise ValueError("not integer arithmetic")
 
 
 def _split_shell(text: str, env: Mapping[str, str] | None = None) -> list[str]:
@@ -2447,7 +2479,7 @@ def _inline_sourced(text: str, files: Mapping[str, str], budget: TextBudget, whe
 
 
 _POSITIONAL_ALL = re.compile(r'"\$(?:@|\{@\})"|"\$(?:\*|\{\*\})"|\$(?:@|\{@\}|\*|\{\*\})')
-_POSITIONAL_ONE = re.compile(r"\$(?:([1-9])|\{([1-9])\})")
+_POSITIONAL_ONE = re.compile(r"\$(?:([1-9])|\{([1-9])(?::?-([^{}$]*))?\})")
 _MAX_BOUND_CHARS = 256 * 1024  # what binding a script's arguments may add to it
 
 
@@ -2455,15 +2487,18 @@ def bind_positional(text: str, args: Sequence[str]) -> str:
     """A script's ``$@`` / ``$*`` / ``$1``..``$9`` bound to the arguments it is run with (``bash run.sh key=value``,
     ``bash -c SCRIPT arg0 key=value``), each quoted for the shell: every verl example ends in ``$@`` so that
     overrides appended to the command win, and they were read as nothing."""
-    if not args:
-        return text if "$" not in text else _POSITIONAL_ONE.sub("", _POSITIONAL_ALL.sub("", text))
+    if "$" not in text:
+        return text
     joined = " ".join(shlex.quote(a) for a in args)
     if len(joined) * (len(_POSITIONAL_ALL.findall(text)) + len(_POSITIONAL_ONE.findall(text))) > _MAX_BOUND_CHARS:
         joined, args = "", []  # a script that would grow past what any real one passes on: bound to nothing
+    bound = list(args)
 
     def one(match: re.Match[str]) -> str:
         i = int(match.group(1) or match.group(2))
-        return shlex.quote(args[i - 1]) if i <= len(args) else ""
+        if i <= len(bound) and bound[i - 1]:
+            return shlex.quote(bound[i - 1])
+        return match.group(3) or ""  # ${1:-default}: the default when the argument is not given
 
     return _POSITIONAL_ONE.sub(one, _POSITIONAL_ALL.sub(lambda _: joined, text))
 
@@ -2479,10 +2514,12 @@ def split_script(
     tokens = list(argv)
     shell_text: str | None = None
     if tokens and basename(tokens[0]) in _SHELLS:
-        flags = [t for t in tokens[1:] if t.startswith("-")]
-        rest = [t for t in tokens[1:] if not t.startswith("-")]
-        if any("c" in f for f in flags if not f.startswith("--")) and rest:  # -c, -xc; not --rcfile
-            shell_text = bind_positional(rest[0], rest[2:]) if len(rest) > 1 else rest[0]  # bash -c SCRIPT $0 $1...
+        # the shell's own options come first; the first other word is the script (with -c), then $0 and the
+        # arguments, flags among them (bash -c 'train "$@"' _ --model_name_or_path x)
+        at = next((i for i, t in enumerate(tokens[1:], 1) if not t.startswith(("-", "+"))), len(tokens))
+        flags = tokens[1:at]
+        if any("c" in f for f in flags if not f.startswith("--")) and at < len(tokens):  # -c, -xc; not --rcfile
+            shell_text = bind_positional(tokens[at], tokens[at + 2:]) if at + 1 < len(tokens) else tokens[at]
     if shell_text is None:
         script.commands = [tokens] if tokens else []
         return script
@@ -3240,10 +3277,12 @@ def _verl_micro_batch(pairs: Mapping[str, str], role: str, world: int, length: i
     if dynamic is None and critic:
         dynamic = pairs.get("actor_rollout_ref.actor.use_dynamic_bsz")
     if to_bool(dynamic if dynamic is not None else "false") is True and length:
+        # the budget is per GPU: a micro-batch packs budget x sp tokens, which Ulysses splits over the sp ranks
+        # (dp_actor.py / dp_critic.py: max_token_len = ppo_max_token_len_per_gpu * ulysses_sequence_parallel_size)
         budget = launch_count(pairs.get(f"{role}.ppo_max_token_len_per_gpu", str(token_budget))) or token_budget
-        return max(1, math.ceil(budget / length)), (
-            f"verl {role}.use_dynamic_bsz: micro-batches packed to ppo_max_token_len_per_gpu {budget:,} tokens, "
-            f"{length:,}-token sequences (rounded up)")
+        return max(1, math.ceil(budget * sp / length)), (
+            f"verl {role}.use_dynamic_bsz: micro-batches packed to ppo_max_token_len_per_gpu {budget:,} tokens"
+            + (f" x Ulysses {sp}" if sp > 1 else "") + f", {length:,}-token sequences (rounded up)")
     if f"{role}.ppo_micro_batch_size_per_gpu" in pairs:
         value = pairs[f"{role}.ppo_micro_batch_size_per_gpu"]
         count = launch_count(value)

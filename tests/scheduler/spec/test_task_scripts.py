@@ -4,7 +4,7 @@ review of session 28: /work/drafts/review_s28_parse in the session's notes). Eac
 from __future__ import annotations
 
 from scheduler.spec.document import ParsedJob
-from tests.scheduler.spec.helpers import one_job, pod
+from tests.scheduler.spec.helpers import one_job, pod, scan
 
 BERT = "bert-large-uncased"
 
@@ -180,3 +180,21 @@ def test_nemo_hydra_overrides_and_its_carried_config() -> None:
     assert (s.model.config["num_key_value_heads"], s.model.config["vocab_size"]) == (8, 128256)
     assert (s.micro_batch_size, s.tensor_parallel, s.seq_len, s.gradient_checkpointing, s.sharding,
             s.precision) == (2, 2, 8192, "selective", "zero1", "bf16-mixed")  # the override wins over the config
+
+
+def test_llm_foundry_leaves_an_annotated_batch_alone_and_survives_a_word_for_the_model() -> None:
+    """The global batch's per-GPU share capped a micro-batch the annotation states (the annotation wins over what
+    is read); a `model=NAME` override replacing the model mapping crashed the reader (AttributeError)."""
+    annotated = one_job(*_llm_foundry_docs(annotations={"vramfit.io/spec": "micro_batch_size: 16"})).spec
+    assert annotated.micro_batch_size == 16
+    scan_outcomes = scan(*_llm_foundry_docs("model=mpt"))
+    assert not any(isinstance(o, ParsedJob) for o in scan_outcomes)  # refused with the no-model error, no traceback
+
+
+def _llm_foundry_docs(*overrides: str, annotations: dict[str, str] | None = None) -> tuple[dict, dict]:
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+              "data": {"llama-3-8b_dolly_sft.yaml": _LLM_FOUNDRY_YAML}}
+    job = pod(["composer", "scripts/train/train.py", "/config/llama-3-8b_dolly_sft.yaml", *overrides], gpus=8,
+              annotations=annotations, volumes=[{"name": "cfg", "configMap": {"name": "cfg"}}])
+    job["spec"]["containers"][0]["volumeMounts"] = [{"name": "cfg", "mountPath": "/config"}]
+    return config, job

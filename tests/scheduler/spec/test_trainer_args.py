@@ -1355,3 +1355,38 @@ def test_a_carried_script_reads_the_arguments_it_is_run_with() -> None:
     inline = one_job(pod(["bash", "-c", "P=512\n" + script, "run",
                           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"], gpus=8)).spec
     assert inline.micro_batch_size == 8
+
+
+def test_shell_details_as_bash_reads_them() -> None:
+    """From the session's diff review, each against bash itself: `bash -c SCRIPT $0 args` passes flags among the
+    arguments (they were dropped); `${1:-default}` takes the argument or the default; `${A:-${B}}` with A set and B
+    unset is A; bash's division and remainder truncate toward zero."""
+    from scheduler.spec.trainer_args import TextBudget, _arithmetic, _expand, basename, bind_positional
+
+    argv = ["bash", "-c", 'exec torchrun --nproc_per_node 1 train.py "$@"', "_", "--model_name_or_path",
+            "meta-llama/Llama-3.1-8B", "--per_device_train_batch_size", "16"]
+    assert one_job(pod(argv)).spec.micro_batch_size == 16
+    assert bind_positional("M=${1:-llama-3.2-1b}", ["qwen2.5-7b"]) == "M=qwen2.5-7b"
+    assert bind_positional("M=${1:-llama-3.2-1b}", []) == "M=llama-3.2-1b"
+    assert _expand("A=${LORA_ALPHA:-${LORA_RANK}}", {"LORA_ALPHA": "32"}, TextBudget()) == "A=32"
+    assert _expand("A=${LORA_ALPHA:-${LORA_RANK}}", {"LORA_RANK": "8"}, TextBudget()) == "A=8"
+    assert _arithmetic("$((-7 / 2)) $((-7 % 2)) $((0 - 9 / 4)) $((7 / 2))") == "-3 -1 -2 3"
+    assert _arithmetic("$((__import__))") == "ARITHMETIC"  # a name with no number behind it is not evaluated
+    # a long word is not kept by the memoised file name (a webhook would hold every distinct one it was shown)
+    from scheduler.spec.trainer_args import _short_basename
+
+    before = _short_basename.cache_info().currsize
+    assert basename("/x/" + "y" * 100_000) == "y" * 100_000
+    assert _short_basename.cache_info().currsize == before
+
+
+def test_verl_dynamic_batches_with_ulysses_pack_the_budget_on_every_gpu() -> None:
+    """verl packs ppo_max_token_len_per_gpu x sp tokens per micro-batch and Ulysses splits them over the sp ranks:
+    each GPU holds the budget (it was read as budget / sp)."""
+    s = one_job(pod(["python3", "-m", "recipe.dapo.src.main_dapo", "data.max_prompt_length=2048",
+                     "data.max_response_length=20480", "algorithm.adv_estimator=grpo",
+                     "actor_rollout_ref.model.path=Qwen/Qwen2.5-32B", "actor_rollout_ref.actor.use_dynamic_bsz=True",
+                     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=22528",
+                     "actor_rollout_ref.actor.ulysses_sequence_parallel_size=8", "trainer.n_gpus_per_node=8"],
+                    gpus=8)).spec
+    assert s.micro_batch_size * s.seq_len // s.context_parallel == 22528
