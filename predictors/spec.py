@@ -390,6 +390,22 @@ class TrainingSpec(BaseModel):
                           "gradient_checkpointing (verl critic.model.enable_gradient_checkpointing). Unset: "
                           "gradient_checkpointing"
     )
+    critic_tensor_parallel: GpuCount | None = Field(
+        None, description="vramfit extension: with critic_model, the critic's tensor-parallel size (verl's "
+                          "critic.megatron.tensor_model_parallel_size). Unset: tensor_parallel"
+    )
+    critic_pipeline_parallel: GpuCount | None = Field(
+        None, description="vramfit extension: with critic_model, the critic's pipeline-parallel size. Unset: "
+                          "pipeline_parallel"
+    )
+    critic_context_parallel: GpuCount | None = Field(
+        None, description="vramfit extension: with critic_model, the critic's context (sequence) parallel size "
+                          "(verl's critic.ulysses_sequence_parallel_size). Unset: context_parallel"
+    )
+    critic_offload: Annotated[Offload, BeforeValidator(_lower)] | None = Field(
+        None, description="vramfit extension: with critic_model, the critic's CPU offload while it trains. Unset: "
+                          "offload"
+    )
     idle_offload: Annotated[IdleOffload, BeforeValidator(_lower)] | None = Field(
         None, description="vramfit extension: with critic_model, the models whose weights and optimizer states move "
                           "to host memory while the other one trains and come back for their own update: policy | "
@@ -672,10 +688,20 @@ class TrainingSpec(BaseModel):
             raise ValueError(
                 f"teacher_model distils a language model's token distribution; task {self.task} has a classifier "
                 "head. To fix: drop teacher_model")
-        for name in ("critic_micro_batch_size", "critic_gradient_checkpointing", "idle_offload"):
+        for name in ("critic_micro_batch_size", "critic_gradient_checkpointing", "critic_tensor_parallel",
+                     "critic_pipeline_parallel", "critic_context_parallel", "critic_offload", "idle_offload"):
             if getattr(self, name) is not None and self.critic_model is None:
                 raise ValueError(f"{name} is set but critic_model is not. To fix: name the critic's model "
                                  f"(critic_model), or drop {name}")
+        if self.critic_model is not None and isinstance(self.gpus, int):
+            critic_parallel = ((self.critic_tensor_parallel or self.tensor_parallel)
+                               * (self.critic_pipeline_parallel or self.pipeline_parallel)
+                               * (self.critic_context_parallel or self.context_parallel))
+            if self.gpus % critic_parallel:
+                raise ValueError(
+                    f"gpus ({self.gpus}) must be a multiple of the critic's tensor x pipeline x context parallel "
+                    f"({critic_parallel}). To fix: set critic_tensor_parallel / critic_pipeline_parallel / "
+                    "critic_context_parallel to sizes that divide the GPUs")
         if self.critic_model is not None and self.task != "causal-lm":
             raise ValueError(
                 f"critic_model is PPO's value model beside a language-model policy; task is {self.task}. To fix: "
@@ -782,15 +808,26 @@ class TrainingSpec(BaseModel):
         kept = self.model_dump(exclude_none=True, exclude=_POLICY_ONLY_FIELDS)
         kept.update(model=self.critic_model, task="token-classification", method="full",
                     micro_batch_size=self.critic_micro_batch_size or self.micro_batch_size,
-                    gradient_checkpointing=self.critic_gradient_checkpointing or self.gradient_checkpointing)
-        return TrainingSpec.model_validate(kept)
+                    gradient_checkpointing=self.critic_gradient_checkpointing or self.gradient_checkpointing,
+                    tensor_parallel=self.critic_tensor_parallel or self.tensor_parallel,
+                    pipeline_parallel=self.critic_pipeline_parallel or self.pipeline_parallel,
+                    context_parallel=self.critic_context_parallel or self.context_parallel,
+                    offload=self.critic_offload or self.offload)
+        try:
+            return TrainingSpec.model_validate(kept)
+        except ValidationError as exc:  # the policy's settings that the critic's own step cannot take
+            first = exc.errors()[0]
+            raise SpecError.one("critic_model", f"the critic's training step is not valid: {first.get('msg', exc)}",
+                                "set the critic's own settings (critic_micro_batch_size, critic_tensor_parallel, "
+                                "...) or drop critic_model") from None
 
 
 # what belongs to the policy alone, not to the critic trained beside it (TrainingSpec.critic_spec): its adapter and
 # quantization, the models around it, its loss over the vocabulary, and the job's length and deadline
 _POLICY_ONLY_FIELDS = frozenset({
     "model", "task", "method", "lora", "quantization", "kbit_prepared", "reference_model", "teacher_model",
-    "critic_model", "critic_micro_batch_size", "critic_gradient_checkpointing", "idle_offload",
+    "critic_model", "critic_micro_batch_size", "critic_gradient_checkpointing", "critic_tensor_parallel",
+    "critic_pipeline_parallel", "critic_context_parallel", "critic_offload", "idle_offload",
     "checkpoint_every_n_layers",
     "checkpoint_trained_blocks_only", "trainable_layers", "galore_rank", "galore_target_modules",
     "cross_entropy", "logits_tokens", "colocated_engine_memory_fraction", "train_tokens", "steps",

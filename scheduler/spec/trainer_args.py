@@ -3320,6 +3320,17 @@ def _verl_critic(pairs: Mapping[str, str], raw: dict[str, Setting], notes: list[
     batch = _verl_micro_batch(pairs, "critic", world, length, 32768, True, sp)
     if batch is not None:
         raw.setdefault("critic_micro_batch_size", Setting(batch[0], batch[1], where))
+    # the critic's own layout, whatever the actor's (1 each by default: critic.yaml / megatron_critic.yaml)
+    layout = [("critic_context_parallel", sp, "critic.ulysses_sequence_parallel_size")]
+    if megatron:
+        layout += [(name, launch_count(pairs.get(f"critic.megatron.{key}", "1")) or 1, f"critic.megatron.{key}")
+                   for name, key in (("critic_tensor_parallel", "tensor_model_parallel_size"),
+                                     ("critic_pipeline_parallel", "pipeline_model_parallel_size"))]
+    for name, size, key in layout:
+        raw.setdefault(name, Setting(size, f"verl {key} {size}" + ("" if key in " ".join(pairs) else " (default)"),
+                                     where))
+    raw.setdefault("critic_offload", Setting("none", "verl critic: no CPU offload while it trains (its "
+                                                     "fsdp_config.offload_policy default False)", where))
     key = "critic.model.enable_gradient_checkpointing"
     if not megatron or key in pairs:
         raw.setdefault("critic_gradient_checkpointing", Setting(

@@ -160,3 +160,15 @@ def test_a_model_offloaded_when_idle_is_away_only_while_the_other_trains() -> No
     assert both.peak_vram_bytes <= policy_idle.peak_vram_bytes < resident.peak_vram_bytes
     with pytest.raises(SpecError, match="idle_offload is set but critic_model is not"):
         parse_training_spec({"model": "llama-3-8b", "idle_offload": "both"})
+
+
+def test_the_critic_has_a_layout_of_its_own() -> None:
+    """verl's critic keeps its own Ulysses / Megatron sizes and offload (1, 1, none by default) whatever the actor's:
+    it inherited the actor's. A layout the GPUs cannot take is a named error, not a pydantic traceback."""
+    spec = _spec(context_parallel=2, critic_context_parallel=1, offload="params+optimizer", sharding="zero3",
+                 critic_offload="none")
+    critic = spec.critic_spec()
+    assert critic is not None and (critic.context_parallel, critic.offload) == (1, "none")
+    with pytest.raises(SpecError, match="critic's tensor x pipeline x context parallel"):
+        parse_training_spec({"model": "llama-3-8b", "critic_model": "llama-3-8b", "gpus": 4,
+                             "critic_tensor_parallel": 3})
