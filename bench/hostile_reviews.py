@@ -91,6 +91,14 @@ def cases(budget_bytes: int) -> dict[str, Callable[[], dict[str, Any]]]:
              "env": [{"name": "L0", "value": "x" * 10}, *({"name": f"L{j}", "value": f"$(L{j - 1})" * 10}
                                                           for j in range(1, 10))]}
             for i in range(n // 2_200)]}},
+        # session 28's new shell handling: a script's $@ bound to its arguments, arithmetic, nested defaults
+        "command: bash -c of 8 MiB of $@": lambda: _pod(command=["bash", "-c", "$@" * (n // 2 - 100), "_", "a", "b"]),
+        "command: one $@, 8 MiB of arguments": lambda: _pod(command=["bash", "-c", "torchrun train.py $@", "_",
+                                                                     *(["a"] * (n // 6))]),
+        "command: arithmetic with variables at the cap": lambda: _pod(command=[
+            "bash", "-c", "export A=7\nexport B=9\necho " + "$((A*B+A)) " * ((cap - 40) // 11)]),
+        "command: nested defaults at the cap": lambda: _pod(command=[
+            "bash", "-c", "export B=" + "b" * 200 + "\necho " + "${A:-${B}} " * ((cap - 260) // 11)]),
         "containers: many": lambda: {**_pod(), "spec": {"containers": [
             {"name": f"c{i}", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}} for i in range(n // 84)]}},
     }

@@ -693,6 +693,9 @@ class TrainingSpec(BaseModel):
             if getattr(self, name) is not None and self.critic_model is None:
                 raise ValueError(f"{name} is set but critic_model is not. To fix: name the critic's model "
                                  f"(critic_model), or drop {name}")
+        if isinstance(self.critic_model, ModelRef) and self.critic_model.params is not None:
+            raise ValueError("critic_model.params is not read: the critic is sized from its config. To fix: give the "
+                             "critic's config (critic_model: {config: {...}}) or a catalog name")
         if self.critic_model is not None and isinstance(self.gpus, int):
             critic_parallel = ((self.critic_tensor_parallel or self.tensor_parallel)
                                * (self.critic_pipeline_parallel or self.pipeline_parallel)

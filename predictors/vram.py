@@ -453,7 +453,9 @@ def _with_critic(policy: VramPrediction, critic_step: VramPrediction, critic: Ar
     if idle_offload in ("critic", "both"):
         critic_states = 0
     if idle_offload in ("policy", "both"):
-        policy_states = 0
+        # the policy's own weights and optimizer leave; a frozen reference (or teacher) beside it stays (verl's
+        # Megatron reference is not offloaded with the actor)
+        policy_states = sum(policy.breakdown_bytes.get(k, 0) for k in ("reference_weights", "teacher_weights"))
     policy_peak = policy.peak_vram_bytes + critic_states
     critic_peak = critic_step.peak_vram_bytes + policy_states
     states_note = (f"critic_model {critic.name}: a PPO value model trained in turn with the policy on the same GPUs "

@@ -2489,9 +2489,11 @@ def bind_positional(text: str, args: Sequence[str]) -> str:
     overrides appended to the command win, and they were read as nothing."""
     if "$" not in text:
         return text
-    joined = " ".join(shlex.quote(a) for a in args)
-    if len(joined) * (len(_POSITIONAL_ALL.findall(text)) + len(_POSITIONAL_ONE.findall(text))) > _MAX_BOUND_CHARS:
-        joined, args = "", []  # a script that would grow past what any real one passes on: bound to nothing
+    uses = len(_POSITIONAL_ALL.findall(text)) + len(_POSITIONAL_ONE.findall(text))
+    if uses and sum(len(a) + 1 for a in args) * uses <= _MAX_BOUND_CHARS:
+        joined = " ".join(shlex.quote(a) for a in args)
+    else:  # no use of them, or a script that would grow past what any real one passes on: bound to nothing
+        joined, args = "", []
     bound = list(args)
 
     def one(match: re.Match[str]) -> str:
@@ -2513,13 +2515,15 @@ def split_script(
     script = Script(env=dict(env))
     tokens = list(argv)
     shell_text: str | None = None
+    shell_args: list[str] = []
     if tokens and basename(tokens[0]) in _SHELLS:
         # the shell's own options come first; the first other word is the script (with -c), then $0 and the
         # arguments, flags among them (bash -c 'train "$@"' _ --model_name_or_path x)
         at = next((i for i, t in enumerate(tokens[1:], 1) if not t.startswith(("-", "+"))), len(tokens))
         flags = tokens[1:at]
         if any("c" in f for f in flags if not f.startswith("--")) and at < len(tokens):  # -c, -xc; not --rcfile
-            shell_text = bind_positional(tokens[at], tokens[at + 2:]) if at + 1 < len(tokens) else tokens[at]
+            shell_text = tokens[at]
+            shell_args = tokens[at + 2:]  # after $0; bound once the budget has taken the script
     if shell_text is None:
         script.commands = [tokens] if tokens else []
         return script
@@ -2528,6 +2532,8 @@ def split_script(
     if (note := budget.refuse(shell_text, what)) is not None:
         script.notes.append(note)
         return script
+    if shell_args:
+        shell_text = bind_positional(shell_text, shell_args)
     read_into: dict[str, str] = {}
     text = _heredocs(shell_text.replace("\\\r\n", " ").replace("\\\n", " "), script.files, read_into)
     text = _inline_sourced(text, {**(files or {}), **script.files}, budget, where, script.notes,
@@ -2653,7 +2659,8 @@ def _config_paths(tokens: Sequence[str]) -> list[str]:
             continue
         key, sep, value = token.partition("=")
         name = (key if sep else (tokens[i - 1] if i else "")).lstrip("-+~").rsplit(".", 1)[-1].lower()
-        if name.replace("-", "_") not in _DATA_FILE_ARGS:
+        # Hydra's --config-name names the config (NeMo, verl); transformers' --config_name a model's config.json
+        if name == "config-name" or name.replace("-", "_") not in _DATA_FILE_ARGS:
             paths.append(value if sep else token)
     return paths
 
@@ -3787,10 +3794,11 @@ def _openrlhf_ppo_settings(pairs: Mapping[str, tuple[Any, str]], raw: dict[str, 
                                                                              "--colocate_all_models)", where))
     estimator = str(pairs.get("advantage_estimator", ("gae", ""))[0]).strip().lower()
     critic = pairs.get("critic_pretrain")
-    if critic is None and "remote_rm_url" not in pairs and (reward := pairs.get("reward_pretrain")) is not None:
+    remote = "remote_rm_url" in pairs or "agent_func_path" in pairs  # an agent function sets remote_rm_url "agent"
+    if critic is None and not remote and (reward := pairs.get("reward_pretrain")) is not None:
         critic = (str(reward[0]).split(",")[0], f"{reward[1]} (OpenRLHF's critic starts from the first reward model "
                                                 "when --critic_pretrain is not given)")
-    elif critic is None and "remote_rm_url" in pairs:
+    elif critic is None and remote:
         critic = pairs.get("pretrain")
     if estimator == "gae" and critic is not None:
         if "colocate_all_models" in pairs:

@@ -179,9 +179,29 @@ def _check(obj: dict[str, Any], patched: dict[str, Any], ops: list[dict[str, Any
         _validate_pod_template(template, f"{obj['kind']} {pointer}")
         _check_pod_spec({"containers": [{}], **template["spec"]}, f"{obj['kind']} {pointer}")
     pointers = [pointer for pointer, _ in templates]
-    outside = {op["path"] for op in ops if not op["path"].startswith("/metadata/")
-               and not any(op["path"].startswith(p) or p.startswith(op["path"]) for p in pointers)}
+
+    def allowed(op: dict[str, Any]) -> bool:
+        path = op["path"]
+        if path.startswith("/metadata/") or any(path.startswith(p + "/") or path == p for p in pointers):
+            return True
+        # an ancestor of a pod template only where the patch adds what was not there (a TrainJob's runtimePatches)
+        return op["op"] == "add" and any(p.startswith(path + "/") for p in pointers) and not _exists(obj, path)
+
+    outside = {op["path"] for op in ops if not allowed(op)}
     assert not outside, f"{obj['kind']}: patched outside the object's metadata and its pod templates: {outside}"
+
+
+def _exists(obj: Any, pointer: str) -> bool:
+    node = obj
+    for part in pointer.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
 
 
 @pytest.mark.parametrize(("name", "obj"), _example_objects() + _fixture_objects(), ids=lambda v: v

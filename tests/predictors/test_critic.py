@@ -172,3 +172,16 @@ def test_the_critic_has_a_layout_of_its_own() -> None:
     with pytest.raises(SpecError, match="critic's tensor x pipeline x context parallel"):
         parse_training_spec({"model": "llama-3-8b", "critic_model": "llama-3-8b", "gpus": 4,
                              "critic_tensor_parallel": 3})
+
+
+def test_an_idle_policy_keeps_its_frozen_reference_and_the_critic_takes_no_params_override() -> None:
+    """idle_offload moves the policy's own states, not a frozen reference beside it (verl's Megatron reference stays
+    on the GPUs); critic_model.params was accepted and ignored, and is refused now."""
+    gpu = lookup_gpu("A100-80GB")
+    spec = _spec(reference_model=True, critic_micro_batch_size=64, critic_gradient_checkpointing="none",
+                 idle_offload="policy")
+    both = predict_vram(spec, ARCH, gpu, critic=CRITIC)
+    policy = predict_vram(_alone(spec), ARCH, gpu)
+    assert both.breakdown_bytes["policy_states"] == policy.breakdown_bytes["reference_weights"] > 0
+    with pytest.raises(SpecError, match=r"critic_model\.params is not read"):
+        parse_training_spec({"model": "llama-3-8b", "critic_model": {"name": "llama-3-8b", "params": 8e9}})

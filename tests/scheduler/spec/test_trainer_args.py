@@ -1390,3 +1390,20 @@ def test_verl_dynamic_batches_with_ulysses_pack_the_budget_on_every_gpu() -> Non
                      "actor_rollout_ref.actor.ulysses_sequence_parallel_size=8", "trainer.n_gpus_per_node=8"],
                     gpus=8)).spec
     assert s.micro_batch_size * s.seq_len // s.context_parallel == 22528
+
+
+def test_diff_review_findings_on_hydra_agents_and_budgets() -> None:
+    """Hydra's --config-name names a config (it was taken for transformers' --config_name, a model file, and the
+    carried NeMo config went unread); OpenRLHF's --agent_func_path starts the critic from the actor as
+    --remote_rm_url does; a bash -c script over the budget is refused before its arguments are bound (binding first
+    took 3.9-6.2 s on an 8 MiB Pod)."""
+    from scheduler.spec.trainer_args import _config_paths, split_script
+
+    assert _config_paths(["python", "x.py", "--config-name=ft.yaml", "--config_name", "bert/config.json"]) == [
+        "ft.yaml"]
+    agent = one_job(pod(["python3", "-m", "openrlhf.cli.train_ppo_ray", "--pretrain",
+                         "OpenRLHF/Llama-3-8b-sft-mixture", "--agent_func_path", "agent.py",
+                         "--colocate_all_models"], gpus=8)).spec
+    assert agent.critic_model == "OpenRLHF/Llama-3-8b-sft-mixture"
+    refused = split_script(["bash", "-c", "$@" * 400_000, "_", "a", "b"], {})
+    assert refused.commands == [] and "not read" in refused.notes[0]
