@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from scheduler.spec.trainer_args import Setting, _load_mapping, basename, launch_count
+from scheduler.spec.trainer_args import Setting, _flatten, _load_mapping, basename, launch_count
 
 _SCRIPTS = ("megatron_gpt_pretraining.py", "megatron_gpt_finetuning.py", "megatron_gpt_sft.py",
             "megatron_gpt_peft_tuning.py", "megatron_llama_pretraining.py")
@@ -56,10 +56,10 @@ def read_nemo(tokens: Sequence[str], files: Mapping[str, str], where: str
     config_name = _flag(tokens, "--config-name")
     if config_name:
         name = config_name if config_name.endswith((".yaml", ".yml")) else f"{config_name}.yaml"
-        content = files.get(PurePosixPath(name).name)
+        content = files.get(basename(name))
         data = _load_mapping(content) if content is not None else None
         if isinstance(data, dict):
-            values.update({k: (v, f"NeMo config {name} key {k}") for k, v in _flatten(data).items()})
+            values.update({k: (v, f"NeMo config {name} key {k}") for k, v in _flatten(data)})
         else:
             notes.append(f"NeMo config {name} is not in the manifest: only the command's overrides are read")
     for token in tokens:
@@ -185,14 +185,3 @@ def _flag(tokens: Sequence[str], name: str) -> str:
         if token == name and i + 1 < len(tokens):
             return tokens[i + 1]
     return ""
-
-
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(_flatten(value, dotted + "."))
-        else:
-            out[dotted] = value
-    return out

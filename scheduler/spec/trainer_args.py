@@ -3353,12 +3353,6 @@ def _verl_critic(pairs: Mapping[str, str], raw: dict[str, Setting], notes: list[
 # spellings it still maps) and the TrainingSpec precision each trains in
 _LIGHTNING_PRECISION = {"16": "16-mixed", "16-mixed": "16-mixed", "bf16": "bf16-mixed", "bf16-mixed": "bf16-mixed",
                         "16-true": "16-true", "bf16-true": "bf16-true", "32": "32-true", "32-true": "32-true"}
-# Trainer(strategy=...) registry names (lightning/pytorch/strategies/deepspeed.py register_strategies, fsdp.py):
-# the ZeRO stage and what it offloads
-_LIGHTNING_DEEPSPEED = {"deepspeed_stage_1": (1, None), "deepspeed_stage_2": (2, None),
-                        "deepspeed_stage_2_offload": (2, "optimizer"), "deepspeed_stage_3": (3, None),
-                        "deepspeed_stage_3_offload": (3, "params+optimizer"),
-                        "deepspeed_stage_3_offload_nvme": (3, "params+optimizer")}
 
 
 def _lightning_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
@@ -3371,7 +3365,10 @@ def _lightning_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: l
     strategy = values.get("strategy") or values.get("trainer.strategy")
     precision = values.get("precision") or values.get("trainer.precision")
     name = str(strategy[0]).strip().lower() if strategy is not None else ""
-    lightning = name in _LIGHTNING_DEEPSPEED or name.startswith(("fsdp", "ddp")) or "trainer.precision" in values
+    # Trainer(strategy=...) names (lightning/pytorch/strategies/deepspeed.py register_strategies, fsdp.py):
+    # deepspeed_stage_{1,2,3}[_offload[_nvme]], read as the DeepSpeed config names are
+    stage, offload = deepspeed_stage_from_name(name) if name.startswith("deepspeed_stage_") else (None, False)
+    lightning = stage is not None or name.startswith(("fsdp", "ddp")) or "trainer.precision" in values
     if precision is not None and str(precision[0]).strip().lower() in _LIGHTNING_PRECISION and (
             lightning or any(basename(t) in ("fabric", "lightning") for t in tokens[:2])):
         raw.setdefault("_lightning_precision", Setting(_LIGHTNING_PRECISION[str(precision[0]).strip().lower()],
@@ -3379,11 +3376,10 @@ def _lightning_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: l
     if not lightning:
         return
     label = f"Lightning {strategy[1]}" if strategy is not None else "Lightning"
-    if name in _LIGHTNING_DEEPSPEED:
-        stage, offload = _LIGHTNING_DEEPSPEED[name]
+    if stage is not None:
         raw.setdefault("_zero_stage", Setting(stage, label, where))
-        if offload is not None:
-            raw.setdefault("offload", Setting(offload, label, where))
+        if offload:
+            raw.setdefault("offload", Setting("params+optimizer" if stage == 3 else "optimizer", label, where))
     elif name.startswith("fsdp"):
         raw.setdefault("_use_fsdp", Setting(True, label, where))
     accumulate = values.get("accumulate_grad_batches") or values.get("trainer.accumulate_grad_batches")
