@@ -487,6 +487,14 @@ class TrainingSpec(BaseModel):
                           "fp32, so the residual stream runs in fp32 whatever the precision; false: they stay 16-bit. "
                           "Unset: as the precision says (*-mixed: fp32, *-true: the 16-bit dtype)"
     )
+    fp32_gradients: bool | None = Field(
+        None, description="vramfit extension: the trainer accumulates and reduces the gradients in fp32 buffers "
+                          "whatever the model's dtype, 4 bytes per trained parameter where a 16-bit model's .grad "
+                          "takes 2 (Megatron-Core's main_grad buffer: accumulate_allreduce_grads_in_fp32, on by "
+                          "default under --bf16; NeMo's grad_sync_dtype fp32; verl's Megatron grad_reduce_in_fp32). "
+                          "The buffer is also what the data-parallel reduction runs on: no separate bucket. Unset or "
+                          "false: gradients in the dtype the precision and sharding give them"
+    )
     colocated_engine_memory_fraction: Annotated[float, Field(gt=0, lt=1)] | None = Field(
         None, description="vramfit extension: the share of every training GPU's memory that an inference engine in the "
                           "same processes holds through the training step: online RL generating with vLLM colocated "

@@ -406,7 +406,7 @@ def predict_vram_without_gpu(
         except SpecError as exc:  # say that it is the critic's model that the layout does not fit
             raise SpecError([FieldProblem(p.path, f"{p.message} (critic_model {critic.name})", p.hint)
                              for p in exc.problems], exc.source) from None
-        return _with_critic(policy, critic_step, critic, spec.idle_offload)
+        return _with_critic(policy, critic_step, critic, spec.idle_offload, bool(spec.fp32_gradients))
     return _predict_model(spec, arch, gpus, params_override, teacher)
 
 
@@ -441,15 +441,17 @@ _MODEL_STATES = ("weights", "secondary_weights", "reference_weights", "teacher_w
 
 
 def _with_critic(policy: VramPrediction, critic_step: VramPrediction, critic: Architecture,
-                 idle_offload: str | None = None) -> VramPrediction:
+                 idle_offload: str | None = None, fp32_gradients: bool = False) -> VramPrediction:
     """The peak of a PPO step whose critic trains on the policy's GPUs: the two updates take turns, each with the
     other's model states resident (``_MODEL_STATES``), unless ``idle_offload`` moves them to host memory while the
     other trains (verl loads an offloaded model back for its own update: fsdp_workers.py update_actor /
     update_critic call load_fsdp_model_to_gpu and load_fsdp_optimizer first). The higher phase is the peak; its
     breakdown is that update's, with the other model's states as one component (``critic_states`` or
     ``policy_states``)."""
-    critic_states = sum(critic_step.breakdown_bytes.get(k, 0) for k in _MODEL_STATES)
-    policy_states = sum(policy.breakdown_bytes.get(k, 0) for k in _MODEL_STATES)
+    # Megatron's fp32 gradient buffer (fp32_gradients) stays allocated between its model's updates
+    kept = _MODEL_STATES + (("gradients",) if fp32_gradients else ())
+    critic_states = sum(critic_step.breakdown_bytes.get(k, 0) for k in kept)
+    policy_states = sum(policy.breakdown_bytes.get(k, 0) for k in kept)
     if idle_offload in ("critic", "both"):
         critic_states = 0
     if idle_offload in ("policy", "both"):
@@ -458,9 +460,10 @@ def _with_critic(policy: VramPrediction, critic_step: VramPrediction, critic: Ar
         policy_states = sum(policy.breakdown_bytes.get(k, 0) for k in ("reference_weights", "teacher_weights"))
     policy_peak = policy.peak_vram_bytes + critic_states
     critic_peak = critic_step.peak_vram_bytes + policy_states
+    held = "weights and optimizer states" + (" and fp32 gradient buffer" if fp32_gradients else "")
     states_note = (f"critic_model {critic.name}: a PPO value model trained in turn with the policy on the same GPUs "
-                   f"({critic_step.params_total:,} parameters with its value head); its weights and optimizer states "
-                   f"hold {critic_states / 2**30:.2f} GiB per GPU while the policy trains, the policy's "
+                   f"({critic_step.params_total:,} parameters with its value head); its {held} hold "
+                   f"{critic_states / 2**30:.2f} GiB per GPU while the policy trains, the policy's "
                    f"{policy_states / 2**30:.2f} GiB while it trains"
                    + (f" (idle_offload {idle_offload}: in host memory while the other model trains)"
                       if idle_offload else ""))
@@ -620,6 +623,14 @@ def _predict_stage(
         grad_bytes = adapter_bytes
         master_bytes = 4.0 if (mixed and deepspeed) else 0.0
         state_dtype_bytes = adapter_bytes
+    held_bytes = grad_bytes  # the trained parameters' own dtype (LoRA adapters are held as their gradients are)
+    if spec.fp32_gradients and grad_bytes < 4:
+        # Megatron-Core's DDP accumulates every gradient into an fp32 main_grad buffer (param_and_grad_buffer.py:
+        # torch.float when grad_reduce_in_fp32) and the 16-bit .grad is never kept; megatron/training/arguments.py
+        # turns accumulate_allreduce_grads_in_fp32 on for --bf16 unless --grad-reduce-in-bf16
+        notes.append("fp32_gradients: the gradients accumulate in an fp32 buffer, 4 bytes per trained parameter "
+                     f"where the model's dtype would keep {grad_bytes:g}")
+        grad_bytes = 4.0
 
     # ---- model states (resident) --------------------------------------------------------------
     dp = _shard_degree(lay)
@@ -650,7 +661,7 @@ def _predict_stage(
         weights /= dp  # FSDP / ZeRO-3 shard frozen base weights as well
     if offload_params:
         weights = 0.0  # ZeRO-3 / FSDP parameter offload: only the gathered working set stays on the GPU
-    adapters = trainable_gpu * (grad_bytes if lora is not None else 0)
+    adapters = trainable_gpu * (held_bytes if lora is not None else 0)
 
     grads = trainable_gpu * grad_bytes
     if shard_grads and method == "full":
@@ -726,8 +737,8 @@ def _predict_stage(
     # ---- buffers for communication and sharding -----------------------------------------------
     comm = 0.0
     layer_params = (linear_body + other) / max(arch.num_layers + arch.num_encoder_layers, 1) * scale / lay.tp
-    if lay.sharding == "ddp" and dp > 1:
-        comm += trainable_gpu * grad_bytes  # DDP flat gradient buckets
+    if lay.sharding == "ddp" and dp > 1 and not spec.fp32_gradients:
+        comm += trainable_gpu * grad_bytes  # DDP flat gradient buckets (Megatron's DDP reduces its fp32 buffer itself)
     elif deepspeed and trainable_gpu > 0 and spec.keeps_zero_gradient_buffer():
         elements, bucket = _zero_gradient_buffer(spec, arch, e)
         comm += bucket
@@ -936,8 +947,12 @@ def _predict_stage(
     # (torch.distributed.pipelining stage backward: FSDP set_requires_gradient_sync(False)), so a sharded
     # stage accumulates its gradients unsharded, in the reduce dtype (fp32 under mixed precision).
     pp_grads = 0.0
-    if lay.pp > 1 and method == "full" and shard_grads and not offload_params:
-        pp_grads = trainable_gpu * (4.0 if mixed else float(e))
+    if spec.fp32_gradients and method == "full":
+        # Megatron-Core allocates its fp32 gradient buffer whole when it wraps the model (DistributedDataParallel
+        # __init__), so it is there through forward and backward, and gradient accumulation adds into it in place
+        pp_grads = grads - head_grad
+    elif lay.pp > 1 and method == "full" and shard_grads and not offload_params:
+        pp_grads = trainable_gpu * (4.0 if mixed or spec.fp32_gradients else float(e))
     elif spec.grad_accum_steps > 1 and method == "full":
         # gradient accumulation: the previous micro-batches' gradients stay allocated through the next
         # forward and backward (sharded where the sharding reduces them every micro-batch)
@@ -1036,7 +1051,9 @@ def _predict_stage(
     # (reserved) rows from 16.7 % to 13.8 %.
     # the gradients are allocated during backward, in among the activations backward frees: half of them are taken
     # to sit in those fragmented blocks (a choice of the first version, global, not fitted to any reference row)
-    s_reserved = (s_total + _allocator_overhead(s_total, step_tmp + grads * 0.5) + cached_logits) if step_phase else 0.0
+    fragmented_grads = 0.0 if spec.fp32_gradients else grads * 0.5  # Megatron's buffer predates the activations
+    s_reserved = (s_total + _allocator_overhead(s_total, step_tmp + fragmented_grads) + cached_logits) \
+        if step_phase else 0.0
     if b_total >= s_total:
         phase, comps = "backward", backward_phase
     else:

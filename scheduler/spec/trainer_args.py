@@ -3267,9 +3267,15 @@ def _verl_megatron(pairs: Mapping[str, str], raw: dict[str, Setting], notes: lis
         f"verl override {base}.override_transformer_config.recompute_granularity={granularity}"
         if text not in ("null", "none", "") else f"{source}: recompute_granularity null (no recompute)", where))
     notes.append(f"{source}: the distributed optimizer read as ZeRO-1 (bf16 parameters whole on each GPU, fp32 masters "
-                 "and Adam states sharded); Megatron's fp32 gradient buffer (grad_reduce_in_fp32), which stays "
-                 "allocated between updates, is counted in 16 bits and freed between them: an under-estimate of up "
-                 "to 4 bytes per parameter and model")
+                 "and Adam states sharded)")
+    # megatron_utils.py make_megatron_module: DistributedDataParallelConfig(grad_reduce_in_fp32=True, ...) updated by
+    # override_ddp_config; Megatron-Core's optimizer is Transformer Engine's / apex's fused Adam
+    fp32 = to_bool(pairs.get(f"{base}.override_ddp_config.grad_reduce_in_fp32", "true")) is not False
+    raw.setdefault("fp32_gradients", Setting(fp32, f"{source}: DDP grad_reduce_in_fp32 {fp32} (an fp32 gradient "
+                                                   "buffer, kept between updates)" if fp32 else
+                                             f"verl override {base}.override_ddp_config.grad_reduce_in_fp32=False",
+                                             where))
+    raw.setdefault("fused_optimizer", Setting(True, f"{source}: Megatron-Core's fused Adam", where))
 
 
 def _verl_micro_batch(pairs: Mapping[str, str], role: str, world: int, length: int | None, token_budget: int,
@@ -3916,6 +3922,7 @@ def _megatron_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: li
                          "over-estimate)")
         else:
             raw["gradient_checkpointing"] = Setting("full", granularity[1], where)
+    _megatron_gradients_and_optimizer(flag, raw, notes, where)
     if (found := flag("fp8_format")) is not None:
         notes.append(f"{found[1]} {found[0]}: Megatron's FP8 (Transformer Engine) linears are not expressible in the "
                      "TrainingSpec; the prediction is for bf16 matmuls")
@@ -3923,6 +3930,29 @@ def _megatron_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: li
         model = _megatron_model(flag)
         if model is not None:
             raw["model"] = Setting(model, "Megatron-LM architecture flags (--num-layers, --hidden-size, ...)", where)
+
+
+def _megatron_gradients_and_optimizer(flag: Any, raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """Megatron-LM's gradient buffer and optimizer kernel. Its DDP accumulates gradients into a main_grad buffer in
+    fp32 when accumulate_allreduce_grads_in_fp32 is on, which ``--bf16`` turns on unless ``--grad-reduce-in-bf16``
+    (megatron/training/arguments.py; param_and_grad_buffer.py allocates the buffer as torch.float); with ``--fp16``
+    only ``--accumulate-allreduce-grads-in-fp32`` does. Its Adam and SGD are Transformer Engine's or apex's fused
+    multi-tensor kernels (megatron/core/optimizer/__init__.py), with no per-tensor step temporaries."""
+    explicit, bf16 = flag("accumulate_allreduce_grads_in_fp32"), flag("bf16")
+    if flag("grad_reduce_in_bf16") is not None:
+        raw["fp32_gradients"] = Setting(False, flag("grad_reduce_in_bf16")[1], where)
+    elif explicit is not None and to_bool(explicit[0]) is not False:
+        raw["fp32_gradients"] = Setting(True, explicit[1], where)
+    elif bf16 is not None and to_bool(bf16[0]) is not False:
+        raw["fp32_gradients"] = Setting(True, f"{bf16[1]} (Megatron-LM's arguments.py turns "
+                                              "accumulate_allreduce_grads_in_fp32 on for bf16: an fp32 gradient "
+                                              "buffer)", where)
+    optimizer = flag("optimizer")
+    name = str(optimizer[0]).lower() if optimizer is not None else "adam"
+    if name in ("adam", "sgd"):
+        named = optimizer[1] if optimizer else "its default --optimizer"
+        raw.setdefault("fused_optimizer", Setting(True, f"Megatron-LM's {name} ({named}): Transformer Engine's or "
+                                                        "apex's fused kernel", where))
 
 
 def _megatron_model(flag: Any) -> dict[str, Any] | None:

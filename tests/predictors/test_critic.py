@@ -71,6 +71,23 @@ def test_each_update_peaks_with_the_other_models_states() -> None:
     assert any("critic_model tiny-critic" in n for n in both.notes)
 
 
+def test_megatrons_fp32_gradient_buffer_stays_while_the_other_model_trains() -> None:
+    """fp32_gradients (Megatron-Core's main_grad buffer, allocated whole when the model is wrapped): the critic's
+    gradients are resident while the policy trains, beside its weights and optimizer states."""
+    gpu = lookup_gpu("A100-80GB")
+    spec = _spec(sharding="zero1", fp32_gradients=True)
+    critic_spec = spec.critic_spec()
+    assert critic_spec is not None and critic_spec.fp32_gradients is True
+    critic = predict_vram(critic_spec, CRITIC, gpu)
+    assert critic.breakdown_bytes["gradients"] == critic.params_trainable * 4  # whole on every rank, in fp32
+    both = predict_vram(spec, ARCH, gpu, critic=CRITIC)
+    assert both.breakdown_bytes["critic_states"] == _states(critic.breakdown_bytes) + critic.breakdown_bytes[
+        "gradients"]
+    without = predict_vram(_spec(sharding="zero1"), ARCH, gpu, critic=CRITIC)
+    critic_16 = predict_vram(_spec(sharding="zero1").critic_spec(), CRITIC, gpu)  # type: ignore[arg-type]
+    assert without.breakdown_bytes["critic_states"] == _states(critic_16.breakdown_bytes)
+
+
 def test_a_larger_critic_batch_makes_the_critic_step_the_peak() -> None:
     gpu = lookup_gpu("A100-80GB")
     spec = _spec(critic_micro_batch_size=64, critic_gradient_checkpointing="none")

@@ -54,6 +54,28 @@ def test_full_amp_keeps_fp32_model_grads_and_states() -> None:
     assert p.breakdown_bytes["optimizer_step_workspace"] == PARAMS * 4
 
 
+def test_fp32_gradients_hold_4_bytes_per_trained_parameter() -> None:
+    """Megatron's fp32 main_grad buffer (fp32_gradients): a 16-bit model with fp32 masters (ZeRO-1: the distributed
+    optimizer) holds its gradients in fp32, whole on every rank; it is also what the data-parallel reduction runs on,
+    so DDP adds no bucket; LoRA adapters keep the dtype they are held in."""
+    zero1 = dict(precision="bf16-mixed", seq_len=8, optimizer="adamw", gpus=2, sharding="zero1")
+    plain, fp32 = run(**zero1), run(**zero1, fp32_gradients=True)
+    assert plain.breakdown_bytes["gradients"] == PARAMS * 2
+    assert fp32.breakdown_bytes["gradients"] == PARAMS * 4
+    assert fp32.breakdown_bytes["weights"] == plain.breakdown_bytes["weights"] == PARAMS * 2
+    assert any("fp32_gradients" in n for n in fp32.notes)
+    # allocated whole before the first forward: the backward peak holds all of it, and accumulation adds in place
+    long = run(**{**zero1, "seq_len": 512, "grad_accum_steps": 4}, fp32_gradients=True)
+    assert long.peak_phase == "backward" and long.breakdown_bytes["gradients"] == PARAMS * 4
+    ddp = dict(precision="bf16-mixed", seq_len=8, optimizer="adamw", gpus=2, sharding="ddp")
+    assert run(**ddp).breakdown_bytes["gradients"] == run(**ddp, fp32_gradients=True).breakdown_bytes["gradients"]
+    assert run(**ddp).breakdown_bytes["communication_buffers"] == PARAMS * 4
+    assert "communication_buffers" not in run(**ddp, fp32_gradients=True).breakdown_bytes
+    tune = dict(method="lora", precision="bf16-true", seq_len=8, framework="torchtune")
+    assert run(**tune, fp32_gradients=True).breakdown_bytes["lora_adapters"] == run(**tune).breakdown_bytes[
+        "lora_adapters"]
+
+
 def test_amp_keeps_16bit_copies_of_linear_weights_until_backward() -> None:
     linear_per_layer = PER_LAYER - 2 * H  # every weight of a layer but its two norms
     head = V * H

@@ -833,6 +833,19 @@ def test_megatron_lm_flags_and_its_architecture_flags_are_read() -> None:
     assert any("no model found" in str(o) for o in outcomes)
 
 
+def test_megatron_lm_keeps_fp32_gradients_under_bf16_and_steps_a_fused_adam() -> None:
+    """Megatron-LM's --bf16 turns accumulate_allreduce_grads_in_fp32 on (arguments.py), so its DDP keeps an fp32
+    main_grad buffer: 4 bytes per parameter where vramfit counted a 16-bit model's 2 (Llama 3 8B on 8 GPUs,
+    TP 1: +7.5 GiB). Its Adam is Transformer Engine's or apex's fused kernel: no foreach step temporaries."""
+    job = one_job(pod(MEGATRON, gpus=8))
+    assert (job.spec.fp32_gradients, job.spec.fused_optimizer) == (True, True)
+    assert "accumulate_allreduce_grads_in_fp32" in job.provenance["fp32_gradients"]
+    assert one_job(pod([*MEGATRON, "--grad-reduce-in-bf16"], gpus=8)).spec.fp32_gradients is False
+    fp16 = [t for t in MEGATRON if t != "--bf16"] + ["--fp16"]
+    assert one_job(pod(fp16, gpus=8)).spec.fp32_gradients is None
+    assert one_job(pod([*fp16, "--accumulate-allreduce-grads-in-fp32"], gpus=8)).spec.fp32_gradients is True
+
+
 def test_kubeflow_sdk_trainer_json_arguments_are_read() -> None:
     """Kubeflow's TrainingClient.train() runs kubeflow/trainer/hf_llm_training.py with the model as --model_uri
     hf://..., TrainingArguments and LoraConfig as JSON (every model is wrapped in LoRA). Before, none of it was
