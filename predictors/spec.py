@@ -487,6 +487,13 @@ class TrainingSpec(BaseModel):
                           "fp32, so the residual stream runs in fp32 whatever the precision; false: they stay 16-bit. "
                           "Unset: as the precision says (*-mixed: fp32, *-true: the 16-bit dtype)"
     )
+    training_gpus: GpuCount | None = Field(
+        None, description="vramfit extension: how many of the job's GPUs train the model, when the job runs other "
+                          "roles on GPUs of their own (OpenRLHF's --actor_num_nodes x --actor_num_gpus_per_node beside "
+                          "vLLM engines and reference, reward or critic models placed apart): the data-parallel world "
+                          "its sharding, batch and throughput use. The job still holds (and pays for) all its gpus. "
+                          "Unset: every GPU of the job trains"
+    )
     fp32_gradients: bool | None = Field(
         None, description="vramfit extension: the trainer accumulates and reduces the gradients in fp32 buffers "
                           "whatever the model's dtype, 4 bytes per trained parameter where a 16-bit model's .grad "
@@ -659,12 +666,21 @@ class TrainingSpec(BaseModel):
             raise ValueError(
                 f"cross_entropy applies to the vocabulary-sized loss of causal-lm and masked-lm; task {self.task} "
                 "has a classifier head. To fix: drop cross_entropy")
+        if self.training_gpus is not None and not isinstance(self.gpus, int):
+            raise ValueError(
+                "training_gpus is the part of a fixed GPU count that trains; gpus is auto. To fix: give gpus as a "
+                "number (every GPU the job holds), or drop training_gpus")
+        if self.training_gpus is not None and isinstance(self.gpus, int) and self.training_gpus > self.gpus:
+            raise ValueError(
+                f"training_gpus ({self.training_gpus}) is more than the job's gpus ({self.gpus}). To fix: set gpus to "
+                "every GPU the job holds, training_gpus to those that train the model")
         if isinstance(self.gpus, int):
             model_parallel = self.model_parallel()
-            if self.gpus % model_parallel:
+            training = self.training_gpus or self.gpus
+            if training % model_parallel:
                 raise ValueError(
-                    f"gpus ({self.gpus}) must be a multiple of tensor_parallel x pipeline_parallel x "
-                    f"context_parallel ({model_parallel})"
+                    f"{'training_gpus' if self.training_gpus else 'gpus'} ({training}) must be a multiple of "
+                    f"tensor_parallel x pipeline_parallel x context_parallel ({model_parallel})"
                 )
         if self.galore_target_modules is not None and self.galore_rank is None:
             raise ValueError("galore_target_modules is set but galore_rank is not. To fix: set galore_rank (GaLore's "
@@ -708,10 +724,12 @@ class TrainingSpec(BaseModel):
             critic_parallel = ((self.critic_tensor_parallel or self.tensor_parallel)
                                * (self.critic_pipeline_parallel or self.pipeline_parallel)
                                * (self.critic_context_parallel or self.context_parallel))
-            if self.gpus % critic_parallel:
+            training = self.training_gpus or self.gpus
+            if training % critic_parallel:
                 raise ValueError(
-                    f"gpus ({self.gpus}) must be a multiple of the critic's tensor x pipeline x context parallel "
-                    f"({critic_parallel}). To fix: set critic_tensor_parallel / critic_pipeline_parallel / "
+                    f"{'training_gpus' if self.training_gpus else 'gpus'} ({training}) must be a multiple of the "
+                    f"critic's tensor x pipeline x context parallel ({critic_parallel}). To fix: set "
+                    "critic_tensor_parallel / critic_pipeline_parallel / "
                     "critic_context_parallel to sizes that divide the GPUs")
         if self.critic_model is not None and self.task != "causal-lm":
             raise ValueError(
@@ -782,8 +800,15 @@ class TrainingSpec(BaseModel):
             return None
         return self.quantization or "nf4-dq"
 
+    def training_gpu_count(self, gpus: int | None = None) -> int:
+        """GPUs that train the model: ``training_gpus`` when the job runs other roles on GPUs of their own, else
+        ``gpus`` (the job's count, for ``gpus: auto`` the count being tried), else the spec's, else 1."""
+        if self.training_gpus is not None:
+            return self.training_gpus
+        return gpus if gpus is not None else (self.gpus if isinstance(self.gpus, int) else 1)
+
     def resolved_sharding(self, gpus: int | None = None) -> str:
-        n = gpus if gpus is not None else (self.gpus if isinstance(self.gpus, int) else 1)
+        n = self.training_gpu_count(gpus)
         if self.sharding is not None:
             return self.sharding
         return "ddp" if n > 1 else "none"
@@ -793,7 +818,7 @@ class TrainingSpec(BaseModel):
         return self.tensor_parallel * self.pipeline_parallel * self.context_parallel
 
     def data_parallel(self, gpus: int | None = None) -> int:
-        n = gpus if gpus is not None else (self.gpus if isinstance(self.gpus, int) else 1)
+        n = self.training_gpu_count(gpus)
         return max(1, n // self.model_parallel())
 
     def shard_group(self, gpus: int | None = None) -> int:

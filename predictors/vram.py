@@ -498,7 +498,7 @@ def _predict_stage(
     (without pipeline parallelism the one stage is both: ``last_stage`` False)."""
     model_parallel = spec.model_parallel()
     n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else model_parallel)
-    if n_gpus < 1 or n_gpus % model_parallel:
+    if spec.training_gpus is None and (n_gpus < 1 or n_gpus % model_parallel):
         raise SpecError.one("gpus", f"must be a positive multiple of tensor_parallel x pipeline_parallel x "
                             f"context_parallel ({model_parallel}); got {n_gpus}")
     _check_model_parallel(spec, arch)
@@ -634,6 +634,9 @@ def _predict_stage(
 
     # ---- model states (resident) --------------------------------------------------------------
     dp = _shard_degree(lay)
+    if spec.training_gpus is not None and isinstance(spec.gpus, int) and spec.training_gpus < spec.gpus:
+        notes.append(f"training_gpus {spec.training_gpus}: the model trains on {spec.training_gpus} of the job's "
+                     f"{spec.gpus} GPUs (its data-parallel world); the others run other roles, not predicted here")
     if lay.shard < lay.dp and lay.sharding in ("zero3", "fsdp", "fsdp-grad-op"):
         notes.append(f"hybrid sharding: the states are split over {dp} ranks (shard_group_size {lay.shard}"
                      + (f" x context parallel {lay.cp}" if lay.cp > 1 else "")

@@ -33,6 +33,7 @@ from scheduler.spec.trainer_args import (
     HYBRID_MARKERS,
     MICRO_BATCH_CAP,
     TORCHTUNE_ALLOCATOR_SOURCE,
+    TRAINING_WORLD,
     ZERO_STAGE_MARKERS,
     Launch,
     Reading,
@@ -178,6 +179,25 @@ def _fsdp_when_several_gpus(merged: Settings, notes: list[str]) -> None:
             merged[name] = Setting(value, f"{marker.source}: {gpus} GPU{'s' if several else ''}", marker.where)
 
 
+def _training_world(merged: Settings, notes: list[str]) -> None:
+    """The GPUs a trainer trains its model on, when it places other roles on GPUs of their own (OpenRLHF's actor
+    world beside its vLLM engines): ``training_gpus`` when fewer than the job's GPUs; more than the job holds is
+    noted and read as all of them."""
+    world = merged.pop(TRAINING_WORLD, None)
+    gpus = merged.get("gpus")
+    if world is None or gpus is None or "training_gpus" in merged:
+        return
+    count, total = launch_count(world.value), launch_count(gpus.value)
+    if count is None or total is None or count == total:
+        return
+    if count > total:
+        notes.append(f"{world.source}: {count} GPUs, more than the job's {total} ({gpus.source}); predicted as "
+                     f"training on all {total}")
+        return
+    merged["training_gpus"] = Setting(count, f"{world.source}; the job's other {total - count} GPUs run other "
+                                      "roles", world.where)
+
+
 def _micro_batch_within_global(merged: Settings) -> None:
     """llm-foundry's micro-batch is at most each GPU's share of the global batch (Composer splits
     ``global_train_batch_size`` over the data-parallel ranks, then each share into ``device_train_microbatch_size``
@@ -213,6 +233,8 @@ def _accumulation_from_global_batch(merged: Settings, notes: list[str]) -> None:
                      "(GPU count, micro-batch or pipeline schedule not known here); set grad_accum_steps in "
                      f"{ANNOTATION}")
         return
+    if "training_gpus" in merged and (training := launch_count(merged["training_gpus"].value)) is not None:
+        sizes["gpus"] = training
     ranks = sizes["gpus"] // (sizes["tensor_parallel"] * sizes["context_parallel"])
     steps, rest = divmod(total, sizes["micro_batch_size"] * ranks) if ranks else (0, 1)
     if steps < 1 or rest:
@@ -677,6 +699,7 @@ def _merge(stages: Sequence[Settings], notes: list[str]) -> tuple[Settings, dict
                      "state-sized step temporary); an image with older torch or transformers runs the foreach "
                      "AdamW, whose step holds one more state-sized buffer: pass --optim adamw_torch to predict that")
     _fsdp_when_several_gpus(merged, notes)
+    _training_world(merged, notes)
     _micro_batch_within_global(merged)
     _accumulation_from_global_batch(merged, notes)
     every = merged.get("checkpoint_every_n_layers")

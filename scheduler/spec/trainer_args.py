@@ -2195,7 +2195,7 @@ def resolve(raw: Mapping[str, Setting], files: Mapping[str, str] | None = None, 
     command's trainer, whose shipped DeepSpeed configs a name can refer to."""
     out: Settings = {k: v for k, v in raw.items()
                      if not k.startswith(("_", "lora.")) or k in HYBRID_MARKERS + ZERO_STAGE_MARKERS
-                     or k in ("_global_batch_size", MICRO_BATCH_CAP)}
+                     or k in ("_global_batch_size", MICRO_BATCH_CAP, TRAINING_WORLD)}
     notes: list[str] = []
     _resolve_precision(raw, out)
     _resolve_method(raw, out, notes)
@@ -2636,6 +2636,9 @@ def _key_values(tokens: Sequence[str]) -> list[tuple[str, str]]:
 # a marker the merge resolves once the GPU count is known: a global batch whose per-GPU share caps the micro-batch
 # (llm-foundry's global_train_batch_size over device_train_microbatch_size)
 MICRO_BATCH_CAP = "_micro_batch_cap_global"
+# a marker the merge resolves once the GPU count is known: the GPUs that train the model when a trainer places other
+# roles on GPUs of their own (OpenRLHF's actor world), training_gpus when fewer than the job's
+TRAINING_WORLD = "_training_world"
 # arguments whose .json/.yaml value is data, a model file or an output, never a trainer config: transformers' task
 # scripts accept only .csv/.json data files (DataTrainingArguments.__post_init__), so `--train_file train.json` is
 # common; taken for an unread config, it switched off the trainers' defaults (batch 8, fp32) without a word
@@ -3749,6 +3752,14 @@ def _openrlhf_ppo_settings(pairs: Mapping[str, tuple[Any, str]], raw: dict[str, 
             raw.setdefault(field, Setting(found[0], found[1], where))
 
     put("pretrain", "model")
+    # the actor's DeepSpeed world: RayActorGroup(actor_num_nodes, actor_num_gpus_per_node) in train_ppo_ray.py, whose
+    # defaults are 1 node of 8 GPUs; vLLM engines and the models not colocated with it take GPUs of their own
+    nodes = pairs.get("actor_num_nodes", (1, "OpenRLHF default --actor_num_nodes 1"))
+    per_node = pairs.get("actor_num_gpus_per_node", (8, "OpenRLHF default --actor_num_gpus_per_node 8"))
+    world = [launch_count(str(nodes[0])), launch_count(str(per_node[0]))]
+    if world[0] and world[1]:
+        raw.setdefault(TRAINING_WORLD, Setting(world[0] * world[1], f"{nodes[1]} x {per_node[1]} (the actor's "
+                                                                    "DeepSpeed world)", where))
     prompt = pairs.get("prompt_max_len", (1024, "OpenRLHF default --prompt_max_len 1024"))
     new = pairs.get("generate_max_len", (1024, "OpenRLHF default --generate_max_len 1024"))
     lengths = launch_count(str(prompt[0])), launch_count(str(new[0]))

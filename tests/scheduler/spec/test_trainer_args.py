@@ -1280,6 +1280,25 @@ def test_openrlhf_ppo_reads_its_batch_default_dynamic_batches_and_adam_offload()
     assert (offloaded.micro_batch_size, offloaded.offload) == (8, "optimizer")
 
 
+def test_openrlhf_ppo_shards_the_actor_over_its_own_world() -> None:
+    """OpenRLHF places its actor on --actor_num_nodes x --actor_num_gpus_per_node GPUs (RayActorGroup, defaults 1 x 8)
+    and the vLLM engines, reference, reward and critic models not colocated with it on GPUs of their own. Its
+    train_ppo_llama_ray.sh in one 8-GPU pod trains the actor on 2: ZeRO-3 was divided over all 8 (weights 1.87 GiB
+    per GPU for 7.48, the peak 11.8 GiB under once --adam_offload was read)."""
+    args = ["python3", "-m", "openrlhf.cli.train_ppo_ray", "--pretrain", "OpenRLHF/Llama-3-8b-sft-mixture",
+            "--zero_stage", "3", "--bf16", "--advantage_estimator", "group_norm", "--actor_num_nodes", "1",
+            "--actor_num_gpus_per_node", "2", "--vllm_num_engines", "2", "--vllm_tensor_parallel_size", "2"]
+    job = one_job(pod(args, gpus=8))
+    assert (job.spec.gpus, job.spec.training_gpus, job.spec.data_parallel()) == (8, 2, 2)
+    assert "--actor_num_gpus_per_node" in job.provenance["training_gpus"]
+    # the default world (1 x 8) is the whole of an 8-GPU pod: nothing to say
+    assert one_job(pod(args[:-8], gpus=8)).spec.training_gpus is None
+    # a world larger than the job's GPUs is read as all of them, and said
+    small = one_job(pod(args[:-8], gpus=4))
+    assert small.spec.training_gpus is None
+    assert any("more than the job's 4" in a for a in small.assumptions)
+
+
 def test_verl_recipes_megatron_and_ulysses() -> None:
     """verl's recipe entry points (DAPO) take main_ppo's config but were not read (DDP, batch 1, no checkpointing:
     182 GiB for ~15); `--config-name ppo_megatron_trainer` was read as FSDP with checkpointing; Ulysses sequence
