@@ -48,13 +48,15 @@ _FRAMEWORK_ALIASES = {"hf": "transformers", "huggingface": "transformers", "hugg
 # in the compute dtype, their fp32 upcast and log-softmax. "chunked": the head and the loss run chunk by chunk
 # (torchtune's CEWithChunkedOutputLoss, 8 chunks): one chunk is upcast at a time. "fused-linear": the head and the
 # loss are one kernel that never holds the whole batch's logits (Liger's FusedLinearCrossEntropy, Apple's Cut
-# Cross-Entropy).
-CrossEntropy = Literal["full", "chunked", "fused-linear"]
+# Cross-Entropy). "16-bit": the loss of the whole micro-batch's logits in the compute dtype, without an fp32 upcast
+# (F.cross_entropy of a 16-bit model's logits outside autocast, as hand-written loops over a bf16 model take it).
+CrossEntropy = Literal["full", "chunked", "fused-linear", "16-bit"]
 SequenceLengths = Literal["fixed", "variable"]
 IdleOffload = Literal["policy", "critic", "both"]
 _CROSS_ENTROPY_ALIASES = {"standard": "full", "chunked-output": "chunked", "fused": "fused-linear",
                           "liger": "fused-linear", "flce": "fused-linear", "cut": "fused-linear",
-                          "cce": "fused-linear", "fused_linear": "fused-linear"}
+                          "cce": "fused-linear", "fused_linear": "fused-linear", "16bit": "16-bit",
+                          "bf16": "16-bit", "fp16": "16-bit", "no-upcast": "16-bit", "half": "16-bit"}
 # Parameter offload is a feature of the sharded data-parallel engines: DeepSpeed's offload_param needs ZeRO
 # stage 3, FSDP's CPUOffload(offload_params=True) an FSDP sharding strategy. Optimizer offload alone also runs
 # unsharded (DeepSpeed ZeRO-Offload at stage 1/2, torchao's CPUOffloadOptimizer on one GPU).
@@ -342,8 +344,10 @@ class TrainingSpec(BaseModel):
                           "runtime of fp32 matmuls only, on GPUs that have TF32 (Ampere and later)"
     )
     cross_entropy: CrossEntropy | None = Field(
-        None, description="vramfit extension: full (default) | chunked (torchtune CEWithChunkedOutputLoss) | "
-                          "fused-linear (Liger FusedLinearCrossEntropy, Cut Cross-Entropy)"
+        None, description="vramfit extension: full (default: the logits upcast to fp32, as transformers' and "
+                          "torchtune's losses do) | chunked (torchtune CEWithChunkedOutputLoss) | fused-linear (Liger "
+                          "FusedLinearCrossEntropy, Cut Cross-Entropy) | 16-bit (F.cross_entropy of a 16-bit model's "
+                          "logits as they are, outside autocast: a hand-written loop over a *-true model)"
     )
     reference_model: Annotated[bool | Literal["copy"], BeforeValidator(_lower)] | None = Field(
         None, description="vramfit extension: preference training (DPO, KTO) that holds a frozen reference copy of the "
@@ -662,6 +666,13 @@ class TrainingSpec(BaseModel):
             raise ValueError(
                 f"mean_seq_len ({self.mean_seq_len}) is more than seq_len ({self.seq_len}), the longest a micro-batch "
                 "is padded to. To fix: set seq_len to the longest sample (max_length), mean_seq_len to the average")
+        if self.cross_entropy == "16-bit" and (self.precision == "32-true" or (
+                self.precision.endswith("mixed") and (self.sharding or "none") in ("none", "ddp"))):
+            raise ValueError(
+                f"cross_entropy 16-bit is a loss over 16-bit logits without autocast; precision {self.precision}"
+                + (" computes them in fp32" if self.precision == "32-true" else
+                   " runs it under autocast, which computes the cross-entropy in fp32 whatever its input")
+                + ". To fix: set precision bf16-true (or 16-true), or drop cross_entropy")
         if self.cross_entropy not in (None, "full") and self.task in ("seq-classification", "token-classification"):
             raise ValueError(
                 f"cross_entropy applies to the vocabulary-sized loss of causal-lm and masked-lm; task {self.task} "

@@ -1139,7 +1139,7 @@ def _length_fragmentation(spec: TrainingSpec, arch: Architecture, lay: _Layout) 
     elements = _logit_elements(spec, arch, lay) * _mean_seq_len(spec) / spec.seq_len
     if spec.cross_entropy == "chunked":
         elements /= _CHUNKED_CE_CHUNKS
-    return _VARIABLE_LENGTH_LOGIT_COPIES * 4.0 * elements
+    return _VARIABLE_LENGTH_LOGIT_COPIES * (2.0 if spec.cross_entropy == "16-bit" else 4.0) * elements
 
 
 def _allocator_overhead(allocated: float, transient: float) -> float:
@@ -1652,6 +1652,8 @@ def _dropout(arch: Architecture) -> float:
 def _logits_bytes_per_element(e: int, lay: _Layout, spec: TrainingSpec, arch: Architecture) -> float:
     if e == 4:
         return _LOGITS_BYTES_PER_ELEMENT_32BIT
+    if spec.cross_entropy == "16-bit":
+        return _LOGITS_BYTES_PER_ELEMENT_DEEPSPEED  # the logits and their log-softmax, both 16-bit
     if lay.sharding.startswith("zero") and not (spec.framework == "transformers"
                                                 and arch.model_type not in _REMOTE_CODE_16BIT_LOSS):
         return _LOGITS_BYTES_PER_ELEMENT_DEEPSPEED

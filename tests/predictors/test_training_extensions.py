@@ -245,6 +245,22 @@ def test_cross_entropy_variants_hold_less_of_the_logits() -> None:
         precision="bf16-true").breakdown_bytes
 
 
+def test_a_16bit_loss_keeps_its_logits_and_log_softmax_in_16_bits() -> None:
+    """cross_entropy 16-bit: F.cross_entropy of a bf16 model's logits without autocast keeps the logits and the
+    log-softmax in bf16 (2 + 2 bytes per logit, against 2 + 4 + 4 with the fp32 upcast); under autocast (AMP) or
+    in fp32 training there is no 16-bit loss to say, and the spec is refused with the reason."""
+    logits = 1000 * TOKENS
+    assert vram(precision="bf16-true", cross_entropy="16-bit").breakdown_bytes["logits"] == logits * (2 + 2)
+    assert vram(precision="bf16-true", cross_entropy="bf16").breakdown_bytes["logits"] == logits * (2 + 2)  # alias
+    # DeepSpeed's bf16 engine runs no autocast: allowed under *-mixed there
+    assert vram(precision="bf16-mixed", sharding="zero2", gpus=2, cross_entropy="16-bit").breakdown_bytes[
+        "logits"] == logits * (2 + 2)
+    for precision, why in (("bf16-mixed", "under autocast"), ("32-true", "computes them in fp32")):
+        with pytest.raises(SpecError, match=why):
+            parse_training_spec({"model": {"name": "tiny-llama", "config": LLAMA}, "precision": precision,
+                                 "cross_entropy": "16-bit"})
+
+
 def test_transformers_checkpointed_logits_phase_uses_the_chunked_gradient() -> None:
     fields = {"precision": "bf16-true", "gradient_checkpointing": "full", "framework": "transformers",
               "micro_batch_size": 8}
