@@ -734,7 +734,7 @@ def _predict_runtime(
     replicas = group // shard_group
     shard_link_bps = (_link_bytes_per_second(gpu, shard_group * tp, link, table, stride=tp) if replicas > 1
                       else link_bps)
-    grad_bytes = 4.0 if spec.precision.endswith("mixed") or weight_bytes == 4 or spec.fp32_gradients else 2.0
+    grad_bytes = 4.0 if spec.precision.endswith("mixed") or weight_bytes == 4 or spec.resolved_fp32_gradients() else 2.0
     dp_comm_bytes = 0.0
     # bytes of the weights a sharded engine all-gathers: the 16-bit (32-bit) weights; QLoRA's frozen base
     # weights are sharded and gathered as their packed codes (FSDP-QLoRA, bitsandbytes quant_storage), the

@@ -42,8 +42,12 @@ Offload = Literal["none", "optimizer", "params+optimizer"]
 # frameworks fit. "transformers": the Hugging Face stack (Trainer, Accelerate, TRL, axolotl, LLaMA-Factory) with
 # PEFT and bitsandbytes >= 0.44, as vramfit calibrate measures it. "torchtune": torchtune's own LoRA modules (adapters
 # in the model's dtype, one saved input shared by the adapters that read it) and torchao's NF4 (keeps no input).
-Framework = Literal["transformers", "torchtune"]
-_FRAMEWORK_ALIASES = {"hf": "transformers", "huggingface": "transformers", "hugging-face": "transformers"}
+# "megatron": Megatron-LM / Megatron-Core (and what trains through it: verl's Megatron workers): under *-mixed a 16-bit
+# model with fp32 main parameters in the optimizer and no autocast, gradients in a contiguous buffer that the
+# data-parallel reduction runs on (fp32 under bf16 unless fp32_gradients says otherwise), a fused Adam.
+Framework = Literal["transformers", "torchtune", "megatron"]
+_FRAMEWORK_ALIASES = {"hf": "transformers", "huggingface": "transformers", "hugging-face": "transformers",
+                      "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron"}
 # Extension of v1: how the loss is computed over the vocabulary. Unset or "full": the logits of the whole micro-batch
 # in the compute dtype, their fp32 upcast and log-softmax. "chunked": the head and the loss run chunk by chunk
 # (torchtune's CEWithChunkedOutputLoss, 8 chunks): one chunk is upcast at a time. "fused-linear": the head and the
@@ -320,7 +324,9 @@ class TrainingSpec(BaseModel):
     )
     framework: Framework | None = Field(
         None, description="vramfit extension: transformers (HF Trainer/Accelerate/TRL/axolotl/LLaMA-Factory with "
-                          "PEFT and bitsandbytes >= 0.44), torchtune, or unset for the blend of published runs"
+                          "PEFT and bitsandbytes >= 0.44), torchtune, megatron (Megatron-LM / Megatron-Core: a 16-bit "
+                          "model with fp32 main parameters, its gradient buffer, a fused Adam), or unset for the blend "
+                          "of published runs"
     )
     optimizer_in_backward: bool | None = Field(
         None, description="vramfit extension: the optimizer updates each parameter during backward as soon as its "
@@ -532,8 +538,8 @@ class TrainingSpec(BaseModel):
         if name not in ALLOWED["framework"]:
             raise ValueError(
                 f"framework {value!r} has no framework-specific model: only transformers (the Hugging Face stack "
-                "vramfit calibrate measures) and torchtune change an assumption. To fix: leave framework out (the "
-                "model then assumes what the published runs of many frameworks fit), or use one of those two")
+                "vramfit calibrate measures), torchtune and megatron change an assumption. To fix: leave framework "
+                "out (the model then assumes what the published runs of many frameworks fit), or use one of those")
         return name
 
     @field_validator("galore_target_modules", mode="before")
@@ -810,6 +816,20 @@ class TrainingSpec(BaseModel):
         if self.method != "qlora":
             return None
         return self.quantization or "nf4-dq"
+
+    def resolved_fp32_gradients(self) -> bool:
+        """Whether the gradients accumulate in fp32 buffers: ``fp32_gradients`` when set, else Megatron's default
+        (accumulate_allreduce_grads_in_fp32 on under bf16, megatron/training/arguments.py)."""
+        if self.fp32_gradients is not None:
+            return self.fp32_gradients
+        return self.framework == "megatron" and self.precision == "bf16-mixed"
+
+    def resolved_fused_optimizer(self) -> bool:
+        """Whether the optimizer steps as one fused kernel: ``fused_optimizer`` when set, else Megatron's Adam and
+        SGD (Transformer Engine's or apex's fused kernels, megatron/core/optimizer/__init__.py)."""
+        if self.fused_optimizer is not None:
+            return self.fused_optimizer
+        return self.framework == "megatron" and self.optimizer in FUSABLE_OPTIMIZERS
 
     def training_gpu_count(self, gpus: int | None = None) -> int:
         """GPUs that train the model: ``training_gpus`` when the job runs other roles on GPUs of their own, else

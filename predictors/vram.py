@@ -75,6 +75,12 @@ _LOGITS_BYTES_PER_ELEMENT_32BIT = 4 + 4
 # DeepSpeed's fp16/bf16 engine runs the whole model in 16-bit without autocast, so the logits and the
 # log-softmax stay 16-bit unless the model's own loss upcasts (checked against the S14 ZeRO-2 sweeps).
 _LOGITS_BYTES_PER_ELEMENT_DEEPSPEED = 2 + 2
+# Megatron's vocab_parallel_cross_entropy (megatron/core/tensor_parallel/cross_entropy.py) takes an fp32 copy of the
+# logits (GPTModel.compute_language_model_loss: logits.float() unless fp16_lm_cross_entropy) and turns it into the
+# softmax in place (subtract the max, exp with out=, div_), which it saves for backward and turns into the gradient in
+# place. At the end of the forward the 16-bit logits and that fp32 tensor; in backward the fp32 gradient and its
+# 16-bit cast for the output layer (the 16-bit logits are freed once GPTModel.forward returns): 2 + 4 either way.
+_LOGITS_BYTES_PER_ELEMENT_MEGATRON = 2 + 4
 # ... but a transformers-native model upcasts its logits itself (ForCausalLMLoss: logits.float() before the loss,
 # src/transformers/loss/loss_utils.py since 4.46; Llama, Mistral, Qwen2 and the like in their forward before that), so
 # with framework: transformers under DeepSpeed the loss tensors are the 16-bit case's. The exceptions are the
@@ -220,6 +226,13 @@ def trained_blocks(spec: TrainingSpec, arch: Architecture) -> tuple[int, int]:
 def _layout(spec: TrainingSpec, gpus: int) -> _Layout:
     return _Layout(gpus=gpus, dp=spec.data_parallel(gpus), shard=spec.shard_group(gpus), tp=spec.tensor_parallel,
                    pp=spec.pipeline_parallel, cp=spec.context_parallel, sharding=spec.resolved_sharding(gpus))
+
+
+def _autocast_over_fp32(spec: TrainingSpec, lay: _Layout, mixed: bool) -> bool:
+    """Whether a mixed-precision stream (``mixed``: *-mixed, or a prepared k-bit model) is torch autocast over an fp32
+    model: no sharding engine of its own (DeepSpeed and FSDP keep 16-bit compute weights), and not Megatron, whose
+    Float16Module runs a 16-bit model with fp32 main parameters."""
+    return mixed and lay.sharding in ("none", "ddp") and spec.framework != "megatron"
 
 
 def _shard_degree(lay: _Layout) -> int:
@@ -406,7 +419,7 @@ def predict_vram_without_gpu(
         except SpecError as exc:  # say that it is the critic's model that the layout does not fit
             raise SpecError([FieldProblem(p.path, f"{p.message} (critic_model {critic.name})", p.hint)
                              for p in exc.problems], exc.source) from None
-        return _with_critic(policy, critic_step, critic, spec.idle_offload, bool(spec.fp32_gradients))
+        return _with_critic(policy, critic_step, critic, spec.idle_offload, spec.resolved_fp32_gradients())
     return _predict_model(spec, arch, gpus, params_override, teacher)
 
 
@@ -597,9 +610,11 @@ def _predict_stage(
     sharded = lay.sharding in ("zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op")
     deepspeed = lay.sharding.startswith("zero")
     fsdp = lay.sharding.startswith("fsdp")
+    megatron = spec.framework == "megatron"
+    master16 = deepspeed or megatron  # a 16-bit model whose optimizer keeps fp32 masters, no autocast
     if method == "full":
-        if mixed and (deepspeed or lay.sharding in ("none", "ddp")) and not fsdp:
-            if deepspeed:
+        if mixed and (master16 or lay.sharding in ("none", "ddp")) and not fsdp:
+            if master16:
                 weight_bytes, grad_bytes, master_bytes = 2.0, 2.0, 4.0  # 16-bit model, fp32 master
             else:
                 weight_bytes, grad_bytes, master_bytes = 4.0, 4.0, 0.0  # AMP: fp32 model is the master
@@ -611,7 +626,7 @@ def _predict_stage(
         state_dtype_bytes = 4.0 if (mixed or e == 4) else float(e)
     else:
         # LoRA/QLoRA: frozen base; adapters trainable
-        base_bytes = 4.0 if (mixed and method == "lora" and not deepspeed) or e == 4 else 2.0
+        base_bytes = 4.0 if (mixed and method == "lora" and not master16) or e == 4 else 2.0
         weight_bytes = base_bytes
         # Adapters are fp32 whatever the base dtype: PEFT upcasts fp16/bf16 adapter weights to fp32 by default
         # (get_peft_model(autocast_adapter_dtype=True), huggingface.co/docs/peft/package_reference/peft_model),
@@ -621,10 +636,11 @@ def _predict_stage(
         # their states in the parameter's dtype)
         adapter_bytes = float(e) if spec.framework == "torchtune" and not mixed else 4.0
         grad_bytes = adapter_bytes
-        master_bytes = 4.0 if (mixed and deepspeed) else 0.0
+        master_bytes = 4.0 if (mixed and master16) else 0.0
         state_dtype_bytes = adapter_bytes
     held_bytes = grad_bytes  # the trained parameters' own dtype (LoRA adapters are held as their gradients are)
-    if spec.fp32_gradients and grad_bytes < 4:
+    fp32_gradients = spec.resolved_fp32_gradients()
+    if fp32_gradients and grad_bytes < 4:
         # Megatron-Core's DDP accumulates every gradient into an fp32 main_grad buffer (param_and_grad_buffer.py:
         # torch.float when grad_reduce_in_fp32) and the 16-bit .grad is never kept; megatron/training/arguments.py
         # turns accumulate_allreduce_grads_in_fp32 on for --bf16 unless --grad-reduce-in-bf16
@@ -719,7 +735,7 @@ def _predict_stage(
     # too, and torch optimizers keep states in the parameter's dtype
     copies = 0.0
     if saved_gpu:
-        copy_bytes = 4.0 if e == 4 or (mixed and not deepspeed) else 2.0
+        copy_bytes = 4.0 if e == 4 or (mixed and not master16) else 2.0
         copy_weights = saved_gpu * copy_bytes / (dp if shard_params else 1)
         if opt in _QUANT_STATE_BYTES:
             copy_states = saved_gpu * _QUANT_STATE_BYTES[opt]
@@ -740,8 +756,8 @@ def _predict_stage(
     # ---- buffers for communication and sharding -----------------------------------------------
     comm = 0.0
     layer_params = (linear_body + other) / max(arch.num_layers + arch.num_encoder_layers, 1) * scale / lay.tp
-    if lay.sharding == "ddp" and dp > 1 and not spec.fp32_gradients:
-        comm += trainable_gpu * grad_bytes  # DDP flat gradient buckets (Megatron's DDP reduces its fp32 buffer itself)
+    if lay.sharding == "ddp" and dp > 1 and not (fp32_gradients or megatron):
+        comm += trainable_gpu * grad_bytes  # DDP flat gradient buckets (Megatron's DDP reduces its buffer itself)
     elif deepspeed and trainable_gpu > 0 and spec.keeps_zero_gradient_buffer():
         elements, bucket = _zero_gradient_buffer(spec, arch, e)
         comm += bucket
@@ -857,7 +873,7 @@ def _predict_stage(
     # at a time in backward; the output head runs outside the blocks and keeps its copy. 4-bit layers
     # dequantize into a temporary that autograd does not keep.
     amp_copies = 0.0
-    if mixed and lay.sharding in ("none", "ddp") and e == 2:
+    if _autocast_over_fp32(spec, lay, mixed) and e == 2:
         body = 0.0 if method == "qlora" else linear_body * layer_frac
         cast_blocks = per_stage_layers if spec.trainable_layers is None else trained  # frozen 16-bit blocks: no cast
         body *= cast_blocks / max(per_stage_layers, 1)
@@ -873,7 +889,7 @@ def _predict_stage(
     # implementation, fused_optimizer, is transformers' default optim adamw_torch_fused with torch >= 2.8 and what
     # torchtune's configs ask for with fused: True; a spec without the extension keeps the foreach count).
     step_tmp = 0.0
-    if spec.fused_optimizer:
+    if spec.resolved_fused_optimizer():
         pass  # one fused kernel per parameter group (torch.optim.AdamW(fused=True)): no state-sized temporaries
     elif opt in ("adamw", "lion") and not offload_states:
         step_tmp = trainable_gpu * state_dtype_bytes / (dp if shard_states else 1)
@@ -950,12 +966,12 @@ def _predict_stage(
     # (torch.distributed.pipelining stage backward: FSDP set_requires_gradient_sync(False)), so a sharded
     # stage accumulates its gradients unsharded, in the reduce dtype (fp32 under mixed precision).
     pp_grads = 0.0
-    if spec.fp32_gradients and method == "full":
+    if fp32_gradients and method == "full":
         # Megatron-Core allocates its fp32 gradient buffer whole when it wraps the model (DistributedDataParallel
         # __init__), so it is there through forward and backward, and gradient accumulation adds into it in place
         pp_grads = grads - head_grad
     elif lay.pp > 1 and method == "full" and shard_grads and not offload_params:
-        pp_grads = trainable_gpu * (4.0 if mixed or spec.fp32_gradients else float(e))
+        pp_grads = trainable_gpu * (4.0 if mixed or fp32_gradients else float(e))
     elif spec.grad_accum_steps > 1 and method == "full":
         # gradient accumulation: the previous micro-batches' gradients stay allocated through the next
         # forward and backward (sharded where the sharding reduces them every micro-batch)
@@ -998,7 +1014,7 @@ def _predict_stage(
         one_grad = largest * grad_bytes / (dp if shard_grads else 1)
         if opt == "adafactor" or spec.galore_rank:
             in_backward_step = step_tmp
-        elif opt in ("adamw", "lion") and not offload_states and not spec.fused_optimizer:
+        elif opt in ("adamw", "lion") and not offload_states and not spec.resolved_fused_optimizer():
             stepped = largest
             if lora is None and arch.tie_word_embeddings:
                 # a tied head's gradient is complete only when backward reaches the embedding, after the blocks'
@@ -1054,7 +1070,7 @@ def _predict_stage(
     # (reserved) rows from 16.7 % to 13.8 %.
     # the gradients are allocated during backward, in among the activations backward frees: half of them are taken
     # to sit in those fragmented blocks (a choice of the first version, global, not fitted to any reference row)
-    fragmented_grads = 0.0 if spec.fp32_gradients else grads * 0.5  # Megatron's buffer predates the activations
+    fragmented_grads = 0.0 if fp32_gradients else grads * 0.5  # Megatron's buffer predates the activations
     s_reserved = (s_total + _allocator_overhead(s_total, step_tmp + fragmented_grads) + cached_logits) \
         if step_phase else 0.0
     if b_total >= s_total:
@@ -1293,7 +1309,7 @@ def _dora_base_copy_bytes_per_block(spec: TrainingSpec, arch: Architecture, lora
     elif e == 4:
         return 0.0
     elif mixed:
-        copy_bytes = 2.0 if sharding in ("none", "ddp") else 0.0
+        copy_bytes = 2.0 if sharding in ("none", "ddp") and spec.framework != "megatron" else 0.0
     else:
         copy_bytes = 4.0
     blocks = max(arch.num_layers + arch.num_encoder_layers, 1)
@@ -1401,7 +1417,7 @@ def _activations(
     full = spec.method == "full"
     # residual stream dtype: fp32 under AMP with an fp32 model; FSDP/DeepSpeed mixed precision computes
     # with 16-bit parameters, so the stream stays 16-bit
-    amp_fp32_model = mixed and lay.sharding in ("none", "ddp")
+    amp_fp32_model = _autocast_over_fp32(spec, lay, mixed)
     res_bytes = 4 if (amp_fp32_model or e == 4) else e
     # Norms in HF/litgpt upcast to fp32 and keep that copy for backward (+ the normalised output when
     # the norm weight trains).
@@ -1654,6 +1670,8 @@ def _logits_bytes_per_element(e: int, lay: _Layout, spec: TrainingSpec, arch: Ar
         return _LOGITS_BYTES_PER_ELEMENT_32BIT
     if spec.cross_entropy == "16-bit":
         return _LOGITS_BYTES_PER_ELEMENT_DEEPSPEED  # the logits and their log-softmax, both 16-bit
+    if spec.framework == "megatron" and spec.cross_entropy in (None, "full"):
+        return _LOGITS_BYTES_PER_ELEMENT_MEGATRON
     if lay.sharding.startswith("zero") and not (spec.framework == "transformers"
                                                 and arch.model_type not in _REMOTE_CODE_16BIT_LOSS):
         return _LOGITS_BYTES_PER_ELEMENT_DEEPSPEED

@@ -3279,6 +3279,7 @@ def _verl_megatron(pairs: Mapping[str, str], raw: dict[str, Setting], notes: lis
                                              f"verl override {base}.override_ddp_config.grad_reduce_in_fp32=False",
                                              where))
     raw.setdefault("fused_optimizer", Setting(True, f"{source}: Megatron-Core's fused Adam", where))
+    raw.setdefault("framework", Setting("megatron", f"{source}: the actor trains through Megatron-Core", where))
 
 
 def _verl_micro_batch(pairs: Mapping[str, str], role: str, world: int, length: int | None, token_budget: int,
@@ -3933,6 +3934,8 @@ def _megatron_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: li
                          "over-estimate)")
         else:
             raw["gradient_checkpointing"] = Setting("full", granularity[1], where)
+    raw.setdefault("framework", Setting("megatron", "Megatron-LM (its Float16Module over a 16-bit model, fp32 main "
+                                                    "parameters, its gradient buffer)", where))
     _megatron_gradients_and_optimizer(flag, raw, notes, where)
     if (found := flag("fp8_format")) is not None:
         notes.append(f"{found[1]} {found[0]}: Megatron's FP8 (Transformer Engine) linears are not expressible in the "

@@ -43,7 +43,7 @@ def test_spec_field_names_and_errors() -> None:
     assert unset.framework is None and "framework" not in spec_to_dict(unset)  # v1 documents serialize as before
     assert spec_to_dict(parse_training_spec({"model": "gpt2", "framework": "hf"}))["framework"] == "transformers"
     with pytest.raises(SpecError) as err:
-        parse_training_spec({"model": "gpt2", "framework": "megatron", "seq_len": -1})
+        parse_training_spec({"model": "gpt2", "framework": "deepspeed-chat", "seq_len": -1})
     text = str(err.value)
     assert "spec.framework" in text and "leave framework out" in text and "spec.seq_len" in text  # all at once
 

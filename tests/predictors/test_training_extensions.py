@@ -261,6 +261,16 @@ def test_a_16bit_loss_keeps_its_logits_and_log_softmax_in_16_bits() -> None:
                                  "cross_entropy": "16-bit"})
 
 
+def test_megatrons_loss_holds_the_16bit_logits_and_one_fp32_tensor() -> None:
+    """Megatron's vocab_parallel_cross_entropy turns its fp32 copy of the logits into the softmax, and then into the
+    gradient, in place: 2 + 4 bytes per logit where transformers' loss holds 2 + 4 + 4."""
+    logits = 1000 * TOKENS
+    megatron = vram(precision="bf16-mixed", framework="megatron", sharding="zero1", gpus=2)
+    assert megatron.breakdown_bytes["logits"] == logits * (2 + 4)
+    assert vram(precision="bf16-mixed", framework="megatron", sharding="zero1", gpus=2,
+                cross_entropy="fused-linear").breakdown_bytes["logits"] < logits * (2 + 4)
+
+
 def test_transformers_checkpointed_logits_phase_uses_the_chunked_gradient() -> None:
     fields = {"precision": "bf16-true", "gradient_checkpointing": "full", "framework": "transformers",
               "micro_batch_size": 8}

@@ -1318,7 +1318,7 @@ def test_verl_recipes_megatron_and_ulysses() -> None:
         "zero1", 2, "none", "Qwen/Qwen2.5-7B")
     assert any("distributed optimizer read as ZeRO-1" in a for a in megatron.assumptions)
     # megatron_utils.py: DDP grad_reduce_in_fp32=True unless override_ddp_config says otherwise; a fused Adam
-    assert (m.fp32_gradients, m.fused_optimizer) == (True, True)
+    assert (m.fp32_gradients, m.fused_optimizer, m.framework) == (True, True, "megatron")
     bf16_grads = one_job(pod(["python3", "-m", "verl.trainer.main_ppo", "--config-name=ppo_megatron_trainer",
                               *overrides[:4], "actor_rollout_ref.actor.megatron.override_ddp_config."
                                               "grad_reduce_in_fp32=False"], gpus=8)).spec

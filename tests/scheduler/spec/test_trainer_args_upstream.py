@@ -838,7 +838,7 @@ def test_megatron_lm_keeps_fp32_gradients_under_bf16_and_steps_a_fused_adam() ->
     main_grad buffer: 4 bytes per parameter where vramfit counted a 16-bit model's 2 (Llama 3 8B on 8 GPUs,
     TP 1: +7.5 GiB). Its Adam is Transformer Engine's or apex's fused kernel: no foreach step temporaries."""
     job = one_job(pod(MEGATRON, gpus=8))
-    assert (job.spec.fp32_gradients, job.spec.fused_optimizer) == (True, True)
+    assert (job.spec.fp32_gradients, job.spec.fused_optimizer, job.spec.framework) == (True, True, "megatron")
     assert "accumulate_allreduce_grads_in_fp32" in job.provenance["fp32_gradients"]
     assert one_job(pod([*MEGATRON, "--grad-reduce-in-bf16"], gpus=8)).spec.fp32_gradients is False
     fp16 = [t for t in MEGATRON if t != "--bf16"] + ["--fp16"]
