@@ -497,6 +497,13 @@ class TrainingSpec(BaseModel):
                           "fp32, so the residual stream runs in fp32 whatever the precision; false: they stay 16-bit. "
                           "Unset: as the precision says (*-mixed: fp32, *-true: the 16-bit dtype)"
     )
+    sequence_parallel: bool | None = Field(
+        None, description="vramfit extension, with tensor_parallel > 1: sequence parallelism splits the activations "
+                          "outside the tensor-parallel regions (the norms' inputs, the inputs of the first linears, "
+                          "the residual dropout masks) over the tensor-parallel ranks (Megatron --sequence-parallel, "
+                          "torchtitan's TP plan); false: every rank keeps them whole (Megatron without the flag; "
+                          "Korthikanti et al. 2022). Unset: split"
+    )
     training_gpus: GpuCount | None = Field(
         None, description="vramfit extension: how many of the job's GPUs train the model, when the job runs other "
                           "roles on GPUs of their own (OpenRLHF's --actor_num_nodes x --actor_num_gpus_per_node beside "

@@ -1423,9 +1423,10 @@ def _activations(
     # the norm weight trains).
     norm = 4 * h + ((4 if amp_fp32_model else e) * h if full else 0)
     compiled = bool(spec.torch_compile)
-    if compiled:
+    if compiled or spec.framework == "megatron":
         # torch.compile fuses the norm into one kernel that saves its input (the residual stream's dtype) and the
-        # per-token reciprocal RMS, and recomputes the fp32 copy and the normalised output in backward
+        # per-token reciprocal RMS, and recomputes the fp32 copy and the normalised output in backward; Megatron's
+        # fused LayerNorm / RMSNorm (apex, Transformer Engine) saves its input and the per-token statistics likewise
         norm = res_bytes * h
     dropout = _dropout(arch)
     # attention block
@@ -1442,7 +1443,8 @@ def _activations(
         attn += e * arch.kv_lora_rank
     attn += e * heads * (arch.v_head_dim or hd)  # attention output (o_proj input and kernel output)
     # per query token and attended key: eager attention's kept scores (0 for the fused kernels)
-    score_bytes = heads * _eager_score_bytes(arch, e, amp_fp32_model, dropout) if spec.attention == "eager" else 0.0
+    score_bytes = heads * _eager_score_bytes(arch, e, amp_fp32_model, dropout, spec.framework == "megatron") \
+        if spec.attention == "eager" else 0.0
     if spec.attention == "eager":
         attn += score_bytes * s
     else:
@@ -1467,7 +1469,7 @@ def _activations(
     else:
         mlp += e * width  # activation input
     if not compiled:  # a compiled activation is one fused kernel whatever the Python that writes it
-        mlp += _activation_function_bytes(arch, e, amp_fp32_model, spec.framework == "transformers") * width
+        mlp += _activation_function_bytes(arch, e, amp_fp32_model, spec.framework) * width
     if _saves_input("down_proj", spec, targets):
         mlp += e * width
     if dropout > 0:
@@ -1496,6 +1498,14 @@ def _activations(
         # normalised output when their weights train), at q's and k's widths
         norms += (e if compiled else 4 + ((4 if amp_fp32_model else e) if full else 0)) * (heads + kv) * hd
     per_layer = (attn + mlp + lora_extra + norms) / lay.tp
+    if lay.tp > 1 and spec.sequence_parallel is False:
+        # without sequence parallelism the tensor-parallel ranks each keep whole what lies outside the parallel
+        # regions: the norms' inputs, the first linears' input (the norm output they all read) and the residual
+        # dropout masks (Korthikanti et al. 2022: 10sbh of a GPT layer's 34sbh)
+        replicated = norm * arch.norms_per_layer + (2 * h if dropout > 0 else 0.0)
+        replicated += e * h * sum(any(_saves_input(r, spec, targets) for r in group)
+                                  for group in (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")))
+        per_layer += replicated * (1 - 1 / lay.tp)
     # residual stream additions keep nothing; the block output is the next block's norm input.
 
     # 1F1B pipeline: the first stage holds the activations of pp micro-batches, the last stage one; under
@@ -1600,16 +1610,20 @@ def _activations(
 _EAGER_SOFTMAX_IN_INPUT_DTYPE = frozenset({"gpt2", "bert", "roberta", "falcon", "refinedwebmodel"})
 
 
-def _eager_score_bytes(arch: Architecture, e: int, amp_fp32_model: bool, dropout: float) -> float:
+def _eager_score_bytes(arch: Architecture, e: int, amp_fp32_model: bool, dropout: float, megatron: bool = False
+                       ) -> float:
     """Bytes eager attention keeps for backward per element of its ``heads x s x s`` score matrix.
 
     softmax keeps its output (``_softmax_backward_data`` takes the result); the matmul with V keeps the
     probabilities it was given. With an fp32 upcast (or autocast, which runs softmax in fp32) and 16-bit compute
     those are two tensors: the fp32 softmax output and its 16-bit cast (4 + 2 bytes). With attention dropout the
     matmul keeps the dropped probabilities instead, and dropout its 1-byte mask. Gemma 2's score soft-capping
-    (``tanh(scores / cap) * cap``) keeps the tanh output as well (``tanh_backward`` takes the result).
+    (``tanh(scores / cap) * cap``) keeps the tanh output as well (``tanh_backward`` takes the result). Megatron's
+    FusedScaleMaskSoftmax computes in fp32 inside one kernel and returns (and keeps) the probabilities in the input
+    dtype: with dropout, 2 + 1 + 2 bytes per score (Korthikanti et al. 2022's 5as^2b per layer).
     """
-    softmax_bytes = 4 if (e == 4 or amp_fp32_model or arch.model_type not in _EAGER_SOFTMAX_IN_INPUT_DTYPE) else e
+    softmax_bytes = 4 if (e == 4 or amp_fp32_model or (arch.model_type not in _EAGER_SOFTMAX_IN_INPUT_DTYPE
+                                                       and not megatron)) else e
     matmul_bytes = e  # the compute dtype (autocast casts P to 16 bits for P @ V)
     if dropout > 0:
         # under autocast the matmul keeps its 16-bit cast of the dropped fp32 probabilities (2 bytes); this still
@@ -1636,14 +1650,18 @@ _PYTHON_GELU = frozenset({"gelu_new"})
 _PYTHON_GELU_FAMILIES = frozenset({"gpt2", "gptj", "gpt_neo", "codegen", "t5", "mt5", "umt5"})
 
 
-def _activation_function_bytes(arch: Architecture, e: int, amp_fp32_model: bool, transformers: bool = False
+def _activation_function_bytes(arch: Architecture, e: int, amp_fp32_model: bool, framework: str | None = None
                                 ) -> float:
     """Bytes per MLP-width element that the activation function keeps beyond its input (transformers
     activations.py). Without autocast the three intermediates are in the compute dtype. Under autocast ``pow``
     runs in fp32 (autocast's fp32 op list), so it keeps an fp32 copy of x in place of the 16-bit x (which nothing
     else keeps), and everything after it is promoted to fp32 except ``0.5 * x``: (4 - 2) for the copy, 4 (tanh),
-    2 (0.5x), 4 (1 + tanh)."""
-    if arch.activation not in _PYTHON_GELU or not (transformers or arch.model_type in _PYTHON_GELU_FAMILIES):
+    2 (0.5x), 4 (1 + tanh). Megatron fuses the bias and the GeLU into one kernel that keeps its input
+    (fused_bias_gelu.py; Transformer Engine's fused GeLU likewise): nothing beyond it."""
+    if framework == "megatron":
+        return 0.0
+    if arch.activation not in _PYTHON_GELU or not (framework == "transformers"
+                                                   or arch.model_type in _PYTHON_GELU_FAMILIES):
         return 0.0
     if amp_fp32_model and e != 4:
         return (4.0 - e) + 4.0 + e + 4.0

@@ -3937,6 +3937,13 @@ def _megatron_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: li
     raw.setdefault("framework", Setting("megatron", "Megatron-LM (its Float16Module over a 16-bit model, fp32 main "
                                                     "parameters, its gradient buffer)", where))
     _megatron_gradients_and_optimizer(flag, raw, notes, where)
+    tp = flag("tensor_model_parallel_size")
+    if tp is not None and (launch_count(str(tp[0])) or 1) > 1:
+        sp = flag("sequence_parallel")
+        raw["sequence_parallel"] = Setting(
+            sp is not None and to_bool(sp[0]) is not False,
+            sp[1] if sp is not None else f"{tp[1]} without --sequence-parallel (each tensor-parallel rank keeps the "
+                                         "norms' inputs and the first linears' input whole)", where)
     if (found := flag("fp8_format")) is not None:
         notes.append(f"{found[1]} {found[0]}: Megatron's FP8 (Transformer Engine) linears are not expressible in the "
                      "TrainingSpec; the prediction is for bf16 matmuls")

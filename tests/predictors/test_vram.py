@@ -95,6 +95,43 @@ def test_megatron_trains_a_16bit_model_with_fp32_main_parameters() -> None:
     assert fp16.peak_allocated_bytes < run(precision="16-mixed", **{**fields, "framework": None}).peak_allocated_bytes
 
 
+def test_megatrons_fused_kernels_keep_their_inputs_only() -> None:
+    """framework megatron: the fused bias-GeLU keeps its input only (transformers' gelu_new chain keeps three more
+    MLP-width tensors) and the fused LayerNorm its 16-bit input (where vramfit counts an fp32 copy and the 16-bit
+    output: 4 + 2 bytes); on a GPT-2-shaped model, eager attention (its softmax is in the compute dtype either way).
+    FusedScaleMaskSoftmax keeps the probabilities in the compute dtype, where transformers' Llama upcasts them to
+    fp32 and keeps the fp32 result and its 16-bit cast (4 + 2 bytes per score)."""
+    gpt2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 512, "vocab_size": 1000,
+            "activation_function": "gelu_new", "tie_word_embeddings": True}
+    arch = architecture_from_config(gpt2, "tiny-gpt2")
+
+    def acts(**fields: Any) -> int:
+        spec = parse_training_spec({"model": {"name": "tiny-gpt2", "config": gpt2}, "precision": "bf16-true",
+                                    "attention": "eager", "seq_len": 256, **fields})
+        return predict_vram(spec, arch, lookup_gpu("A100-80GB")).breakdown_bytes["activations"]
+
+    s, width, h = 256, 4 * 64, 64
+    assert acts() - acts(framework="megatron") == 2 * (s * width * 3 * 2 + s * 2 * h * (4 + 2 - 2))
+    llama = dict(precision="bf16-true", attention="eager", seq_len=256, sharding="zero1", gpus=2)
+    scores = L * 4 * 256 * 256  # layers x heads x s^2
+    norms = L * 256 * 2 * H * (4 + 2 - 2)
+    assert run(**llama).breakdown_bytes["activations"] - run(**llama, framework="megatron").breakdown_bytes[
+        "activations"] == scores * (4 + 2 - 2) + norms
+
+
+def test_without_sequence_parallelism_tensor_parallel_ranks_keep_the_norm_inputs_whole() -> None:
+    """sequence_parallel false (Megatron without --sequence-parallel): each of the TP ranks keeps what lies outside
+    the parallel regions whole: under Megatron's fused norms a block's two norm inputs and the two first linears'
+    input, 4 x 2 bytes per hidden unit and token (Korthikanti et al.'s 10sbh less the dropout masks the tiny model
+    has none of), where sequence parallelism (the default) splits them too."""
+    fields = dict(precision="bf16-mixed", seq_len=512, gpus=2, tensor_parallel=2, sharding="zero1",
+                  framework="megatron")
+    split = run(**fields).breakdown_bytes["activations"]
+    whole = run(**fields, sequence_parallel=False).breakdown_bytes["activations"]
+    assert whole - split == pytest.approx(4 * 2 * H * 512 * L / 2, rel=1e-9)
+    assert run(**fields, sequence_parallel=True).breakdown_bytes["activations"] == split
+
+
 def test_amp_keeps_16bit_copies_of_linear_weights_until_backward() -> None:
     linear_per_layer = PER_LAYER - 2 * H  # every weight of a layer but its two norms
     head = V * H

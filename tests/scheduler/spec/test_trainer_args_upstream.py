@@ -841,6 +841,11 @@ def test_megatron_lm_keeps_fp32_gradients_under_bf16_and_steps_a_fused_adam() ->
     assert (job.spec.fp32_gradients, job.spec.fused_optimizer, job.spec.framework) == (True, True, "megatron")
     assert "accumulate_allreduce_grads_in_fp32" in job.provenance["fp32_gradients"]
     assert one_job(pod([*MEGATRON, "--grad-reduce-in-bf16"], gpus=8)).spec.fp32_gradients is False
+    # TP 1: sequence parallelism has nothing to split; TP 2 keeps the norms' inputs whole unless --sequence-parallel
+    assert job.spec.sequence_parallel is None
+    tp2 = [t if t != "1" or MEGATRON[i - 1] != "--tensor-model-parallel-size" else "2" for i, t in enumerate(MEGATRON)]
+    assert one_job(pod(tp2, gpus=8)).spec.sequence_parallel is False
+    assert one_job(pod([*tp2, "--sequence-parallel"], gpus=8)).spec.sequence_parallel is True
     fp16 = [t for t in MEGATRON if t != "--bf16"] + ["--fp16"]
     assert one_job(pod(fp16, gpus=8)).spec.fp32_gradients is None
     assert one_job(pod([*fp16, "--accumulate-allreduce-grads-in-fp32"], gpus=8)).spec.fp32_gradients is True
