@@ -497,6 +497,12 @@ class TrainingSpec(BaseModel):
                           "fp32, so the residual stream runs in fp32 whatever the precision; false: they stay 16-bit. "
                           "Unset: as the precision says (*-mixed: fp32, *-true: the 16-bit dtype)"
     )
+    master_weights: bool | None = Field(
+        None, description="vramfit extension, *-mixed without FSDP: the model (and its activations) is 16-bit and the "
+                          "optimizer keeps fp32 master copies, with no autocast: DeepSpeed's engine at ZeRO stage 0 "
+                          "(its FP16 / BF16 optimizers), apex amp O2; what ZeRO stages 1-3 and framework megatron "
+                          "imply. Unset: as the sharding and framework imply (none or ddp: autocast over an fp32 model)"
+    )
     sequence_parallel: bool | None = Field(
         None, description="vramfit extension, with tensor_parallel > 1: sequence parallelism splits the activations "
                           "outside the tensor-parallel regions (the norms' inputs, the inputs of the first linears, "
@@ -690,6 +696,14 @@ class TrainingSpec(BaseModel):
             raise ValueError(
                 f"cross_entropy applies to the vocabulary-sized loss of causal-lm and masked-lm; task {self.task} "
                 "has a classifier head. To fix: drop cross_entropy")
+        if self.master_weights is not None and (not self.precision.endswith("mixed")
+                                                or (self.sharding or "").startswith("fsdp")):
+            raise ValueError(
+                "master_weights says how *-mixed keeps its weights (a 16-bit model with fp32 masters, or autocast "
+                f"over an fp32 model); precision is {self.precision}"
+                + (f" and sharding {self.sharding}, whose mixed-precision policy decides it"
+                   if (self.sharding or "").startswith("fsdp") else "")
+                + ". To fix: drop master_weights")
         if self.training_gpus is not None and not isinstance(self.gpus, int):
             raise ValueError(
                 "training_gpus is the part of a fixed GPU count that trains; gpus is auto. To fix: give gpus as a "

@@ -228,11 +228,19 @@ def _layout(spec: TrainingSpec, gpus: int) -> _Layout:
                    pp=spec.pipeline_parallel, cp=spec.context_parallel, sharding=spec.resolved_sharding(gpus))
 
 
+def _sixteen_bit_masters(spec: TrainingSpec, lay: _Layout) -> bool:
+    """Whether *-mixed runs a 16-bit model whose optimizer keeps fp32 masters, without autocast: DeepSpeed's ZeRO
+    optimizers, Megatron's Float16Module, or a spec that says so (``master_weights``: DeepSpeed at stage 0)."""
+    if spec.master_weights is not None:
+        return spec.master_weights
+    return lay.sharding.startswith("zero") or spec.framework == "megatron"
+
+
 def _autocast_over_fp32(spec: TrainingSpec, lay: _Layout, mixed: bool) -> bool:
     """Whether a mixed-precision stream (``mixed``: *-mixed, or a prepared k-bit model) is torch autocast over an fp32
-    model: no sharding engine of its own (DeepSpeed and FSDP keep 16-bit compute weights), and not Megatron, whose
-    Float16Module runs a 16-bit model with fp32 main parameters."""
-    return mixed and lay.sharding in ("none", "ddp") and spec.framework != "megatron"
+    model: no sharding engine of its own (DeepSpeed and FSDP keep 16-bit compute weights), and not a 16-bit model with
+    fp32 masters (Megatron's Float16Module, ``master_weights``)."""
+    return mixed and lay.sharding in ("none", "ddp") and not _sixteen_bit_masters(spec, lay)
 
 
 def _shard_degree(lay: _Layout) -> int:
@@ -611,7 +619,7 @@ def _predict_stage(
     deepspeed = lay.sharding.startswith("zero")
     fsdp = lay.sharding.startswith("fsdp")
     megatron = spec.framework == "megatron"
-    master16 = deepspeed or megatron  # a 16-bit model whose optimizer keeps fp32 masters, no autocast
+    master16 = _sixteen_bit_masters(spec, lay)  # a 16-bit model whose optimizer keeps fp32 masters, no autocast
     if method == "full":
         if mixed and (master16 or lay.sharding in ("none", "ddp")) and not fsdp:
             if master16:
@@ -1309,7 +1317,8 @@ def _dora_base_copy_bytes_per_block(spec: TrainingSpec, arch: Architecture, lora
     elif e == 4:
         return 0.0
     elif mixed:
-        copy_bytes = 2.0 if sharding in ("none", "ddp") and spec.framework != "megatron" else 0.0
+        copy_bytes = 2.0 if sharding in ("none", "ddp") and spec.framework != "megatron" and not spec.master_weights \
+            else 0.0
     else:
         copy_bytes = 4.0
     blocks = max(arch.num_layers + arch.num_encoder_layers, 1)
@@ -1690,8 +1699,9 @@ def _logits_bytes_per_element(e: int, lay: _Layout, spec: TrainingSpec, arch: Ar
         return _LOGITS_BYTES_PER_ELEMENT_DEEPSPEED  # the logits and their log-softmax, both 16-bit
     if spec.framework == "megatron" and spec.cross_entropy in (None, "full"):
         return _LOGITS_BYTES_PER_ELEMENT_MEGATRON
-    if lay.sharding.startswith("zero") and not (spec.framework == "transformers"
-                                                and arch.model_type not in _REMOTE_CODE_16BIT_LOSS):
+    # DeepSpeed's engine at any stage (ZeRO, or stage 0: master_weights)
+    deepspeed_engine = lay.sharding.startswith("zero") or (spec.master_weights and spec.framework != "megatron")
+    if deepspeed_engine and not (spec.framework == "transformers" and arch.model_type not in _REMOTE_CODE_16BIT_LOSS):
         return _LOGITS_BYTES_PER_ELEMENT_DEEPSPEED
     return _LOGITS_BYTES_PER_ELEMENT_16BIT
 
@@ -1714,6 +1724,15 @@ def _logits(spec: TrainingSpec, arch: Architecture, e: int, lay: _Layout) -> flo
         else:
             chunked = e + 4.0 + (4.0 if e != 4 else 0.0) / _CHUNKED_CE_CHUNKS
         per_elem = min(per_elem, chunked)
+    elif spec.torch_compile and spec.cross_entropy in (None, "full") and spec.framework not in ("megatron",
+                                                                                               "torchtune"):
+        # a compiled whole-batch loss over the 16-bit logits (torchtitan compiles cross_entropy(pred.float(), ...)
+        # beside the blocks) is one fused reduction that computes the fp32 log-softmax in registers and keeps only
+        # the logits (and a per-row log-sum-exp); backward writes the logits' gradient in the compute dtype: 2 x the
+        # dtype per logit. torchtune's decoder upcasts its output itself (TransformerDecoder: output(h).float(),
+        # outside the compiled blocks), so there the fp32 logits stay (S02's compiled full-loss row: -2.9 % as it
+        # was, -14.4 % read fused). torchtitan's Llama 3 8B rows: S12 +25 % -> -2.5 %, external X70 +33 % -> +12 %.
+        per_elem = min(per_elem, 2.0 * e)
     if arch.final_logit_softcapping:
         # HF Gemma2ForCausalLM: logits = tanh(logits / cap) * cap in the compute dtype; tanh keeps its output for
         # backward (its gradient comes after the fp32 loss tensors are freed, so it does not add to the peak)

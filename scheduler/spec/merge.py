@@ -288,7 +288,7 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
     if "shard_group_size" in merged:
         provenance["shard_group_size"] = merged["shard_group_size"].source
     notes += _zero_stage_settings(merged)
-    for name in ("zero_reduce_bucket_elements", "zero_overlap_comm", "secondary_shard_size",
+    for name in ("zero_reduce_bucket_elements", "zero_overlap_comm", "secondary_shard_size", "master_weights",
                  "zero3_max_live_parameters", "zero3_max_reuse_distance"):
         if name in merged:
             provenance[name] = merged[name].source
@@ -401,6 +401,12 @@ def _zero_stage_settings(merged: Settings) -> list[str]:
                          f"{sharding or 'without sharding'}, whose optimizer keeps no contiguous gradient buffer")
     if overlap is not None and "zero_overlap_comm" not in merged and sharding == "zero2":
         merged["zero_overlap_comm"] = Setting(overlap.value, f"{overlap.source} overlap_comm", overlap.where)
+    # ZeRO stage 0 under *-mixed: DeepSpeed's 16-bit model with fp32 masters, not autocast over an fp32 model
+    stage0, precision = markers.get("_zero0"), merged.get("precision")
+    if stage0 is not None and sharding in ("ddp", "none") and "master_weights" not in merged \
+            and (precision is None or str(precision.value).endswith("mixed")):  # unset: the spec's bf16-mixed
+        merged["master_weights"] = Setting(True, f"{stage0.source} (ZeRO stage 0: DeepSpeed's FP16 / BF16 optimizer "
+                                           "keeps fp32 masters of a 16-bit model)", stage0.where)
     # the ZeRO-3-only settings
     for marker, name, why in (("_secondary_shard", "secondary_shard_size", "has no parameter shards to copy"),
                               ("_zero3_live", "zero3_max_live_parameters", "gathers no parameters"),

@@ -1889,6 +1889,7 @@ def _resolve_deepspeed(
 ) -> None:
     config = raw.get("_deepspeed")
     zero = raw.get("_zero_optimization")
+    sharding_before = out.get("sharding")
     if config is not None and (isinstance(config.value, bool)
                                or str(config.value).strip().lower() in ("true", "false")):
         # DeepSpeed's own ``--deepspeed`` switch (deepspeed.add_config_arguments: store_true; DeepSpeed-Chat,
@@ -1971,12 +1972,17 @@ def _resolve_deepspeed(
     if (opt or par) and (off := _offload_devices(opt.value if opt else None, par.value if par else None,
                                                  out.get("sharding"), notes)):
         _put(out, "offload", off, par if off == "params+optimizer" else opt)
+    stage = out.get("sharding")
+    if stage is not None and stage is not sharding_before and stage.value == "ddp":
+        # ZeRO stage 0: DeepSpeed's engine still runs a 16-bit model with its FP16 / BF16 optimizer's fp32 masters
+        # (engine.py _configure_optimizer); the merge says master_weights once the precision is known
+        out["_zero0"] = Setting(True, stage.source, stage.where)
 
 
 # Raw settings of a DeepSpeed config that the merge turns into zero_reduce_bucket_elements, zero_overlap_comm,
 # secondary_shard_size (hpZ), zero3_max_live_parameters and zero3_max_reuse_distance once the job's ZeRO stage is
 # final (a --zero_stage flag, accelerate's env or the annotation may change the config's own stage)
-ZERO_STAGE_MARKERS = ("_zero_bucket", "_zero_overlap", "_secondary_shard", "_zero3_live", "_zero3_reuse")
+ZERO_STAGE_MARKERS = ("_zero_bucket", "_zero_overlap", "_secondary_shard", "_zero3_live", "_zero3_reuse", "_zero0")
 # what DeepSpeed's pydantic config takes for a bool (pydantic's lax bool strings): to_bool's words without its "auto",
 # "none" and empty string, which DeepSpeed refuses
 _STRICT_TRUE = (_TRUE - {"auto"}) | {"t"}

@@ -245,6 +245,17 @@ def test_cross_entropy_variants_hold_less_of_the_logits() -> None:
         precision="bf16-true").breakdown_bytes
 
 
+def test_a_compiled_whole_batch_loss_keeps_the_logits_and_their_gradient() -> None:
+    """torch_compile with the whole-batch loss (torchtitan compiles cross_entropy(pred.float(), ...)): one fused
+    reduction keeps the 16-bit logits, backward writes their 16-bit gradient: 2 + 2 bytes per logit. torchtune's
+    decoder upcasts its output before the compiled loss, so its fp32 logits stay (2 + 4 + 4)."""
+    logits = 1000 * TOKENS
+    assert vram(precision="bf16-true", torch_compile=True).breakdown_bytes["logits"] == logits * (2 + 2)
+    assert vram(precision="bf16-true", torch_compile=True, framework="torchtune").breakdown_bytes[
+        "logits"] == logits * (2 + 4 + 4)
+    assert vram(precision="32-true", torch_compile=True).breakdown_bytes["logits"] == logits * (4 + 4)
+
+
 def test_a_16bit_loss_keeps_its_logits_and_log_softmax_in_16_bits() -> None:
     """cross_entropy 16-bit: F.cross_entropy of a bf16 model's logits without autocast keeps the logits and the
     log-softmax in bf16 (2 + 2 bytes per logit, against 2 + 4 + 4 with the fp32 upcast); under autocast (AMP) or

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from predictors.architecture import architecture_from_config
+from predictors.errors import SpecError
 from predictors.hardware import lookup_gpu
 from predictors.spec import parse_training_spec
 from predictors.vram import MIB, VramPrediction, predict_vram
@@ -93,6 +94,22 @@ def test_megatron_trains_a_16bit_model_with_fp32_main_parameters() -> None:
     amp = run(precision="16-mixed", **{**fields, "framework": None}).breakdown_bytes
     assert (amp["weights"], amp["gradients"], amp["communication_buffers"]) == (PARAMS * 4, PARAMS * 4, PARAMS * 4)
     assert fp16.peak_allocated_bytes < run(precision="16-mixed", **{**fields, "framework": None}).peak_allocated_bytes
+
+
+def test_master_weights_keep_a_16bit_model_without_autocast() -> None:
+    """master_weights (DeepSpeed's engine at ZeRO stage 0): *-mixed without sharding as a 16-bit model whose optimizer
+    keeps fp32 masters, not autocast over an fp32 model; refused where the precision or FSDP's policy decides it."""
+    fields = dict(precision="16-mixed", seq_len=8, optimizer="adamw", gpus=2, sharding="ddp")
+    b = run(**fields, master_weights=True).breakdown_bytes
+    assert (b["weights"], b["master_weights"], b["gradients"]) == (PARAMS * 2, PARAMS * 4, PARAMS * 2)
+    assert "autocast_weight_copies" not in b
+    amp = run(**fields).breakdown_bytes
+    assert (amp["weights"], amp["gradients"]) == (PARAMS * 4, PARAMS * 4) and "master_weights" not in amp
+    for bad, why in (({"precision": "bf16-true"}, "precision is bf16-true"),
+                     ({"sharding": "fsdp"}, "sharding fsdp")):
+        with pytest.raises(SpecError, match=why):
+            parse_training_spec({"model": {"name": "tiny", "config": TINY}, **{**fields, **bad},
+                                 "master_weights": True})
 
 
 def test_megatrons_fused_kernels_keep_their_inputs_only() -> None:
