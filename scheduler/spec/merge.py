@@ -228,14 +228,16 @@ def _accumulation_from_global_batch(merged: Settings, notes: list[str]) -> None:
         ("gpus", None), ("micro_batch_size", 1), ("tensor_parallel", 1), ("pipeline_parallel", 1),
         ("context_parallel", 1))}
     total = launch_count(global_batch.value)
-    if total is None or None in sizes.values() or sizes["pipeline_parallel"] != 1:
+    if total is None or None in sizes.values():
         notes.append(f"global batch {global_batch.value} ({global_batch.source}) not read as gradient accumulation "
                      "(GPU count, micro-batch or pipeline schedule not known here); set grad_accum_steps in "
                      f"{ANNOTATION}")
         return
     if "training_gpus" in merged and (training := launch_count(merged["training_gpus"].value)) is not None:
         sizes["gpus"] = training
-    ranks = sizes["gpus"] // (sizes["tensor_parallel"] * sizes["context_parallel"])
+    # data-parallel replicas: the GPUs over tensor x pipeline x context parallel (Megatron's num_microbatches =
+    # global batch / (micro-batch x data parallel), which a pipeline runs through its stages)
+    ranks = sizes["gpus"] // (sizes["tensor_parallel"] * sizes["context_parallel"] * sizes["pipeline_parallel"])
     steps, rest = divmod(total, sizes["micro_batch_size"] * ranks) if ranks else (0, 1)
     if steps < 1 or rest:
         notes.append(f"global batch {total} ({global_batch.source}) is not a whole multiple of micro-batch "
@@ -289,6 +291,7 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
         provenance["shard_group_size"] = merged["shard_group_size"].source
     notes += _zero_stage_settings(merged)
     for name in ("zero_reduce_bucket_elements", "zero_overlap_comm", "secondary_shard_size", "master_weights",
+                 "sharding", "fp32_gradients",
                  "zero3_max_live_parameters", "zero3_max_reuse_distance"):
         if name in merged:
             provenance[name] = merged[name].source
@@ -403,10 +406,17 @@ def _zero_stage_settings(merged: Settings) -> list[str]:
         merged["zero_overlap_comm"] = Setting(overlap.value, f"{overlap.source} overlap_comm", overlap.where)
     # ZeRO stage 0 under *-mixed: DeepSpeed's 16-bit model with fp32 masters, not autocast over an fp32 model
     stage0, precision = markers.get("_zero0"), merged.get("precision")
-    if stage0 is not None and sharding in ("ddp", "none") and "master_weights" not in merged \
+    if stage0 is not None and sharding == "ddp" and precision is not None and precision.value == "bf16-mixed":
+        # bf16 at stage 0 is DeepSpeed's BF16_Optimizer (engine.py _configure_bf16_optimizer; bf16_optimizer.py):
+        # fp32 masters partitioned over the data-parallel ranks, the whole model's gradients accumulated in fp32
+        merged["sharding"] = Setting("zero1", f"{stage0.source} (ZeRO stage 0 with bf16: DeepSpeed's BF16_Optimizer "
+                                     "partitions the fp32 masters and Adam states as ZeRO-1 does)", stage0.where)
+        merged.setdefault("fp32_gradients", Setting(True, f"{stage0.source} (BF16_Optimizer accumulates the gradients "
+                                                          "in an fp32 buffer of the whole model)", stage0.where))
+    elif stage0 is not None and sharding in ("ddp", "none") and "master_weights" not in merged \
             and (precision is None or str(precision.value).endswith("mixed")):  # unset: the spec's bf16-mixed
-        merged["master_weights"] = Setting(True, f"{stage0.source} (ZeRO stage 0: DeepSpeed's FP16 / BF16 optimizer "
-                                           "keeps fp32 masters of a 16-bit model)", stage0.where)
+        merged["master_weights"] = Setting(True, f"{stage0.source} (ZeRO stage 0: DeepSpeed's FP16 optimizer keeps "
+                                           "fp32 masters of a 16-bit model)", stage0.where)
     # the ZeRO-3-only settings
     for marker, name, why in (("_secondary_shard", "secondary_shard_size", "has no parameter shards to copy"),
                               ("_zero3_live", "zero3_max_live_parameters", "gathers no parameters"),

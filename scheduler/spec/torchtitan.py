@@ -193,8 +193,15 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
         source = shard[1] if shard else "torchtitan data_parallel_shard_degree default -1 (FSDP over the rest)"
         if shard is not None and str(shard[0]).strip() in ("1", "0") and context is not None:
             source = f"{context[1]} (torchtitan applies FSDP over the context-parallel ranks)"
+        pipeline = get("parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree")
+        piped = pipeline is not None and (launch_count(pipeline[0]) or 1) > 1
         if reshard is not None and str(reshard[0]).lower() == "never":
             put("sharding", "fsdp-grad-op", reshard[1])
+        elif piped and (reshard is None or str(reshard[0]).lower() == "default"):
+            # parallelize.py apply_fsdp: reshard_after_forward "default" is `not pp_enabled`, so a pipeline stage keeps
+            # its gathered parameters from forward to backward, as SHARD_GRAD_OP does
+            put("sharding", "fsdp-grad-op", f"{pipeline[1]} (torchtitan's fsdp_reshard_after_forward default: no "
+                                            "reshard under pipeline parallelism)")
         else:
             put("sharding", "fsdp", source)
         # HSDP: data_parallel_replicate_degree copies of the dp_shard x cp ranks' states (torchtitan ParallelDims);
@@ -225,8 +232,10 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
         put("optimizer", "adamw", optimizer[1])
     elif optimizer is not None:
         notes.append(f"torchtitan optimizer {optimizer[0]} ({optimizer[1]}) is read as AdamW's two states")
-    if implementation is not None and str(implementation[0]).lower() == "fused":
-        put("fused_optimizer", True, implementation[1])
+    if implementation is not None:
+        put("fused_optimizer", str(implementation[0]).lower() == "fused", implementation[1])
+    elif known:  # torchtitan's Optimizer.implementation default "fused" (config/job_config.py)
+        put("fused_optimizer", True, "torchtitan optimizer.implementation default fused")
     in_backward = get("optimizer.early_step_in_backward")
     if in_backward is not None and to_bool(in_backward[0]) is True:
         put("optimizer_in_backward", True, in_backward[1])

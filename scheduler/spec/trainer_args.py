@@ -2485,7 +2485,8 @@ def _inline_sourced(text: str, files: Mapping[str, str], budget: TextBudget, whe
 
 
 _POSITIONAL_ALL = re.compile(r'"\$(?:@|\{@\})"|"\$(?:\*|\{\*\})"|\$(?:@|\{@\}|\*|\{\*\})')
-_POSITIONAL_ONE = re.compile(r"\$(?:([1-9])|\{([1-9])(?::?-([^{}$]*))?\})")
+# ``$1``..``$9`` and ``${N}`` / ``${N:-default}`` for any N (bash reads ``$10`` as ``$1`` then ``0``)
+_POSITIONAL_ONE = re.compile(r"\$(?:([1-9])|\{([1-9][0-9]{0,3})(?::?-([^{}$]*))?\})")
 _MAX_BOUND_CHARS = 256 * 1024  # what binding a script's arguments may add to it
 
 
@@ -2538,8 +2539,8 @@ def split_script(
     if (note := budget.refuse(shell_text, what)) is not None:
         script.notes.append(note)
         return script
-    if shell_args:
-        shell_text = bind_positional(shell_text, shell_args)
+    # bound whether or not it is run with arguments: without them ``${1:-default}`` is its default, ``$1`` nothing
+    shell_text = bind_positional(shell_text, shell_args)
     read_into: dict[str, str] = {}
     text = _heredocs(shell_text.replace("\\\r\n", " ").replace("\\\n", " "), script.files, read_into)
     text = _inline_sourced(text, {**(files or {}), **script.files}, budget, where, script.notes,
@@ -2547,7 +2548,9 @@ def split_script(
     script.env.update(read_into)
     command: list[str] = []
     seeded = dict(script.env)  # the container's environment
+    text, arrays = _arrays(text)
     text = _exports(text, script.env, budget)
+    _array_words(arrays, script.env, budget)
     for name, body in read_into.items():  # an unquoted heredoc's body is expanded as bash reads it
         script.env[name] = _expand(body, script.env, budget)
     recorded = {name for name, value in script.env.items() if seeded.get(name) != value}  # whole-line exports
@@ -2564,6 +2567,80 @@ def split_script(
         elif command or token != "export":
             command.append(token)
     return script
+
+
+_ARRAY_START = re.compile(r"^[ \t]*(?:(?:declare|local|typeset)[ \t]+-a[ \t]+|export[ \t]+)?"
+                          r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=\(", re.M)
+# ``${NAME[@]}`` / ``${NAME[*]}`` (quoted or not): every element of an array, as separate words
+_ARRAY_USE = re.compile(r"\"?\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}\"?")
+
+
+def _array_body_end(text: str, start: int) -> int:
+    """Index of the ``)`` closing an array body that starts at ``start`` (after ``(``), quotes and nested
+    parentheses (``$(...)``) skipped; -1 when it is not closed."""
+    depth, quote, i = 0, "", start
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\" and quote == '"':
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == start or text[i - 1] in " \t\n"):
+            newline = text.find("\n", i)
+            i = len(text) if newline < 0 else newline
+            continue
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            if depth == 0:
+                return i
+            depth -= 1
+        i += 1
+    return -1
+
+
+def _arrays(text: str) -> tuple[str, list[tuple[str, bool, str]]]:
+    """Bash arrays: the script without its ``NAME=( ... )`` / ``NAME+=( ... )`` assignments (over several lines, with
+    comments), ``${NAME[@]}`` / ``"${NAME[@]}"`` turned into ``${NAME}``, and the assignments in order as (name,
+    appends, body). Every Megatron-LM example builds its command so (``torchrun ${DISTRIBUTED_ARGS[@]}
+    pretrain_gpt.py ${MODEL_ARGS[@]} ...``); read word by word, each body became one-flag pseudo-commands and the
+    trainer's own command lost its flags. :func:`_array_words` gives them their words once the script's variables
+    are known."""
+    if "=(" not in text:
+        return text, []
+    out: list[str] = []
+    at = 0
+    arrays: list[tuple[str, bool, str]] = []
+    for match in _ARRAY_START.finditer(text):
+        if match.start() < at:
+            continue
+        end = _array_body_end(text, match.end())
+        if end < 0:
+            break
+        body = "\n".join(line.split(" #", 1)[0] for line in text[match.end():end].split("\n")
+                         if not line.strip().startswith("#"))
+        arrays.append((match.group(1), bool(match.group(2)), body))
+        out.append(text[at:match.start()])
+        at = end + 1
+    out.append(text[at:])
+    names = {name for name, _, _ in arrays}
+    return _ARRAY_USE.sub(lambda m: f"${{{m.group(1)}}}" if m.group(1) in names else m.group(0), "".join(out)), arrays
+
+
+def _array_words(arrays: Sequence[tuple[str, bool, str]], env: dict[str, str], budget: TextBudget) -> None:
+    """Each array's elements (variables expanded, an array used inside another expanded to its elements), joined by
+    spaces into ``env``: an unquoted ``${NAME[@]}`` splits them into words again, as bash does (a quoted element
+    ``"--fp8-format hybrid"`` becomes two words)."""
+    for name, appends, body in arrays:
+        body = _ARRAY_USE.sub(lambda m: f"${{{m.group(1)}}}", body)
+        try:
+            words = " ".join(shlex.split(_expand(body, env, budget)))
+        except ValueError:  # an unbalanced quote: the words as they stand
+            words = " ".join(_expand(body, env, budget).split())
+        env[name] = f"{env.get(name, '')} {words}".strip() if appends else words
 
 
 def _exports(text: str, env: dict[str, str], budget: TextBudget) -> str:
@@ -3011,6 +3088,8 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
     reading.notes = notes + reading.notes
     reading.trainer = trainer if reading.settings else ""
     reading.launch = launch_layout(tokens, accelerate, env)
+    if "model" not in reading.settings:  # what a reader found of the model but could not size (Megatron's vocabulary)
+        reading.unresolved_model = next((n for n in notes if n.startswith(_MEGATRON_NO_VOCAB)), "")
     return reading
 
 
@@ -3899,9 +3978,23 @@ def _openrlhf_settings(command: str, tokens: Sequence[str], raw: dict[str, Setti
 
 
 def _is_megatron(tokens: Sequence[str]) -> bool:
-    """Whether a command runs Megatron-LM's training (``pretrain_gpt.py`` and its siblings, Megatron-LM's paths)."""
-    return any(basename(t).startswith("pretrain_") and t.endswith(".py")
-               and ("megatron" in t.lower() or basename(t) in _MEGATRON_SCRIPTS) for t in tokens)
+    """Whether a command runs Megatron-LM's training: ``pretrain_gpt.py`` and its siblings, Megatron-LM's paths, or a
+    Python entry point given Megatron's own argument parser's flags (Megatron-DeepSpeed's ``finetune_llama.py``,
+    Pai-Megatron-Patch's ``pretrain_qwen2_moe.py``: ``--tensor-model-parallel-size``, ``--use-distributed-optimizer``,
+    or ``--num-layers`` with ``--hidden-size`` and ``--micro-batch-size``)."""
+    if any(basename(t).startswith("pretrain_") and t.endswith(".py")
+           and ("megatron" in t.lower() or basename(t) in _MEGATRON_SCRIPTS) for t in tokens):
+        return True
+    if not any(t.endswith(".py") for t in tokens):
+        return False
+    flags = {t.split("=", 1)[0] for t in tokens if t.startswith("--")}
+    return bool(flags & _MEGATRON_ONLY_FLAGS) or {"--num-layers", "--hidden-size", "--micro-batch-size"} <= flags
+
+
+# flags only Megatron's argument parser spells so (megatron/training/arguments.py; other trainers' are snake_case or
+# dotted)
+_MEGATRON_ONLY_FLAGS = frozenset({"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                                  "--use-distributed-optimizer", "--recompute-granularity"})
 
 
 _MEGATRON_SCRIPTS = {"pretrain_gpt.py", "pretrain_mamba.py", "pretrain_bert.py", "pretrain_t5.py"}
@@ -3930,6 +4023,13 @@ def _megatron_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: li
         raw["sharding"] = Setting("zero1", f"{found[1]} (Megatron's distributed optimizer shards the fp32 main "
                                            "weights and Adam states over the data-parallel ranks, as ZeRO-1)", where)
     granularity, method = flag("recompute_granularity"), flag("recompute_method")
+    if granularity is None and (short := flag("recompute_activations")) is not None \
+            and to_bool(short[0]) is not False:
+        # megatron/training/arguments.py validate_args: --recompute-activations sets recompute_granularity selective
+        granularity = ("selective", f"{short[1]} (Megatron's shorthand for --recompute-granularity selective)")
+    elif granularity is None and (old := flag("checkpoint_activations")) is not None and to_bool(old[0]) is not False:
+        # Megatron-DeepSpeed / bigscience: every layer (checkpoint_num_layers 1 by default)
+        granularity = ("full", f"{old[1]} (Megatron-DeepSpeed: every --checkpoint-num-layers layers, 1 by default)")
     if granularity is not None and str(granularity[0]).lower() == "selective":
         raw["gradient_checkpointing"] = Setting("selective", granularity[1], where)
     elif granularity is not None and str(granularity[0]).lower() == "full":
@@ -3943,6 +4043,7 @@ def _megatron_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: li
     raw.setdefault("framework", Setting("megatron", "Megatron-LM (its Float16Module over a 16-bit model, fp32 main "
                                                     "parameters, its gradient buffer)", where))
     _megatron_gradients_and_optimizer(flag, raw, notes, where)
+    _megatron_attention(flag, raw, notes, where)
     tp = flag("tensor_model_parallel_size")
     if tp is not None and (launch_count(str(tp[0])) or 1) > 1:
         sp = flag("sequence_parallel")
@@ -3954,9 +4055,34 @@ def _megatron_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: li
         notes.append(f"{found[1]} {found[0]}: Megatron's FP8 (Transformer Engine) linears are not expressible in the "
                      "TrainingSpec; the prediction is for bf16 matmuls")
     if "model" not in raw:
-        model = _megatron_model(flag)
+        model = _megatron_model(flag, notes)
         if model is not None:
             raw["model"] = Setting(model, "Megatron-LM architecture flags (--num-layers, --hidden-size, ...)", where)
+
+
+def _megatron_attention(flag: Any, raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """The attention kernel: ``--attention-backend`` (flash, fused (cuDNN) or auto: a fused kernel that keeps no
+    score matrix and takes the k/v heads as they are; unfused or local: Megatron's own, which keeps the softmax),
+    ``--use-flash-attn`` (and Megatron-DeepSpeed's ``--use-flash-attn-v1/-v2/-triton``). Without them,
+    Megatron-DeepSpeed (a ``--deepspeed`` run) and ``--transformer-impl local`` run the unfused CoreAttention;
+    Megatron-Core with Transformer Engine picks a fused kernel (auto)."""
+    backend = flag("attention_backend")
+    flash = next((found for key in ("use_flash_attn", "use_flash_attn_v1", "use_flash_attn_v2", "use_flash_attn_triton")
+                  if (found := flag(key)) is not None and to_bool(found[0]) is not False), None)
+    if backend is not None:
+        kind = str(backend[0]).strip().lower()
+        raw.setdefault("attention", Setting("eager" if kind in ("unfused", "local") else "flash",
+                                            f"{backend[1]} {kind}", where))
+    elif flash is not None:
+        raw.setdefault("attention", Setting("flash", flash[1], where))
+    elif flag("deepspeed") is not None or flag("deepspeed_config") is not None or (
+            (impl := flag("transformer_impl")) is not None and str(impl[0]).strip().lower() == "local"):
+        raw.setdefault("attention", Setting("eager", "Megatron without a flash-attention flag (Megatron-DeepSpeed or "
+                                                     "--transformer-impl local: the unfused CoreAttention keeps the "
+                                                     "softmax of every score)", where))
+    else:
+        raw.setdefault("attention", Setting("flash", "Megatron-Core's --attention-backend auto (Transformer Engine's "
+                                                     "fused attention)", where))
 
 
 def _megatron_gradients_and_optimizer(flag: Any, raw: dict[str, Setting], notes: list[str], where: str) -> None:
@@ -3982,30 +4108,89 @@ def _megatron_gradients_and_optimizer(flag: Any, raw: dict[str, Setting], notes:
                                                         "apex's fused kernel", where))
 
 
-def _megatron_model(flag: Any) -> dict[str, Any] | None:
-    """A Llama-style inline config from Megatron's architecture flags (SwiGLU and RMSNorm, a vocabulary size), else
-    None. Megatron ties the embedding and the output layer unless ``--untie-embeddings-and-output-weights``."""
+def _megatron_model(flag: Any, notes: list[str] | None = None) -> dict[str, Any] | None:
+    """An inline config from Megatron's architecture flags, else None: Llama-style with ``--swiglu`` (gated SiLU MLP,
+    RMSNorm), GPT-style without it (Megatron's GPT: GeLU MLP of ``--ffn-hidden-size`` (4 x hidden by default),
+    LayerNorm, learned positions unless rope), Mixtral-style with ``--num-experts`` (top ``--moe-router-topk``, 2 by
+    default, of ``--moe-ffn-hidden-size`` experts). The vocabulary: ``--vocab-size``, else the tokenizer's
+    (GPT2BPETokenizer 50,257; a ``--tokenizer-model`` that names a catalog model), padded as Megatron pads it to a
+    multiple of ``--make-vocab-size-divisible-by`` (128) x tensor parallel. Megatron ties the embedding and the
+    output layer unless ``--untie-embeddings-and-output-weights``."""
     sizes = {key: launch_count(str(found[0])) if (found := flag(key)) is not None else None
              for key in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "num_query_groups",
-                         "kv_channels", "vocab_size", "max_position_embeddings", "seq_length")}
-    swiglu, norm = flag("swiglu"), flag("normalization")
-    if None in (sizes["num_layers"], sizes["hidden_size"], sizes["num_attention_heads"], sizes["vocab_size"]) or \
-            swiglu is None or norm is None or str(norm[0]).lower() != "rmsnorm":
+                         "kv_channels", "vocab_size", "max_position_embeddings", "seq_length", "num_experts",
+                         "moe_router_topk", "moe_ffn_hidden_size", "make_vocab_size_divisible_by",
+                         "tensor_model_parallel_size", "num_key_value_heads")}
+    layers, hidden, heads = sizes["num_layers"], sizes["hidden_size"], sizes["num_attention_heads"]
+    if layers is None or hidden is None or heads is None:
         return None
-    hidden, heads = sizes["hidden_size"], sizes["num_attention_heads"]
-    assert hidden is not None and heads is not None
-    groups = sizes["num_query_groups"] if flag("group_query_attention") is not None else None
-    config: dict[str, Any] = {
-        "model_type": "llama", "num_hidden_layers": sizes["num_layers"], "hidden_size": hidden,
+    vocab = sizes["vocab_size"] or _megatron_tokenizer_vocab(flag)
+    if vocab is None:
+        if notes is not None:
+            notes.append(f"{_MEGATRON_NO_VOCAB} (no --vocab-size, and the tokenizer names no catalog model): give "
+                         "--vocab-size, or the model in the vramfit.io/spec annotation")
+        return None
+    # padded as Megatron pads the tokenizer's size (_vocab_size_with_padding), --vocab-size's too
+    multiple = (sizes["make_vocab_size_divisible_by"] or 128) * (sizes["tensor_model_parallel_size"] or 1)
+    vocab = -(-vocab // multiple) * multiple
+    swiglu, norm = flag("swiglu") is not None, flag("normalization")
+    # Megatron-LM's --group-query-attention --num-query-groups, Megatron-DeepSpeed's --num-key-value-heads
+    groups = sizes["num_query_groups"] if flag("group_query_attention") is not None else sizes["num_key_value_heads"]
+    positions = sizes["max_position_embeddings"] or sizes["seq_length"] or 4096
+    tied = flag("untie_embeddings_and_output_weights") is None
+    width = sizes["ffn_hidden_size"] or 4 * hidden
+    name = f"megatron-{layers}l-{hidden}h"
+    if not swiglu and not sizes["num_experts"]:
+        config: dict[str, Any] = {
+            "model_type": "gpt2", "n_layer": layers, "n_embd": hidden, "n_head": heads, "n_positions": positions,
+            "n_inner": width, "vocab_size": vocab, "activation_function": "gelu", "tie_word_embeddings": tied,
+        }
+        if (groups or (norm is not None and str(norm[0]).lower() == "rmsnorm")) and notes is not None:
+            notes.append("Megatron-LM: a GeLU model with grouped-query attention or RMSNorm is sized as GPT-2's "
+                         "layout (full-head k/v, LayerNorm): the parameter count is a little over")
+        return {"name": name, "config": config}
+    config = {
+        "model_type": "llama", "num_hidden_layers": layers, "hidden_size": hidden,
         "num_attention_heads": heads, "num_key_value_heads": groups or heads,
         "head_dim": sizes["kv_channels"] or hidden // heads,
-        # Megatron's default ffn_hidden_size is 4 x hidden; with SwiGLU the examples give it
-        "intermediate_size": sizes["ffn_hidden_size"] or 4 * hidden, "vocab_size": sizes["vocab_size"],
-        "max_position_embeddings": sizes["max_position_embeddings"] or sizes["seq_length"] or 4096,
-        "tie_word_embeddings": flag("untie_embeddings_and_output_weights") is None,
-        "hidden_act": "silu", "attention_bias": flag("disable_bias_linear") is None,
+        "intermediate_size": width, "vocab_size": vocab, "max_position_embeddings": positions,
+        "tie_word_embeddings": tied, "hidden_act": "silu", "attention_bias": flag("disable_bias_linear") is None,
     }
-    return {"name": f"megatron-{sizes['num_layers']}l-{hidden}h", "config": config}
+    if sizes["num_experts"]:
+        config.update(model_type="mixtral", num_local_experts=sizes["num_experts"],
+                      num_experts_per_tok=sizes["moe_router_topk"] or 2,
+                      intermediate_size=sizes["moe_ffn_hidden_size"] or width)
+        config.pop("head_dim")
+        if notes is not None and (ep := flag("expert_model_parallel_size")) is not None \
+                and (launch_count(str(ep[0])) or 1) > 1:
+            notes.append(f"{ep[1]} {ep[0]}: expert parallelism (each GPU holds 1/{ep[0]} of the experts) is not "
+                         "expressible in the TrainingSpec; every expert is counted on every GPU (an over-estimate)")
+        if not swiglu and notes is not None:
+            notes.append("Megatron-LM: MoE experts without --swiglu are sized as gated (SwiGLU) experts: over")
+    return {"name": name, "config": config}
+
+
+# Megatron-LM's --tokenizer-type values with a fixed vocabulary (megatron/training/tokenizer): GPT-2's BPE, BERT's
+# WordPiece, and Llama 2's SentencePiece model (Llama2Tokenizer, whatever file --tokenizer-model names)
+_MEGATRON_NO_VOCAB = "Megatron-LM: the architecture flags give the model's shape but not its vocabulary"
+_MEGATRON_TOKENIZERS = {"gpt2bpetokenizer": 50257, "bertwordpiecelowercase": 30522, "bertwordpiececase": 28996,
+                        "llama2tokenizer": 32000}
+
+
+def _megatron_tokenizer_vocab(flag: Any) -> int | None:
+    """The vocabulary of Megatron's ``--tokenizer-type`` (GPT2BPETokenizer: GPT-2's 50,257), or of the catalog model a
+    ``--tokenizer-model`` names (HuggingFaceTokenizer, Llama2Tokenizer ...), else None."""
+    kind = flag("tokenizer_type")
+    if kind is not None and (size := _MEGATRON_TOKENIZERS.get(str(kind[0]).strip().lower())):
+        return size
+    if kind is None and flag("merge_file") is not None:  # a BPE vocabulary and merges file: GPT-2's tokenizer
+        return _MEGATRON_TOKENIZERS["gpt2bpetokenizer"]
+    model = flag("tokenizer_model") or flag("tokenizer_name_or_path")
+    if model is None:
+        return None
+    from scheduler.spec.nemo import _catalog_vocab  # nemo imports this module: a late import
+
+    return _catalog_vocab(str(model[0]))
 
 
 def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], flags: Mapping[str, Setting],

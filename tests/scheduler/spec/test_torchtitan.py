@@ -63,8 +63,15 @@ def test_flags_only_take_torchtitans_defaults_and_the_pipeline_microbatch() -> N
         "llama-3.1-70b", 4096, 1, 8, 2)
     assert (s.gradient_checkpointing, s.checkpoint_every_n_layers) == ("full", 2)
     assert job.provenance["checkpoint_every_n_layers"] == "torchtitan selective_ac_option default 2"
-    assert (s.precision, s.sharding, s.torch_compile) == ("bf16-mixed", "fsdp", True)
+    # under pipeline parallelism torchtitan's reshard_after_forward "default" is False (apply_fsdp: not pp_enabled):
+    # the stage keeps its gathered parameters from forward to backward, as SHARD_GRAD_OP; its Adam is fused by default
+    assert (s.precision, s.sharding, s.torch_compile, s.fused_optimizer) == ("bf16-mixed", "fsdp-grad-op", True, True)
     assert job.provenance["micro_batch_size"] == "torchtitan pipeline_parallel_microbatch_size default 1"
+    resharded = one_job(pod([*TITAN, "--model.name", "llama3", "--model.flavor", "70B",
+                             "--parallelism.pipeline_parallel_degree", "2",
+                             "--parallelism.fsdp_reshard_after_forward", "always", "--optimizer.implementation",
+                             "foreach"], gpus=16)).spec
+    assert (resharded.sharding, resharded.fused_optimizer) == ("fsdp", False)
 
 
 def test_options_that_change_the_model_states() -> None:

@@ -411,6 +411,9 @@ def test_deepspeed_stage_0_runs_a_16bit_model_with_fp32_masters() -> None:
     (DeepSpeed-Chat's OPT-350m DPO at stage 0, external set 12: 57 % over, 25 % with it)."""
     stage0 = ds_job({"fp16": {"enabled": True}, "zero_optimization": {"stage": 0}}, "--fp16")
     assert (stage0.spec.sharding, stage0.spec.precision, stage0.spec.master_weights) == ("ddp", "16-mixed", True)
+    # bf16 at stage 0 is its BF16_Optimizer: the fp32 masters partitioned as at ZeRO-1, the gradients in fp32
+    bf16 = ds_job({"bf16": {"enabled": True}, "zero_optimization": {"stage": 0}}, "--bf16").spec
+    assert (bf16.sharding, bf16.fp32_gradients, bf16.master_weights) == ("zero1", True, None)
     assert "ZeRO stage 0" in stage0.provenance["master_weights"]
     assert ds_job({"fp16": {"enabled": True}, "zero_optimization": {"stage": 2}}, "--fp16").spec.master_weights is None
     # DeepSpeed-Chat's --zero_stage 0 with its own --deepspeed switch
@@ -636,7 +639,9 @@ def test_llama_factory_names_its_own_deepspeed_config_read_as_it_ships() -> None
     assert (offload.spec.zero_reduce_bucket_elements, offload.spec.zero_overlap_comm) == (500_000_000, False)
     both = lf_ds("ds_z3_offload_config.json")
     assert (both.spec.sharding, both.spec.offload) == ("zero3", "params+optimizer")
-    assert lf_ds("ds_z0_config.json").spec.sharding == "ddp"
+    # stage 0 under bf16 is DeepSpeed's BF16_Optimizer: fp32 masters partitioned as ZeRO-1, fp32 gradients
+    z0 = lf_ds("ds_z0_config.json").spec
+    assert (z0.precision, z0.sharding, z0.fp32_gradients) == ("bf16-mixed", "zero1", True)
 
 
 def test_a_carried_file_and_other_trainers_are_read_as_before() -> None:
@@ -845,10 +850,20 @@ def test_megatron_lm_flags_and_its_architecture_flags_are_read() -> None:
     assert block.spec.gradient_checkpointing == "none" and "recomputes only" in notes_of(block)
     selective = one_job(pod([*MEGATRON, "--recompute-granularity", "selective"], gpus=8))
     assert selective.spec.gradient_checkpointing == "selective"
-    # a GPT-2-style architecture (no SwiGLU) is not guessed: the model is asked for, as before
+    # Megatron's GPT (no SwiGLU: GeLU MLP of 4 x hidden, LayerNorm, learned positions) as a GPT-2 layout, the
+    # vocabulary padded to a multiple of 128 as Megatron pads it: GPT-2 medium's shape, 354,871,296 parameters
+    gpt = one_job(pod(["torchrun", "pretrain_gpt.py", "--num-layers", "24", "--hidden-size", "1024",
+                       "--num-attention-heads", "16", "--vocab-size", "50257", "--seq-length", "1024"]))
+    assert resolve_model(gpt.spec).architecture.params_total == 354_871_296
+    # the vocabulary from the tokenizer: GPT-2's BPE files (--vocab-file / --merge-file), Llama2Tokenizer
+    bpe = one_job(pod(["torchrun", "pretrain_gpt.py", "--num-layers", "24", "--hidden-size", "1024",
+                       "--num-attention-heads", "16", "--vocab-file", "v.json", "--merge-file", "m.txt"]))
+    assert resolve_model(bpe.spec).architecture.vocab_size == 50304
+    # a tokenizer of unknown size: refused, saying what is missing
     outcomes = scan(pod(["torchrun", "pretrain_gpt.py", "--num-layers", "24", "--hidden-size", "1024",
-                         "--num-attention-heads", "16", "--vocab-size", "50257", "--seq-length", "1024"]))
-    assert any("no model found" in str(o) for o in outcomes)
+                         "--num-attention-heads", "16", "--tokenizer-type", "GPTSentencePieceTokenizer",
+                         "--tokenizer-model", "./tokenizer.model"]))
+    assert any("but not its vocabulary" in str(o) for o in outcomes)
 
 
 def test_megatron_lm_keeps_fp32_gradients_under_bf16_and_steps_a_fused_adam() -> None:
@@ -867,6 +882,65 @@ def test_megatron_lm_keeps_fp32_gradients_under_bf16_and_steps_a_fused_adam() ->
     fp16 = [t for t in MEGATRON if t != "--bf16"] + ["--fp16"]
     assert one_job(pod(fp16, gpus=8)).spec.fp32_gradients is None
     assert one_job(pod([*fp16, "--accumulate-allreduce-grads-in-fp32"], gpus=8)).spec.fp32_gradients is True
+
+
+# NVIDIA/Megatron-LM examples build their command from bash arrays (examples/llama/train_llama3_8b_h100_fp8.sh), in
+# part: a multi-line array with comments, an array appended to another, a quoted element of two words
+MEGATRON_ARRAYS = """
+GPUS_PER_NODE=8
+SEQ_LENGTH=8192
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE
+)
+MODEL_ARGS=(
+    --num-layers 32  # the layers
+    --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32
+    --group-query-attention --num-query-groups 8 --kv-channels 128
+    --seq-length $SEQ_LENGTH
+    # --recompute-granularity full
+    --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights --disable-bias-linear
+)
+TRAINING_ARGS=(--micro-batch-size 1 --global-batch-size 128 --bf16)
+DDP_ARGS=(--use-distributed-optimizer --overlap-grad-reduce)
+TRAINING_ARGS+=("${DDP_ARGS[@]}")
+DATA_ARGS=("--vocab-size 128256" "--tokenizer-type NullTokenizer")
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py ${MODEL_ARGS[@]} "${TRAINING_ARGS[@]}" ${DATA_ARGS[@]} \
+    --recompute-activations --attention-backend ${ATTN:-unfused}
+"""
+
+
+def test_megatron_example_scripts_built_from_bash_arrays_are_read() -> None:
+    """Every Megatron-LM example passes its flags as ``${MODEL_ARGS[@]}``: the arrays were not expanded, each body was
+    read as one-flag pseudo-commands and the job was refused (Llama 3 8B FP8 example; with the model annotated 159.2
+    GiB for about 103, at 2,048 tokens under DDP). Also read: --recompute-activations (selective, Megatron's
+    shorthand) and --attention-backend (unfused: the softmax kept)."""
+    from predictors.catalog import resolve_model
+
+    s = one_job(pod(["bash", "-c", MEGATRON_ARRAYS], gpus=8)).spec
+    assert (s.seq_len, s.sharding, s.grad_accum_steps, s.fp32_gradients, s.framework) == (
+        8192, "zero1", 16, True, "megatron")
+    assert resolve_model(s).architecture.params_total == 8_030_261_248
+    assert (s.gradient_checkpointing, s.attention) == ("selective", "eager")
+    flash = one_job(pod(["bash", "-c", MEGATRON_ARRAYS], env={"ATTN": "flash"}, gpus=8)).spec
+    assert flash.attention == "flash"
+
+
+def test_megatron_flags_read_beyond_pretrain_scripts_and_old_spellings() -> None:
+    """Megatron's argument parser behind other entry points (Megatron-DeepSpeed's finetune_llama.py), its older
+    --checkpoint-activations (every layer), the global batch over a pipeline (num_microbatches = global / (micro x
+    data parallel)), and ${10}-style arguments (Pai-Megatron-Patch scripts take 25)."""
+    args = ["torchrun", "finetune_llama.py", "--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads",
+            "32", "--ffn-hidden-size", "11008", "--swiglu", "--normalization", "rmsnorm", "--vocab-size", "32000",
+            "--micro-batch-size", "16", "--global-batch-size", "256", "--seq-length", "512",
+            "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--checkpoint-activations"]
+    s = one_job(pod(args, gpus=8)).spec
+    assert (s.framework, s.seq_len, s.grad_accum_steps, s.gradient_checkpointing, s.sequence_parallel) == (
+        "megatron", 512, 8, "full", False)
+    script = "TP=${10}\nPP=${11:-1}\ntorchrun pretrain_gpt.py --tensor-model-parallel-size $TP " \
+             "--pipeline-model-parallel-size $PP --num-layers 2 --hidden-size 64 --num-attention-heads 4 " \
+             "--vocab-size 1000 --swiglu --normalization RMSNorm --micro-batch-size 1"
+    bound = one_job(pod(["bash", "-c", script, "_", *["a", "b", "c", "d", "e", "f", "g", "h", "i", "2"]], gpus=8)).spec
+    assert (bound.tensor_parallel, bound.pipeline_parallel) == (2, 1)
 
 
 def test_kubeflow_sdk_trainer_json_arguments_are_read() -> None:
