@@ -99,6 +99,11 @@ def cases(budget_bytes: int) -> dict[str, Callable[[], dict[str, Any]]]:
             "bash", "-c", "export A=7\nexport B=9\necho " + "$((A*B+A)) " * ((cap - 40) // 11)]),
         "command: nested defaults at the cap": lambda: _pod(command=[
             "bash", "-c", "export B=" + "b" * 200 + "\necho " + "${A:-${B}} " * ((cap - 260) // 11)]),
+        "command: an array doubled 40 times": lambda: _pod(command=[
+            "bash", "-c", "A=(--x y)\n" + 'A+=("${A[@]}" "${A[@]}")\n' * 40 + "torchrun pretrain_gpt.py ${A[@]}"]),
+        "command: if branches at the cap": lambda: _pod(command=[
+            "bash", "-c", ('if [ "$A" = b ] || [ $B = c ]; then\nX=1\nelif [ -z "$X" ]; then\nY=2\nfi\n')
+            * ((cap - 100) // 70)]),
         "containers: many": lambda: {**_pod(), "spec": {"containers": [
             {"name": f"c{i}", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}} for i in range(n // 84)]}},
     }

@@ -349,7 +349,10 @@ def read_container(obj: ObjectRef, data: Any, path: Path) -> Container:
     n_command = 0
     for key in ("command", "args"):
         items = get(obj, data, key, path, list, [])
-        argv += [expand_k8s_vars(str(x), env, obj.expansion) for x in items if x is not None]
+        # an unquoted YAML true/false is a bool here; the API server wants strings, and a script compares the word as
+        # written (`if [ $DO = true ]`), not Python's "True"
+        argv += [expand_k8s_vars(str(x).lower() if isinstance(x, bool) else str(x), env, obj.expansion)
+                 for x in items if x is not None]
         n_command = n_command or (len(argv) if key == "command" else 0)
     gpus, unsized = read_resources(obj, data.get("resources"), (*path, "resources"))
     return Container(str(data.get("name") or ""), path, tuple(argv), env, gpus, n_command, unsized)

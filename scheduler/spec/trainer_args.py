@@ -2548,13 +2548,17 @@ def split_script(
     script.env.update(read_into)
     command: list[str] = []
     seeded = dict(script.env)  # the container's environment
+    text = _prune_branches(text, script.env, budget)
     text, arrays = _arrays(text)
     text = _exports(text, script.env, budget)
     _array_words(arrays, script.env, budget)
     for name, body in read_into.items():  # an unquoted heredoc's body is expanded as bash reads it
         script.env[name] = _expand(body, script.env, budget)
     recorded = {name for name, value in script.env.items() if seeded.get(name) != value}  # whole-line exports
-    for token in [*_split_shell(_expand(text, script.env, budget), script.env), ";"]:
+    # a value's newlines are word breaks where the script expands it (`eval ${run_cmd}` of a command assigned over
+    # several lines runs as one command: Pai-Megatron-Patch's run scripts), not command separators
+    flat = {name: value.replace("\n", " ") if "\n" in value else value for name, value in script.env.items()}
+    for token in [*_split_shell(_expand(text, flat, budget), script.env), ";"]:
         if token in _OPERATORS:
             if command:
                 script.commands.append(command)
@@ -2567,6 +2571,90 @@ def split_script(
         elif command or token != "export":
             command.append(token)
     return script
+
+
+_IF_LINE = re.compile(r"^[ \t]*(if|elif)[ \t]+(.*?)(?:[ \t]*;[ \t]*then)?[ \t]*(?:#.*)?$")
+_TEST = re.compile(r"^(?:\[\[|\[|test)\s+(.*?)\s*(?:\]\]|\])?$")
+_MAX_BRANCH_DEPTH = 64
+
+
+def _condition(text: str, env: Mapping[str, str], budget: TextBudget) -> bool | None:
+    """The value of an ``if`` condition made of string tests (``[ $A = b ]``, ``[[ "$A" == "b" ]]``, ``!=``, ``-z``,
+    ``-n``, joined by ``||`` or ``&&`` but not both) over variables the script has set; None when it is anything
+    else or a variable is not known."""
+    text = text.strip()
+    if "||" in text and "&&" in text:
+        return None
+    joiner = "||" if "||" in text else "&&"
+    values: list[bool] = []
+    for part in text.split(joiner):
+        match = _TEST.match(part.strip())
+        if match is None:
+            return None
+        expanded = _expand(match.group(1), env, budget)
+        if "$" in expanded or "`" in expanded:
+            return None
+        try:
+            words = shlex.split(expanded)
+        except ValueError:
+            return None
+        if len(words) == 3 and words[1] in ("=", "==", "!="):
+            values.append((words[0] == words[2]) != (words[1] == "!="))
+        elif len(words) in (1, 2) and words[0] in ("-z", "-n"):
+            empty = len(words) == 1 or words[1] == ""
+            values.append(empty if words[0] == "-z" else not empty)
+        else:
+            return None
+    return any(values) if joiner == "||" else all(values)
+
+
+def _prune_branches(text: str, env: Mapping[str, str], budget: TextBudget) -> str:
+    """A script without the ``if``/``elif``/``else`` branches that do not run, where the conditions are string tests
+    over variables it sets before them (its own ``NAME=value`` lines and the container's env, the arguments bound):
+    Pai-Megatron-Patch picks its model's shape by ``if [ $MODEL_SIZE = 7B ]; then NUM_LAYERS=28 ...; elif ...``, and
+    Megatron-DeepSpeed turns recomputation on only ``if [ "${activation_checkpoint}" = "true" ]``; every branch's
+    assignments were applied, the last one winning. A condition that cannot be decided keeps its branches, as before."""
+    if "if" not in text or "fi" not in text:
+        return text
+    known = dict(env)
+    # (this branch runs: True / False / None unknown, a branch of this if already ran, the enclosing block ran)
+    frames: list[tuple[bool | None, bool, bool]] = []
+    kept: list[str] = []
+    assign = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|\S*)[ \t]*(?:#.*)?$")
+    for line in text.split("\n"):
+        stripped = line.strip()
+        outer = not frames or (frames[-1][2] and frames[-1][0] is not False)  # this line runs, as far as known
+        head = _IF_LINE.match(line) if stripped.startswith(("if", "elif")) else None
+        if head is not None and head.group(1) == "if" and not re.search(r"\bfi\b", stripped):
+            if len(frames) >= _MAX_BRANCH_DEPTH:
+                return text  # nothing real nests so deep: read it as before
+            state = _condition(head.group(2), known, budget) if outer else False
+            frames.append((state, state is True, outer))
+            kept.append(line if outer else "")
+            continue
+        if head is not None and head.group(1) == "elif" and frames:
+            _, taken, parent = frames[-1]
+            state = False if taken else (_condition(head.group(2), known, budget) if parent else False)
+            frames[-1] = (state, taken or state is True, parent)
+            kept.append(line if parent else "")
+            continue
+        if stripped == "else" and frames:
+            state_before, taken, parent = frames[-1]
+            state = False if taken else (True if state_before is False and parent else None)
+            frames[-1] = (state if parent else False, True, parent)
+            kept.append(line if parent else "")
+            continue
+        if stripped in ("fi", "fi;") and frames:
+            parent = frames.pop()[2]
+            kept.append(line if parent else "")
+            continue
+        if outer:
+            kept.append(line)
+            if (match := assign.match(line)) and not any(state is None for state, _, _ in frames):
+                known[match.group(1)] = _expand(match.group(2).strip("'\""), known, budget)
+        else:
+            kept.append("")  # a branch that does not run
+    return "\n".join(kept)
 
 
 _ARRAY_START = re.compile(r"^[ \t]*(?:(?:declare|local|typeset)[ \t]+-a[ \t]+|export[ \t]+)?"
@@ -4015,8 +4103,14 @@ def _megatron_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: li
         return pairs.get(key)
 
     for key, name in (("seq_length", "seq_len"), ("train_iters", "steps")):
-        if (found := flag(key)) is not None:
-            raw[name] = Setting(found[0], found[1], where)
+        if (found := flag(key)) is None:
+            continue
+        if name == "steps" and (launch_count(str(found[0])) or 0) < 1:
+            # a launcher's own arithmetic (Pai: TRAIN_ITERS=$(( TRAIN_TOKENS / GBS / SEQ_LEN ))) can give 0; the job's
+            # memory does not depend on it, its runtime is then not known
+            notes.append(f"{found[1]} {found[0]}: not a step count; the runtime is predicted without one")
+            continue
+        raw[name] = Setting(found[0], found[1], where)
     if (found := flag("global_batch_size")) is not None:
         raw["_global_batch_size"] = Setting(found[0], found[1], where)
     if (found := flag("use_distributed_optimizer")) is not None and to_bool(found[0]) is True:

@@ -1433,3 +1433,61 @@ def test_diff_review_findings_on_hydra_agents_and_budgets() -> None:
     assert agent.critic_model == "OpenRLHF/Llama-3-8b-sft-mixture"
     refused = split_script(["bash", "-c", "$@" * 400_000, "_", "a", "b"], {})
     assert refused.commands == [] and "not read" in refused.notes[0]
+
+
+# Pai-Megatron-Patch's run_mcore_qwen.sh, in part: the model's shape by branch, options by string tests, the command
+# assigned over several lines and run with eval
+PAI_SCRIPT = """
+ENV=$1
+MODEL_SIZE=$2
+DO=${14}
+AC=${17}
+if [ $MODEL_SIZE = 0.5B ]; then
+    NUM_LAYERS=24
+    HIDDEN_SIZE=896
+elif [ $MODEL_SIZE = 72B ]; then
+    NUM_LAYERS=80
+    HIDDEN_SIZE=8192
+fi
+if [ $DO = true ]; then
+    do_options=" --use-distributed-optimizer"
+else
+    do_options=""
+fi
+if [ $AC = full ]; then
+    ac_options=" --recompute-granularity full --recompute-method uniform"
+elif [ $AC = sel ]; then
+    ac_options=" --recompute-activations"
+else
+    ac_options=""
+fi
+if [ "$UNKNOWN_VAR" = "x" ]; then
+    extra_options=" --micro-batch-size 4"
+fi
+run_cmd="torchrun --nproc_per_node 8 pretrain_qwen.py
+ --num-layers ${NUM_LAYERS} --hidden-size ${HIDDEN_SIZE} --num-attention-heads 14 --vocab-size 151936
+ --swiglu --normalization RMSNorm --seq-length 128 --micro-batch-size 1 ${do_options} ${ac_options} ${extra_options}
+ --train-iters 0"
+eval ${run_cmd}
+"""
+
+
+def test_script_branches_that_do_not_run_are_not_read() -> None:
+    """Assignments in if/elif/else branches whose string tests are false were applied, the last one winning:
+    Pai-Megatron-Patch's 0.5B job read as its 72B branch (80 layers), recomputation on where the branch is off. A
+    condition on a variable the script does not set keeps its branch, as before. Also: an unquoted YAML `true` in
+    the container's args is the word `true` (Python's `True` failed `[ $DO = true ]`), a command assigned over several
+    lines and run with `eval` is one command, and a --train-iters of 0 (the script's own arithmetic) is noted, not
+    refused."""
+    from predictors.catalog import resolve_model
+
+    args = ["dsw", "0.5B", *["1"] * 11, "x", "x", "x", "false", "x"]
+    job = one_job(pod(["bash", "-c", PAI_SCRIPT, "_", *args[:13], True, *args[14:]], gpus=8))  # type: ignore[list-item]
+    s = job.spec
+    assert resolve_model(s).architecture.num_layers == 24
+    assert (s.sharding, s.gradient_checkpointing, s.micro_batch_size, s.steps) == ("zero1", "none", 4, None)
+    assert any("train_iters" in a and "not a step count" in a for a in job.assumptions)
+    sel = ["dsw", "72B", *["1"] * 11, "false", "x", "x", "sel"]
+    s72 = one_job(pod(["bash", "-c", PAI_SCRIPT, "_", *sel], gpus=8)).spec
+    assert resolve_model(s72).architecture.num_layers == 80
+    assert (s72.resolved_sharding(), s72.gradient_checkpointing) == ("ddp", "selective")
