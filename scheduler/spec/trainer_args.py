@@ -2430,8 +2430,58 @@ def _integer_arithmetic(node: ast.expr) -> int:
     raise ValueError("not integer arithmetic")
 
 
+_SUBSTITUTED = "_"  # what a command substitution stands for (a word vramfit cannot know), no longer than "``"
+
+
+def _command_substitutions(text: str) -> str:
+    """``$(...)`` and `` `...` `` (outside single quotes) replaced by one placeholder word: the command they run is
+    not the script's (``--master_addr=`scontrol show hostnames $NODES | head -n 1``` was cut at its ``|``, and the
+    trainer's command lost its flags before it). ``$((...))`` arithmetic is evaluated before this."""
+    if "$(" not in text and "`" not in text:
+        return text
+    out: list[str] = []
+    quote = ""
+    i = 0
+    unclosed = False  # an unclosed ``$(`` was met: no later one closes at depth 0 either (keeps this linear)
+    while i < len(text):
+        ch = text[i]
+        if quote == "'":
+            if ch == "'":
+                quote = ""
+        elif ch == "\\" and i + 1 < len(text):
+            out.append(text[i:i + 2])
+            i += 2
+            continue
+        elif ch in "'\"" and (not quote or ch == quote):
+            quote = "" if quote else ch
+        elif ch == "`":
+            end = text.find("`", i + 1)
+            if end > i:
+                out.append(_SUBSTITUTED)
+                i = end + 1
+                continue
+        elif ch == "$" and not unclosed and text.startswith("$(", i) and not text.startswith("$((", i):
+            depth, j = 0, i + 1
+            while j < len(text):
+                if text[j] == "(":
+                    depth += 1
+                elif text[j] == ")":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                j += 1
+            if j < len(text):
+                out.append(_SUBSTITUTED)
+                i = j + 1
+                continue
+            unclosed = True
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
 def _split_shell(text: str, env: Mapping[str, str] | None = None) -> list[str]:
-    text = _arithmetic(text, env)
+    text = _command_substitutions(_arithmetic(text, env))
     lexer = shlex.shlex(_commands_text(text), posix=True, punctuation_chars=";&|()")
     lexer.whitespace_split = True
     lexer.commenters = ""
@@ -2552,6 +2602,10 @@ def split_script(
     text, arrays = _arrays(text)
     text = _exports(text, script.env, budget)
     _array_words(arrays, script.env, budget)
+    for name in [n for n in script.files if "$" in n]:  # `cat <<EOT > $config_json`: the file its variable names
+        named = PurePosixPath(_expand(name, script.env, budget).strip("'\"")).name
+        if "$" not in named and named:
+            script.files.setdefault(named, script.files.pop(name))
     for name, body in read_into.items():  # an unquoted heredoc's body is expanded as bash reads it
         script.env[name] = _expand(body, script.env, budget)
     recorded = {name for name, value in script.env.items() if seeded.get(name) != value}  # whole-line exports

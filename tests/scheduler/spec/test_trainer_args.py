@@ -1491,3 +1491,22 @@ def test_script_branches_that_do_not_run_are_not_read() -> None:
     s72 = one_job(pod(["bash", "-c", PAI_SCRIPT, "_", *sel], gpus=8)).spec
     assert resolve_model(s72).architecture.num_layers == 80
     assert (s72.resolved_sharding(), s72.gradient_checkpointing) == ("ddp", "selective")
+
+
+def test_command_substitutions_and_files_named_by_variables() -> None:
+    """A command substitution is one word whatever it runs: fms-fsdp's ``--master_addr=`scontrol show hostnames
+    $SLURM_JOB_NODELIST | head -n 1``` was cut at its ``|`` (and ``$(...)`` at its parentheses), and the trainer's
+    command lost its flags. A heredoc written to ``> $config_json`` is the file the variable names (bigscience's
+    Megatron-DeepSpeed scripts), not a file literally called ``$config_json``."""
+    for sub in ("`scontrol show hostnames $NODES | head -n 1`", "$(scontrol show hostnames | head -n 1)"):
+        commands = split_script(["bash", "-c", f"torchrun --master_addr={sub} --master_port=1 main.py --a=1"],
+                                {}).commands
+        assert commands == [["torchrun", "--master_addr=_", "--master_port=1", "main.py", "--a=1"]]
+    assert split_script(["bash", "-c", "train.py --n $((2 * 4)) --q '$(x)'"], {}).commands == [
+        ["train.py", "--n", "8", "--q", "$(x)"]]
+    script = ("config_json=./ds_config.${SLURM_JOBID:-7}.json\ncat <<EOT > $config_json\n"
+              '{"zero_optimization": {"stage": 2}}\nEOT\ndeepspeed train.py --deepspeed $config_json '
+              "--model_name_or_path Qwen/Qwen2.5-7B")
+    split = split_script(["bash", "-c", script], {"SLURM_JOBID": "1000"})
+    assert list(split.files) == ["ds_config.1000.json"]
+    assert one_job(pod(["bash", "-c", script], gpus=8)).spec.sharding == "zero2"
