@@ -21,9 +21,10 @@ REPO = Path(__file__).resolve().parents[2]
 # 8.1 % / 24.1 %, no source's median above 20 % but S12 (torchtitan's float8, 25.0 %) and S15 (20.9 %: its median row
 # is the full fp32 T0 run, unchanged; its ZeRO-3 T0 LoRA row moved above it, +7.7 % -> +28.0 %, when the fp32 gradient
 # bucket of DeepSpeed's default 5e8 elements was counted, while its mt0 and BLOOMZ ZeRO-3 rows moved closer, -19 % ->
-# -10 % and -51 % -> -40 %)
-NAMED_MEDIAN_LIMIT, NAMED_P90_LIMIT = 0.078, 0.252
-ALL_MEDIAN_LIMIT, ALL_P90_LIMIT = 0.082, 0.242
+# -10 % and -51 % -> -40 %). 2026-11-27 (session 29), torchtitan's compiled whole-batch loss read as the fused kernel it
+# is: S12 25.0 % -> 2.7 %, 76 rows 7.1 % / 24.8 %, all 193 rows 8.0 % / 23.2 %
+NAMED_MEDIAN_LIMIT, NAMED_P90_LIMIT = 0.072, 0.249
+ALL_MEDIAN_LIMIT, ALL_P90_LIMIT = 0.081, 0.233
 
 
 def _bench() -> ModuleType:
