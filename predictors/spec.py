@@ -686,7 +686,8 @@ class TrainingSpec(BaseModel):
                 f"mean_seq_len ({self.mean_seq_len}) is more than seq_len ({self.seq_len}), the longest a micro-batch "
                 "is padded to. To fix: set seq_len to the longest sample (max_length), mean_seq_len to the average")
         if self.cross_entropy == "16-bit" and (self.precision == "32-true" or (
-                self.precision.endswith("mixed") and (self.sharding or "none") in ("none", "ddp"))):
+                self.precision.endswith("mixed") and (self.sharding or "none") in ("none", "ddp")
+                and not self.master_weights and self.framework != "megatron")):
             raise ValueError(
                 f"cross_entropy 16-bit is a loss over 16-bit logits without autocast; precision {self.precision}"
                 + (" computes them in fp32" if self.precision == "32-true" else
@@ -696,6 +697,12 @@ class TrainingSpec(BaseModel):
             raise ValueError(
                 f"cross_entropy applies to the vocabulary-sized loss of causal-lm and masked-lm; task {self.task} "
                 "has a classifier head. To fix: drop cross_entropy")
+        if self.master_weights is False and ((self.sharding or "").startswith("zero") or self.framework == "megatron"):
+            raise ValueError(
+                "master_weights false is autocast over an fp32 model; "
+                + (f"sharding {self.sharding}'s ZeRO optimizer" if (self.sharding or "").startswith("zero") else
+                   "Megatron's Float16Module") + " always keeps a 16-bit model with fp32 masters. To fix: drop "
+                "master_weights")
         if self.master_weights is not None and (not self.precision.endswith("mixed")
                                                 or (self.sharding or "").startswith("fsdp")):
             raise ValueError(

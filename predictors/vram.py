@@ -519,6 +519,9 @@ def _predict_stage(
     (without pipeline parallelism the one stage is both: ``last_stage`` False)."""
     model_parallel = spec.model_parallel()
     n_gpus = gpus if gpus is not None else (spec.gpus if isinstance(spec.gpus, int) else model_parallel)
+    if spec.training_gpus is not None and n_gpus < spec.training_gpus:
+        raise SpecError.one("gpus", f"{n_gpus} is fewer than training_gpus ({spec.training_gpus}), the GPUs that "
+                            "train the model", "predict for at least as many GPUs as train, or lower training_gpus")
     if spec.training_gpus is None and (n_gpus < 1 or n_gpus % model_parallel):
         raise SpecError.one("gpus", f"must be a positive multiple of tensor_parallel x pipeline_parallel x "
                             f"context_parallel ({model_parallel}); got {n_gpus}")
@@ -658,9 +661,9 @@ def _predict_stage(
 
     # ---- model states (resident) --------------------------------------------------------------
     dp = _shard_degree(lay)
-    if spec.training_gpus is not None and isinstance(spec.gpus, int) and spec.training_gpus < spec.gpus:
+    if spec.training_gpus is not None and spec.training_gpus < lay.gpus:
         notes.append(f"training_gpus {spec.training_gpus}: the model trains on {spec.training_gpus} of the job's "
-                     f"{spec.gpus} GPUs (its data-parallel world); the others run other roles, not predicted here")
+                     f"{lay.gpus} GPUs (its data-parallel world); the others run other roles, not predicted here")
     if lay.shard < lay.dp and lay.sharding in ("zero3", "fsdp", "fsdp-grad-op"):
         notes.append(f"hybrid sharding: the states are split over {dp} ranks (shard_group_size {lay.shard}"
                      + (f" x context parallel {lay.cp}" if lay.cp > 1 else "")
@@ -764,8 +767,9 @@ def _predict_stage(
     # ---- buffers for communication and sharding -----------------------------------------------
     comm = 0.0
     layer_params = (linear_body + other) / max(arch.num_layers + arch.num_encoder_layers, 1) * scale / lay.tp
-    if lay.sharding == "ddp" and dp > 1 and not (fp32_gradients or megatron):
-        comm += trainable_gpu * grad_bytes  # DDP flat gradient buckets (Megatron's DDP reduces its buffer itself)
+    if lay.sharding == "ddp" and dp > 1 and not (fp32_gradients or megatron or spec.master_weights):
+        comm += trainable_gpu * grad_bytes  # DDP flat gradient buckets (Megatron's DDP and DeepSpeed's engine reduce
+        # their own buffers)
     elif deepspeed and trainable_gpu > 0 and spec.keeps_zero_gradient_buffer():
         elements, bucket = _zero_gradient_buffer(spec, arch, e)
         comm += bucket
@@ -1559,10 +1563,12 @@ def _activations(
     if ckpt == "full":
         # each block keeps only its input; the block being recomputed holds its full activations and
         # the gradient of its output while backward runs through it
-        # (with tensor parallelism the kept inputs are sequence-parallel shards)
-        act_per_token = (layers + enc_layers) * res_bytes * h / lay.tp
+        # (with tensor parallelism the kept inputs are sequence-parallel shards; without sequence parallelism each
+        # rank keeps them whole)
+        kept_tp = 1 if spec.sequence_parallel is False else lay.tp
+        act_per_token = (layers + enc_layers) * res_bytes * h / kept_tp
         if arch.is_encoder_decoder:  # decoder block inputs at the decoder length, + the shared encoder output
-            act_per_token = ((layers * decoder_tokens(spec) / spec.seq_len + enc_layers) * res_bytes + e) * h / lay.tp
+            act_per_token = ((layers * decoder_tokens(spec) / spec.seq_len + enc_layers) * res_bytes + e) * h / kept_tp
         recompute = biggest + 2 * e * h / lay.tp
         if spec.framework == "transformers":
             recompute += _CKPT_BACKWARD_WIDTH_GRADIENTS * e * width / lay.tp

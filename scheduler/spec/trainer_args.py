@@ -17,6 +17,7 @@ each with the source it came from, plus notes for what was guessed.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import functools
 import json
 import math
@@ -2589,8 +2590,8 @@ def split_script(
     if (note := budget.refuse(shell_text, what)) is not None:
         script.notes.append(note)
         return script
-    # bound whether or not it is run with arguments: without them ``${1:-default}`` is its default, ``$1`` nothing
-    shell_text = bind_positional(shell_text, shell_args)
+    if shell_args:  # only when it is run with arguments: a `${1:-x}` may belong to a function or a written script
+        shell_text = bind_positional(shell_text, shell_args)
     read_into: dict[str, str] = {}
     text = _heredocs(shell_text.replace("\\\r\n", " ").replace("\\\n", " "), script.files, read_into)
     text = _inline_sourced(text, {**(files or {}), **script.files}, budget, where, script.notes,
@@ -2627,17 +2628,40 @@ def split_script(
     return script
 
 
-_IF_LINE = re.compile(r"^[ \t]*(if|elif)[ \t]+(.*?)(?:[ \t]*;[ \t]*then)?[ \t]*(?:#.*)?$")
-_TEST = re.compile(r"^(?:\[\[|\[|test)\s+(.*?)\s*(?:\]\]|\])?$")
+_IF_LINE = re.compile(r"^(if|elif)[ \t]+(.*?)(?:[ \t]*;[ \t]*then)?$")
+_TEST = re.compile(r"^(\[\[|\[|test)\s+(.*?)\s*(?:\]\]|\])?$")
 _MAX_BRANCH_DEPTH = 64
+_SIMPLE_ASSIGN = re.compile(r"^(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"`]*\"|'[^']*'|[^\s;&|<>()`]*)$")
+_ANY_ASSIGN = re.compile(r"(?<![\w$])([A-Za-z_][A-Za-z0-9_]*)\+?=")
+_OTHER_SETTERS = re.compile(r"\b(?:read(?:[ \t]+-\S+(?:[ \t]+\S+)?)*|for|select|getopts[ \t]+\S+)[ \t]+"
+                            r"([A-Za-z_][A-Za-z0-9_]*)")
+_FUNCTION = re.compile(r"^[ \t]*(?:function[ \t]+[A-Za-z_][\w-]*|[A-Za-z_][\w-]*[ \t]*\(\))[ \t]*\{?[ \t]*$", re.M)
+_VAR_NAMES = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 
 
-def _condition(text: str, env: Mapping[str, str], budget: TextBudget) -> bool | None:
+def _code(line: str) -> str:
+    """A script line without its comment (a ``#`` after whitespace, outside quotes) and surrounding blanks."""
+    quote = ""
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1] in " \t"):
+            return line[:i].strip()
+    return line.strip()
+
+
+def _condition(text: str, env: Mapping[str, str], budget: TextBudget, untracked: set[str]) -> bool | None:
     """The value of an ``if`` condition made of string tests (``[ $A = b ]``, ``[[ "$A" == "b" ]]``, ``!=``, ``-z``,
-    ``-n``, joined by ``||`` or ``&&`` but not both) over variables the script has set; None when it is anything
-    else or a variable is not known."""
+    ``-n``; ``[[ $A == *8B* ]]`` as a pattern), joined by ``||`` or ``&&`` but not both, over variables the script
+    sets in ways that are followed (``untracked``: set in a ``case`` arm, after ``&&``, by ``read``, from a command's
+    output...); None when it is anything else or a variable is not known."""
     text = text.strip()
     if "||" in text and "&&" in text:
+        return None
+    if untracked & set(_VAR_NAMES.findall(text)):
         return None
     joiner = "||" if "||" in text else "&&"
     values: list[bool] = []
@@ -2645,76 +2669,112 @@ def _condition(text: str, env: Mapping[str, str], budget: TextBudget) -> bool | 
         match = _TEST.match(part.strip())
         if match is None:
             return None
-        expanded = _expand(match.group(1), env, budget)
+        double = match.group(1) == "[["
+        raw = match.group(2)
+        expanded = _expand(raw, env, budget)
         if "$" in expanded or "`" in expanded:
             return None
         try:
             words = shlex.split(expanded)
+            raw_words = shlex.split(raw, posix=False)
         except ValueError:
             return None
         if len(words) == 3 and words[1] in ("=", "==", "!="):
-            values.append((words[0] == words[2]) != (words[1] == "!="))
-        elif len(words) in (1, 2) and words[0] in ("-z", "-n"):
-            empty = len(words) == 1 or words[1] == ""
-            values.append(empty if words[0] == "-z" else not empty)
+            pattern = len(raw_words) == 3 and raw_words[2][:1] not in "'\"" and any(c in words[2] for c in "*?[")
+            if pattern and not double:
+                return None  # `[ $A = b* ]` is a file-name glob before the test: not followed
+            equal = fnmatch.fnmatchcase(words[0], words[2]) if pattern else words[0] == words[2]
+            values.append(equal != (words[1] == "!="))
+        elif len(words) == 2 and words[0] in ("-z", "-n"):
+            values.append((words[1] == "") == (words[0] == "-z"))
         else:
-            return None
+            return None  # anything else, and `[ -n $EMPTY ]` (one word left: a test of the string "-n")
     return any(values) if joiner == "||" else all(values)
+
+
+def _untracked_variables(text: str) -> set[str]:
+    """Variables a script sets in a way :func:`_prune_branches` does not follow line by line: anywhere but a whole-line
+    ``NAME=value`` (a ``case`` arm, after ``&&`` or ``;``, ``read``, ``for``), or from a command's output."""
+    names: set[str] = set()
+    for line in text.split("\n"):
+        code = _code(line)
+        simple = _SIMPLE_ASSIGN.match(code)
+        for name in _ANY_ASSIGN.findall(code):
+            if simple is None or simple.group(1) != name or "$(" in code:
+                names.add(name)
+        names.update(_OTHER_SETTERS.findall(code))
+    return names
 
 
 def _prune_branches(text: str, env: Mapping[str, str], budget: TextBudget) -> str:
     """A script without the ``if``/``elif``/``else`` branches that do not run, where the conditions are string tests
-    over variables it sets before them (its own ``NAME=value`` lines and the container's env, the arguments bound):
+    over variables it sets before them on lines of their own (and the container's env, the arguments bound):
     Pai-Megatron-Patch picks its model's shape by ``if [ $MODEL_SIZE = 7B ]; then NUM_LAYERS=28 ...; elif ...``, and
     Megatron-DeepSpeed turns recomputation on only ``if [ "${activation_checkpoint}" = "true" ]``; every branch's
-    assignments were applied, the last one winning. A condition that cannot be decided keeps its branches, as before."""
-    if "if" not in text or "fi" not in text:
+    assignments were applied, the last one winning. Conservative: a condition that cannot be decided keeps its
+    branches, as before, and a script whose structure is not followed (functions, ``else if``, an ``if`` left open,
+    deeper than 64) is returned as it is."""
+    if "if" not in text or "fi" not in text or _FUNCTION.search(text):
         return text
     known = dict(env)
-    # (this branch runs: True / False / None unknown, a branch of this if already ran, the enclosing block ran)
+    untracked = _untracked_variables(text)
+    # (this branch runs: True / False / None unknown, a branch of this if already ran, the enclosing block runs)
     frames: list[tuple[bool | None, bool, bool]] = []
     kept: list[str] = []
-    assign = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|\S*)[ \t]*(?:#.*)?$")
     for line in text.split("\n"):
-        stripped = line.strip()
+        code = _code(line)
+        first = code.split(None, 1)[0] if code else ""
         outer = not frames or (frames[-1][2] and frames[-1][0] is not False)  # this line runs, as far as known
-        head = _IF_LINE.match(line) if stripped.startswith(("if", "elif")) else None
-        if head is not None and head.group(1) == "if" and not re.search(r"\bfi\b", stripped):
-            if len(frames) >= _MAX_BRANCH_DEPTH:
-                return text  # nothing real nests so deep: read it as before
-            state = _condition(head.group(2), known, budget) if outer else False
+        if first == "if" and not re.search(r"(?:^|[\s;])fi(?:$|[\s;])", code):
+            head = _IF_LINE.match(code)
+            if head is None or len(frames) >= _MAX_BRANCH_DEPTH:
+                return text
+            state = _condition(head.group(2), known, budget, untracked) if outer else False
             frames.append((state, state is True, outer))
             kept.append(line if outer else "")
             continue
-        if head is not None and head.group(1) == "elif" and frames:
+        if first == "elif":
+            head = _IF_LINE.match(code)
+            if head is None or not frames:
+                return text
             _, taken, parent = frames[-1]
-            state = False if taken else (_condition(head.group(2), known, budget) if parent else False)
+            state = False if taken else (_condition(head.group(2), known, budget, untracked) if parent else False)
             frames[-1] = (state, taken or state is True, parent)
             kept.append(line if parent else "")
             continue
-        if stripped == "else" and frames:
+        if first == "else":
+            if code != "else" or not frames:
+                return text  # `else if ...` (an if nested in the else) and the like: not followed
             state_before, taken, parent = frames[-1]
-            state = False if taken else (True if state_before is False and parent else None)
+            state = False if taken else (True if state_before is False else None)
             frames[-1] = (state if parent else False, True, parent)
             kept.append(line if parent else "")
             continue
-        if stripped in ("fi", "fi;") and frames:
+        if first in ("fi", "fi;"):
+            if not frames:
+                return text
             parent = frames.pop()[2]
             kept.append(line if parent else "")
             continue
         if outer:
             kept.append(line)
-            if (match := assign.match(line)) and not any(state is None for state, _, _ in frames):
-                known[match.group(1)] = _expand(match.group(2).strip("'\""), known, budget)
+            if (match := _SIMPLE_ASSIGN.match(code)) is not None:
+                name = match.group(1)
+                if any(state is None for state, _, _ in frames):
+                    known.pop(name, None)  # set in a branch that may or may not run: no longer known
+                    untracked.add(name)
+                elif name not in untracked:
+                    known[name] = _expand(match.group(2).strip("'\""), known, budget)
         else:
             kept.append("")  # a branch that does not run
-    return "\n".join(kept)
+    return text if frames else "\n".join(kept)
 
 
 _ARRAY_START = re.compile(r"^[ \t]*(?:(?:declare|local|typeset)[ \t]+-a[ \t]+|export[ \t]+)?"
                           r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=\(", re.M)
-# ``${NAME[@]}`` / ``${NAME[*]}`` (quoted or not): every element of an array, as separate words
-_ARRAY_USE = re.compile(r"\"?\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}\"?")
+# ``${NAME[@]}`` / ``${NAME[*]}``, and ``"${NAME[@]}"``: every element of an array, as separate words
+_ARRAY_USE = re.compile(r"(\")?\$\{([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]\}(\")?")
+_QUOTED_ARRAY = "__vramfit_words_"  # the env name of an array's elements, each quoted: what "${NAME[@]}" gives
 
 
 def _array_body_end(text: str, start: int) -> int:
@@ -2769,7 +2829,18 @@ def _arrays(text: str) -> tuple[str, list[tuple[str, bool, str]]]:
         at = end + 1
     out.append(text[at:])
     names = {name for name, _, _ in arrays}
-    return _ARRAY_USE.sub(lambda m: f"${{{m.group(1)}}}" if m.group(1) in names else m.group(0), "".join(out)), arrays
+    return _ARRAY_USE.sub(lambda m: _array_use(m, names), "".join(out)), arrays
+
+
+def _array_use(match: re.Match[str], names: set[str] | None = None) -> str:
+    """``"${NAME[@]}"`` (each element one word, blanks kept) as the quoted elements; ``${NAME[@]}`` and the rest as the
+    elements joined, which the shell splits into words again."""
+    name = match.group(2)
+    if names is not None and name not in names:
+        return match.group(0)
+    if match.group(1) and match.group(4) and match.group(3) == "@":
+        return f"${{{_QUOTED_ARRAY}{name}}}"
+    return (match.group(1) or "") + f"${{{name}}}" + (match.group(4) or "")
 
 
 def _array_words(arrays: Sequence[tuple[str, bool, str]], env: dict[str, str], budget: TextBudget) -> None:
@@ -2777,12 +2848,17 @@ def _array_words(arrays: Sequence[tuple[str, bool, str]], env: dict[str, str], b
     spaces into ``env``: an unquoted ``${NAME[@]}`` splits them into words again, as bash does (a quoted element
     ``"--fp8-format hybrid"`` becomes two words)."""
     for name, appends, body in arrays:
-        body = _ARRAY_USE.sub(lambda m: f"${{{m.group(1)}}}", body)
+        body = _ARRAY_USE.sub(_array_use, body)
         try:
-            words = " ".join(shlex.split(_expand(body, env, budget)))
+            elements = shlex.split(_expand(body, env, budget))
         except ValueError:  # an unbalanced quote: the words as they stand
-            words = " ".join(_expand(body, env, budget).split())
-        env[name] = f"{env.get(name, '')} {words}".strip() if appends else words
+            elements = _expand(body, env, budget).split()
+        quoted = " ".join(shlex.quote(element) for element in elements)
+        words = " ".join(elements)
+        if appends:
+            words = f"{env.get(name, '')} {words}".strip()
+            quoted = f"{env.get(_QUOTED_ARRAY + name, '')} {quoted}".strip()
+        env[name], env[_QUOTED_ARRAY + name] = words, quoted
 
 
 def _exports(text: str, env: dict[str, str], budget: TextBudget) -> str:
@@ -4240,7 +4316,14 @@ def _megatron_gradients_and_optimizer(flag: Any, raw: dict[str, Setting], notes:
     only ``--accumulate-allreduce-grads-in-fp32`` does. Its Adam and SGD are Transformer Engine's or apex's fused
     multi-tensor kernels (megatron/core/optimizer/__init__.py), with no per-tensor step temporaries."""
     explicit, bf16 = flag("accumulate_allreduce_grads_in_fp32"), flag("bf16")
-    if flag("grad_reduce_in_bf16") is not None:
+    deepspeed = flag("deepspeed") or flag("deepspeed_config")
+    if deepspeed is not None:
+        # Megatron-DeepSpeed hands the model to deepspeed.initialize before Megatron's own DDP wraps it: DeepSpeed's
+        # optimizer keeps the gradients (16-bit at ZeRO 1-3; its stage-0 BF16_Optimizer in fp32, which the merge
+        # reads from the ZeRO stage)
+        raw["fp32_gradients"] = Setting(False, f"{deepspeed[1]} (Megatron-DeepSpeed: DeepSpeed's optimizer keeps "
+                                                "the model's gradients)", where)
+    elif flag("grad_reduce_in_bf16") is not None:
         raw["fp32_gradients"] = Setting(False, flag("grad_reduce_in_bf16")[1], where)
     elif explicit is not None and to_bool(explicit[0]) is not False:
         raw["fp32_gradients"] = Setting(True, explicit[1], where)
@@ -4286,7 +4369,9 @@ def _megatron_model(flag: Any, notes: list[str] | None = None) -> dict[str, Any]
     groups = sizes["num_query_groups"] if flag("group_query_attention") is not None else sizes["num_key_value_heads"]
     positions = sizes["max_position_embeddings"] or sizes["seq_length"] or 4096
     tied = flag("untie_embeddings_and_output_weights") is None
-    width = sizes["ffn_hidden_size"] or 4 * hidden
+    # Megatron's default --ffn-hidden-size: 4 x hidden, and with --swiglu int(4h x 2/3 / 64) x 64 (arguments.py)
+    width = sizes["ffn_hidden_size"] or (int(4 * hidden * 2 / 3 / 64) * 64 if flag("swiglu") is not None
+                                         else 4 * hidden)
     name = f"megatron-{layers}l-{hidden}h"
     if not swiglu and not sizes["num_experts"]:
         config: dict[str, Any] = {
@@ -4308,7 +4393,11 @@ def _megatron_model(flag: Any, notes: list[str] | None = None) -> dict[str, Any]
         config.update(model_type="mixtral", num_local_experts=sizes["num_experts"],
                       num_experts_per_tok=sizes["moe_router_topk"] or 2,
                       intermediate_size=sizes["moe_ffn_hidden_size"] or width)
-        config.pop("head_dim")
+        if sizes["kv_channels"] is None:
+            config.pop("head_dim")
+        if notes is not None and (shared := flag("moe_shared_expert_intermediate_size")) is not None:
+            notes.append(f"{shared[1]} {shared[0]}: Megatron's shared expert is not in the Mixtral layout vramfit "
+                         "sizes the model as (an under-estimate of its parameters)")
         if notes is not None and (ep := flag("expert_model_parallel_size")) is not None \
                 and (launch_count(str(ep[0])) or 1) > 1:
             notes.append(f"{ep[1]} {ep[0]}: expert parallelism (each GPU holds 1/{ep[0]} of the experts) is not "

@@ -56,6 +56,15 @@ def test_bad_training_gpus_are_named(fields: dict[str, object], message: str) ->
     assert message in str(caught.value)
 
 
+def test_a_gpu_count_below_the_training_gpus_is_refused() -> None:
+    """predict for fewer GPUs than train (`vramfit predict --gpus 1` on a spec with training_gpus 2): refused."""
+    from predictors.vram import predict_vram
+
+    spec = parse_training_spec({"model": "llama-3.2-1b", "gpus": 8, "training_gpus": 2})
+    with pytest.raises(SpecError, match="fewer than training_gpus"):
+        predict_vram(spec, resolve_model(spec).architecture, gpus=1)
+
+
 def test_model_parallel_applies_to_the_training_gpus() -> None:
     """7 GPUs in the job (4 training with tensor parallel 2, 3 for engines) is a valid layout."""
     spec = parse_training_spec({"model": "llama-3.2-1b", "gpus": 7, "training_gpus": 4, "tensor_parallel": 2})

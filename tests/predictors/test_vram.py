@@ -103,8 +103,15 @@ def test_master_weights_keep_a_16bit_model_without_autocast() -> None:
     b = run(**fields, master_weights=True).breakdown_bytes
     assert (b["weights"], b["master_weights"], b["gradients"]) == (PARAMS * 2, PARAMS * 4, PARAMS * 2)
     assert "autocast_weight_copies" not in b
+    assert "communication_buffers" not in b  # DeepSpeed's engine reduces its own buffers: no DDP bucket copy
     amp = run(**fields).breakdown_bytes
     assert (amp["weights"], amp["gradients"]) == (PARAMS * 4, PARAMS * 4) and "master_weights" not in amp
+    # a 16-bit loss needs no autocast to say so: allowed with master_weights (and under Megatron)
+    run(**fields, master_weights=True, cross_entropy="16-bit")
+    run(**{**fields, "framework": "megatron"}, cross_entropy="16-bit")
+    with pytest.raises(SpecError, match="always keeps a 16-bit model"):
+        parse_training_spec({"model": {"name": "tiny", "config": TINY}, **{**fields, "sharding": "zero2"},
+                             "master_weights": False})
     for bad, why in (({"precision": "bf16-true"}, "precision is bf16-true"),
                      ({"sharding": "fsdp"}, "sharding fsdp")):
         with pytest.raises(SpecError, match=why):
@@ -147,6 +154,10 @@ def test_without_sequence_parallelism_tensor_parallel_ranks_keep_the_norm_inputs
     whole = run(**fields, sequence_parallel=False).breakdown_bytes["activations"]
     assert whole - split == pytest.approx(4 * 2 * H * 512 * L / 2, rel=1e-9)
     assert run(**fields, sequence_parallel=True).breakdown_bytes["activations"] == split
+    # under full recompute each rank keeps every block's input whole too
+    full = {**fields, "gradient_checkpointing": "full"}
+    assert run(**full, sequence_parallel=False).breakdown_bytes["activations"] > run(**full).breakdown_bytes[
+        "activations"]
 
 
 def test_amp_keeps_16bit_copies_of_linear_weights_until_backward() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -1510,3 +1511,30 @@ def test_command_substitutions_and_files_named_by_variables() -> None:
     split = split_script(["bash", "-c", script], {"SLURM_JOBID": "1000"})
     assert list(split.files) == ["ds_config.1000.json"]
     assert one_job(pod(["bash", "-c", script], gpus=8)).spec.sharding == "zero2"
+
+
+BRANCH_SCRIPTS = Path(__file__).parent / "data" / "branches"
+
+
+@pytest.mark.parametrize(("script", "args", "expected"), [
+    # `fi  # comment` closes the if (the rest of the script was dropped: the job refused)
+    ("ficomment.sh", [], {"micro_batch_size": 2, "gradient_checkpointing": "full"}),
+    # `else  # comment` is the else that runs
+    ("elsecomment.sh", [], {"micro_batch_size": 2, "gradient_checkpointing": "full", "method": "full"}),
+    # `[[ $MODEL == *8B* ]]` is a pattern (compared as a string, BS stayed 8)
+    ("glob.sh", [], {"micro_batch_size": 1, "gradient_checkpointing": "full"}),
+    # MODEL_SIZE reassigned in a `case` arm: the branches are not decided on its first value (70B read as 8B)
+    ("stale.sh", ["--size", "70B"], {"micro_batch_size": 1}),
+    # `[ -n $EMPTY ]` is `[ -n ]`, a test of the string "-n": true, the branch runs
+    ("n_unquoted.sh", [], {"gradient_checkpointing": "full"}),
+    # "${ARGS[@]}" keeps the element "full_shard offload auto_wrap" one word (its offload was lost)
+    ("arr_quote.sh", [], {"offload": "params+optimizer", "micro_batch_size": 1}),
+])
+def test_script_reading_follows_bash_where_it_decides(script: str, args: list[str], expected: dict[str, Any]) -> None:
+    """The diff review's cases of the branch pruner and arrays (session 29): each is read as bash runs it, or left
+    undecided (its branches kept) where vramfit cannot tell."""
+    text = (BRANCH_SCRIPTS / script).read_text()
+    spec = one_job(pod(["bash", "-c", text, "_", *args], gpus=8)).spec
+    assert {key: getattr(spec, key) for key in expected} == expected
+    if script == "stale.sh":  # both branches kept: the last one's model, as before the pruner
+        assert spec.model == "meta-llama/Llama-3.1-70B"

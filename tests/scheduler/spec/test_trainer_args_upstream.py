@@ -941,6 +941,17 @@ def test_megatron_flags_read_beyond_pretrain_scripts_and_old_spellings() -> None
              "--vocab-size 1000 --swiglu --normalization RMSNorm --micro-batch-size 1"
     bound = one_job(pod(["bash", "-c", script, "_", *["a", "b", "c", "d", "e", "f", "g", "h", "i", "2"]], gpus=8)).spec
     assert (bound.tensor_parallel, bound.pipeline_parallel) == (2, 1)
+    # Megatron-DeepSpeed at ZeRO 1-3: DeepSpeed's optimizer keeps the 16-bit gradients (its model never reaches
+    # Megatron's DDP); at stage 0 with bf16 its BF16_Optimizer accumulates them in fp32
+    mds = [*args, "--bf16", "--deepspeed", "--deepspeed_config", "ds.json"]
+    assert one_job(pod([*mds, "--zero-stage", "1"], gpus=8)).spec.fp32_gradients is False
+    assert one_job(pod([*mds, "--zero-stage", "0"], gpus=8)).spec.fp32_gradients is True
+    # --swiglu without --ffn-hidden-size: Megatron's int(4h x 2/3 / 64) x 64, not 4h
+    from predictors.catalog import resolve_model
+
+    no_ffn = [t for i, t in enumerate(args) if t != "--ffn-hidden-size" and args[i - 1] != "--ffn-hidden-size"]
+    # int(16384 x 2/3 / 64) x 64
+    assert resolve_model(one_job(pod(no_ffn, gpus=8)).spec).architecture.intermediate_size == 10880
 
 
 def test_kubeflow_sdk_trainer_json_arguments_are_read() -> None:
