@@ -3258,6 +3258,8 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _kubeflow_sdk_settings(tokens, raw, notes, where)
     if _is_megatron(tokens):
         _megatron_settings(tokens, raw, notes, where)
+    if _is_fms_fsdp(tokens):
+        _fms_fsdp_settings(tokens, raw, notes, where)
     if any(basename(t) == "finetune_hf_llm.py" for t in tokens):
         _ray_template_settings(tokens, raw, notes, where)
     if (openrlhf := _openrlhf_command(tokens)) is not None:
@@ -4282,6 +4284,65 @@ def _megatron_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: li
         model = _megatron_model(flag, notes)
         if model is not None:
             raw["model"] = Setting(model, "Megatron-LM architecture flags (--num-layers, --hidden-size, ...)", where)
+
+
+# foundation-model-stack/fms-fsdp: its model variants (fms_fsdp/utils/config_utils.py get_model_config; "7b" in
+# the first releases) that are catalog models, and its sharding strategies as FSDP's
+_FMS_VARIANTS = {"7b": "llama-2-7b", "llama2_7b": "llama-2-7b", "llama2_13b": "llama-2-13b",
+                 "llama2_70b": "llama-2-70b", "llama3_8b": "llama-3-8b", "llama3_8b_4k": "llama-3-8b",
+                 "llama3_70b": "llama-3-70b", "llama3_70b_4k": "llama-3-70b"}
+_FMS_STRATEGIES = {"hsdp": "hybrid_shard", "fsdp": "full_shard", "ddp": "no_shard"}
+
+
+def _is_fms_fsdp(tokens: Sequence[str]) -> bool:
+    """Whether a command runs fms-fsdp's trainer (``main_training.py`` / ``main_training_llama.py`` with its
+    ``--model_variant``)."""
+    return any(basename(t).startswith("main_training") and t.endswith(".py") for t in tokens) and any(
+        t.split("=", 1)[0] == "--model_variant" for t in tokens)
+
+
+def _fms_fsdp_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """fms-fsdp's flags over its train_config defaults (fms_fsdp/config/training.py @ 6a9c379): ``--model_variant``
+    ("7b"), ``--batch_size`` (2 per GPU), ``--seq_length`` (4096), ``--sharding_strategy`` (hsdp: FSDP within a node,
+    replicated across nodes), ``--mixed_precision`` (true: FSDP's bf16 MixedPrecision over fp32 shards),
+    ``--fsdp_activation_checkpointing`` (false) every ``1 / --selective_checkpointing`` blocks, torch's AdamW
+    (foreach). Before, the model was not read (refused), nor the batch, length or HSDP: its 7B job read 18.6 GiB for
+    about 66."""
+    pairs = _flag_values(tokens)
+
+    def value(key: str, default: Any) -> tuple[Any, str]:
+        return pairs.get(key, (default, f"fms-fsdp default {key} {default}"))
+
+    variant = value("model_variant", "7b")
+    name = _FMS_VARIANTS.get(str(variant[0]).strip().lower())
+    if name is not None:
+        raw.setdefault("model", Setting(name, f"{variant[1]} (fms-fsdp get_model_config)", where))
+    else:
+        notes.append(f"fms-fsdp {variant[1]} {variant[0]}: not a catalog model; set model in the vramfit.io/spec "
+                     "annotation")
+    for key, name_in_spec, default in (("batch_size", "micro_batch_size", 2), ("seq_length", "seq_len", 4096)):
+        found = value(key, default)
+        raw[name_in_spec] = Setting(found[0], found[1], where)
+    strategy = value("sharding_strategy", "hsdp")
+    mapped = _FMS_STRATEGIES.get(str(strategy[0]).strip().lower())
+    if mapped is not None:
+        raw["_fsdp_strategy"] = Setting(mapped, f"{strategy[1]} ({strategy[0]}: FSDP {mapped.upper()})", where)
+    mixed = value("mixed_precision", True)
+    if to_bool(mixed[0]) is False:
+        raw.setdefault("precision", Setting("32-true", mixed[1], where))
+    else:
+        raw.setdefault("_bf16", Setting(True, f"{mixed[1]} (FSDP bf16 MixedPrecision)", where))
+    checkpointing = value("fsdp_activation_checkpointing", False)
+    raw["gradient_checkpointing"] = Setting(to_bool(checkpointing[0]) is True, checkpointing[1], where)
+    if to_bool(checkpointing[0]) is True:
+        ratio = value("selective_checkpointing", 1)
+        try:
+            every = round(1 / float(ratio[0]))
+        except (TypeError, ValueError, ZeroDivisionError):
+            every = 1
+        if every > 1:
+            raw["checkpoint_every_n_layers"] = Setting(every, f"{ratio[1]} (1 block in {every} checkpointed)", where)
+    raw.setdefault("fused_optimizer", Setting(False, "fms-fsdp's torch.optim.AdamW (foreach)", where))
 
 
 def _megatron_attention(flag: Any, raw: dict[str, Setting], notes: list[str], where: str) -> None:

@@ -1163,3 +1163,24 @@ def test_open_instruct_deepspeed_chat_step2_and_trl_use_liger() -> None:
     assert (step2.task, step2.micro_batch_size, step2.offload) == ("seq-classification", 16, "params+optimizer")
     liger = one_job(pod(["python", "train.py", "--model_name_or_path", M, "--use_liger", "true"])).spec
     assert liger.cross_entropy == "fused-linear"
+
+
+def test_fms_fsdp_flags_and_defaults_are_read() -> None:
+    """foundation-model-stack/fms-fsdp scripts/7b.sh: its --model_variant, --batch_size and --sharding_strategy and
+    its config defaults (seq_length 4096, hsdp: FSDP within a node) were not read: refused, or with the model
+    annotated 18.6 GiB for about 66 (fms_fsdp/config/training.py @ 6a9c379)."""
+    from predictors.catalog import resolve_model
+
+    args = ["torchrun", "--nnodes=4", "--nproc_per_node=8", "main_training.py", "--model_variant=7b",
+            "--use_dummy_dataset=False", "--fsdp_activation_checkpointing=False", "--selective_checkpointing=1",
+            "--sharding_strategy=hsdp", "--batch_size=2"]
+    from tests.scheduler.spec.test_hybrid_sharding import pytorchjob
+
+    s = one_job(*pytorchjob(args, workers=3, gpus=8)).spec  # 4 nodes of 8: HSDP shards within a node
+    assert (s.model, s.micro_batch_size, s.seq_len, s.sharding, s.shard_group_size, s.precision) == (
+        "llama-2-7b", 2, 4096, "fsdp", 8, "bf16-mixed")
+    assert resolve_model(s).architecture.num_layers == 32
+    ac = one_job(pod([*args[:6], "--fsdp_activation_checkpointing=True", "--selective_checkpointing=0.5",
+                      "--sharding_strategy=fsdp", "--model_variant=llama3_8b"], gpus=8)).spec
+    assert (ac.model, ac.gradient_checkpointing, ac.checkpoint_every_n_layers, ac.shard_group_size) == (
+        "llama-3-8b", "full", 2, None)
