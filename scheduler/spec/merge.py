@@ -411,10 +411,8 @@ def _zero_stage_settings(merged: Settings) -> list[str]:
         # fp32 masters partitioned over the data-parallel ranks, the whole model's gradients accumulated in fp32
         merged["sharding"] = Setting("zero1", f"{stage0.source} (ZeRO stage 0 with bf16: DeepSpeed's BF16_Optimizer "
                                      "partitions the fp32 masters and Adam states as ZeRO-1 does)", stage0.where)
-        stated = merged.get("fp32_gradients")
-        if stated is None or "Megatron-DeepSpeed" in stated.source:  # the annotation's word stays
-            merged["fp32_gradients"] = Setting(True, f"{stage0.source} (BF16_Optimizer accumulates the gradients in an "
-                                               "fp32 buffer of the whole model)", stage0.where)
+        merged.setdefault("fp32_gradients", Setting(True, f"{stage0.source} (BF16_Optimizer accumulates the gradients "
+                                                          "in an fp32 buffer of the whole model)", stage0.where))
     elif stage0 is not None and sharding in ("ddp", "none") and "master_weights" not in merged \
             and (precision is None or str(precision.value).endswith("mixed")):  # unset: the spec's bf16-mixed
         merged["master_weights"] = Setting(True, f"{stage0.source} (ZeRO stage 0: DeepSpeed's FP16 optimizer keeps "

@@ -193,14 +193,12 @@ def read_torchtitan(tokens: Sequence[str], where: str, files: Mapping[str, str],
         source = shard[1] if shard else "torchtitan data_parallel_shard_degree default -1 (FSDP over the rest)"
         if shard is not None and str(shard[0]).strip() in ("1", "0") and context is not None:
             source = f"{context[1]} (torchtitan applies FSDP over the context-parallel ranks)"
-        pipeline = get("parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree")
-        piped = pipeline is not None and (launch_count(pipeline[0]) or 1) > 1
         if reshard is not None and str(reshard[0]).lower() == "never":
             put("sharding", "fsdp-grad-op", reshard[1])
-        elif piped and (reshard is None or str(reshard[0]).lower() == "default"):
+        elif pipelined and pp_degree is not None and (reshard is None or str(reshard[0]).lower() == "default"):
             # parallelize.py apply_fsdp: reshard_after_forward "default" is `not pp_enabled`, so a pipeline stage keeps
             # its gathered parameters from forward to backward, as SHARD_GRAD_OP does
-            put("sharding", "fsdp-grad-op", f"{pipeline[1]} (torchtitan's fsdp_reshard_after_forward default: no "
+            put("sharding", "fsdp-grad-op", f"{pp_degree[1]} (torchtitan's fsdp_reshard_after_forward default: no "
                                             "reshard under pipeline parallelism)")
         else:
             put("sharding", "fsdp", source)

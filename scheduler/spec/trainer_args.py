@@ -2822,8 +2822,7 @@ def _arrays(text: str) -> tuple[str, list[tuple[str, bool, str]]]:
         end = _array_body_end(text, match.end())
         if end < 0:
             break
-        body = "\n".join(line.split(" #", 1)[0] for line in text[match.end():end].split("\n")
-                         if not line.strip().startswith("#"))
+        body = "\n".join(_code(line) for line in text[match.end():end].split("\n"))
         arrays.append((match.group(1), bool(match.group(2)), body))
         out.append(text[at:match.start()])
         at = end + 1
@@ -4380,10 +4379,12 @@ def _megatron_gradients_and_optimizer(flag: Any, raw: dict[str, Setting], notes:
     deepspeed = flag("deepspeed") or flag("deepspeed_config")
     if deepspeed is not None:
         # Megatron-DeepSpeed hands the model to deepspeed.initialize before Megatron's own DDP wraps it: DeepSpeed's
-        # optimizer keeps the gradients (16-bit at ZeRO 1-3; its stage-0 BF16_Optimizer in fp32, which the merge
-        # reads from the ZeRO stage)
-        raw["fp32_gradients"] = Setting(False, f"{deepspeed[1]} (Megatron-DeepSpeed: DeepSpeed's optimizer keeps "
-                                                "the model's gradients)", where)
+        # optimizer keeps the gradients, 16-bit at ZeRO 1-3 (at stage 0 its BF16_Optimizer accumulates them in fp32,
+        # which the merge reads from the final ZeRO stage)
+        stage = flag("zero_stage")
+        if stage is None or str(stage[0]).strip() != "0":
+            raw["fp32_gradients"] = Setting(False, f"{deepspeed[1]} (Megatron-DeepSpeed: DeepSpeed's optimizer keeps "
+                                                    "the model's 16-bit gradients)", where)
     elif flag("grad_reduce_in_bf16") is not None:
         raw["fp32_gradients"] = Setting(False, flag("grad_reduce_in_bf16")[1], where)
     elif explicit is not None and to_bool(explicit[0]) is not False:
