@@ -148,6 +148,10 @@ class Architecture:
     # the MLP's activation function as config.json names it (hidden_act / activation_function / dense_act_fn);
     # what it keeps for backward differs (see vram._activation_function_bytes)
     activation: str = ""
+    # dropout probabilities the config states (None: the family's usual training default, vram._dropout): attention
+    # dropout keeps a mask of eager attention's scores, hidden (residual) dropout a mask per block output
+    attention_dropout: float | None = None
+    hidden_dropout: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     # what a prediction for this model must say (an unknown family sized by the generic decoder)
     warnings: tuple[str, ...] = field(default_factory=tuple)
@@ -471,14 +475,39 @@ def _architecture_from_config(config: dict[str, Any], name: str) -> Architecture
             "model.config.model_type", f"is {model_type!r}, a state-space / recurrent model without attention layers: "
             "vramfit cannot size it", "vramfit models transformer stacks (attention + MLP blocks) only")
     if model_type in ("mt5", "t5", "umt5"):
-        return _t5(cfg, name, model_type)
-    if model_type in ("bart", "mbart"):
-        return _bart(cfg, name, model_type)
-    if model_type in ("bert", "roberta", "xlm-roberta", "deberta", "distilbert", "deberta-v2", "electra"):
-        return _bert(cfg, name, model_type)
-    if model_type == "dbrx":
-        cfg = _dbrx_flat(cfg)
-    return _decoder(cfg, name, model_type)
+        arch = _t5(cfg, name, model_type)
+    elif model_type in ("bart", "mbart"):
+        arch = _bart(cfg, name, model_type)
+    elif model_type in ("bert", "roberta", "xlm-roberta", "deberta", "distilbert", "deberta-v2", "electra"):
+        arch = _bert(cfg, name, model_type)
+    else:
+        arch = _decoder(_dbrx_flat(cfg) if model_type == "dbrx" else cfg, name, model_type)
+    attention, hidden = _stated_dropout(cfg, _ATTENTION_DROPOUT_KEYS), _stated_dropout(cfg, _HIDDEN_DROPOUT_KEYS)
+    if attention is None and hidden is None:
+        return arch
+    return replace(arch, attention_dropout=attention, hidden_dropout=hidden)
+
+
+# config.json's dropout probabilities, by the names the families give them: attention (Llama/Mistral/Qwen2/OPT/BART/
+# DistilBERT/Falcon/BLOOM attention_dropout, GPT-2/GPT-J/Phi attn_pdrop, BERT/RoBERTa attention_probs_dropout_prob,
+# Qwen 1 attn_dropout_prob, T5 dropout_rate) and hidden/residual (BLOOM/Falcon hidden_dropout, GPT-2/GPT-J/Phi
+# resid_pdrop, BERT hidden_dropout_prob, OPT/BART/DistilBERT dropout, T5 dropout_rate)
+_ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob", "attn_dropout_prob",
+                           "dropout_rate")
+_HIDDEN_DROPOUT_KEYS = ("hidden_dropout", "resid_pdrop", "hidden_dropout_prob", "dropout", "dropout_rate")
+
+
+def _stated_dropout(cfg: dict[str, Any], keys: tuple[str, ...]) -> float | None:
+    """The largest of the dropout probabilities ``cfg`` states under ``keys`` (None when it states none)."""
+    found: list[float] = []
+    for key in keys:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+            raise SpecError.one(f"model.config.{key}", f"must be a dropout probability in [0, 1); got {value!r}")
+        found.append(float(value))
+    return max(found) if found else None
 
 
 def _dbrx_flat(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -1441,7 +1441,7 @@ def _activations(
         # per-token reciprocal RMS, and recomputes the fp32 copy and the normalised output in backward; Megatron's
         # fused LayerNorm / RMSNorm (apex, Transformer Engine) saves its input and the per-token statistics likewise
         norm = res_bytes * h
-    dropout = _dropout(arch)
+    dropout, hidden_dropout = _dropout(arch)
     # attention block
     attn = 2 * norm / 2  # one norm
     if any(_saves_input(r, spec, targets) for r in ("q_proj", "k_proj", "v_proj")):
@@ -1485,7 +1485,7 @@ def _activations(
         mlp += _activation_function_bytes(arch, e, amp_fp32_model, spec.framework) * width
     if _saves_input("down_proj", spec, targets):
         mlp += e * width
-    if dropout > 0:
+    if hidden_dropout > 0:
         mlp += 2 * h  # residual-dropout masks (1 byte each) after attention and MLP
     # LoRA: each adapter's copy of its input and the rank-r intermediate
     lora_extra = 0.0
@@ -1515,7 +1515,7 @@ def _activations(
         # without sequence parallelism the tensor-parallel ranks each keep whole what lies outside the parallel
         # regions: the norms' inputs, the first linears' input (the norm output they all read) and the residual
         # dropout masks (Korthikanti et al. 2022: 10sbh of a GPT layer's 34sbh)
-        replicated = norm * arch.norms_per_layer + (2 * h if dropout > 0 else 0.0)
+        replicated = norm * arch.norms_per_layer + (2 * h if hidden_dropout > 0 else 0.0)
         replicated += e * h * sum(any(_saves_input(r, spec, targets) for r in group)
                                   for group in (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")))
         per_layer += replicated * (1 - 1 / lay.tp)
@@ -1617,12 +1617,13 @@ def _activations(
     return _Activations(act_per_token * tokens, recompute * tokens)
 
 
-# Families whose eager attention runs softmax in the scores' own dtype (HF modeling_gpt2 eager_attention_forward
-# and modeling_bert BertSelfAttention: ``softmax(scores, dim=-1)``; modeling_falcon: ``softmax(..., dtype=
-# hidden_states.dtype)``). Every other HF family (the shared ``eager_attention_forward`` of Llama, Mistral, Qwen2,
-# Gemma, Phi-3, ...: ``softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)``; T5: ``softmax(
-# scores.float())``) and litgpt's eager path (``F.softmax(scores, dim=-1, dtype=torch.float)``) upcast to fp32.
-_EAGER_SOFTMAX_IN_INPUT_DTYPE = frozenset({"gpt2", "bert", "roberta", "falcon", "refinedwebmodel"})
+# Families whose eager attention runs softmax in the scores' own dtype (HF modeling_gpt2 eager_attention_forward,
+# modeling_bert BertSelfAttention and modeling_distilbert MultiHeadSelfAttention: ``softmax(scores, dim=-1)``;
+# modeling_falcon: ``softmax(..., dtype=hidden_states.dtype)``). Every other HF family (the shared
+# ``eager_attention_forward`` of Llama, Mistral, Qwen2, Gemma, Phi-3, ...: ``softmax(scores, dim=-1,
+# dtype=torch.float32).to(query.dtype)``; T5: ``softmax(scores.float())``) and litgpt's eager path
+# (``F.softmax(scores, dim=-1, dtype=torch.float)``) upcast to fp32.
+_EAGER_SOFTMAX_IN_INPUT_DTYPE = frozenset({"gpt2", "bert", "roberta", "distilbert", "falcon", "refinedwebmodel"})
 
 
 def _eager_score_bytes(arch: Architecture, e: int, amp_fp32_model: bool, dropout: float, megatron: bool = False
@@ -1693,9 +1694,16 @@ def decoder_tokens(spec: TrainingSpec) -> int:
     return min(spec.seq_len, _DECODER_TOKENS)
 
 
-def _dropout(arch: Architecture) -> float:
+def _family_dropout(arch: Architecture) -> float:
     """Families trained with dropout by default (GPT-2, BERT, T5: 0.1); modern decoders use none."""
     return 0.1 if arch.model_type in ("gpt2", "bert", "roberta", "t5", "mt5", "bloom_train") else 0.0
+
+
+def _dropout(arch: Architecture) -> tuple[float, float]:
+    """The attention and the hidden (residual) dropout probabilities: what the config states, else the family's."""
+    family = _family_dropout(arch)
+    return (family if arch.attention_dropout is None else arch.attention_dropout,
+            family if arch.hidden_dropout is None else arch.hidden_dropout)
 
 
 def _logits_bytes_per_element(e: int, lay: _Layout, spec: TrainingSpec, arch: Architecture) -> float:

@@ -4435,10 +4435,15 @@ def _megatron_model(flag: Any, notes: list[str] | None = None) -> dict[str, Any]
     width = sizes["ffn_hidden_size"] or (int(4 * hidden * 2 / 3 / 64) * 64 if flag("swiglu") is not None
                                          else 4 * hidden)
     name = f"megatron-{layers}l-{hidden}h"
+    # --attention-dropout and --hidden-dropout, 0.1 each unless given (arguments.py): eager attention keeps a mask of
+    # its scores, and every block one per residual-dropout output
+    attention_dropout, hidden_dropout = (_megatron_probability(flag(key)) for key in ("attention_dropout",
+                                                                                      "hidden_dropout"))
     if not swiglu and not sizes["num_experts"]:
         config: dict[str, Any] = {
             "model_type": "gpt2", "n_layer": layers, "n_embd": hidden, "n_head": heads, "n_positions": positions,
             "n_inner": width, "vocab_size": vocab, "activation_function": "gelu", "tie_word_embeddings": tied,
+            "attn_pdrop": attention_dropout, "resid_pdrop": hidden_dropout,
         }
         if (groups or (norm is not None and str(norm[0]).lower() == "rmsnorm")) and notes is not None:
             notes.append("Megatron-LM: a GeLU model with grouped-query attention or RMSNorm is sized as GPT-2's "
@@ -4450,6 +4455,7 @@ def _megatron_model(flag: Any, notes: list[str] | None = None) -> dict[str, Any]
         "head_dim": sizes["kv_channels"] or hidden // heads,
         "intermediate_size": width, "vocab_size": vocab, "max_position_embeddings": positions,
         "tie_word_embeddings": tied, "hidden_act": "silu", "attention_bias": flag("disable_bias_linear") is None,
+        "attention_dropout": attention_dropout, "hidden_dropout": hidden_dropout,
     }
     if sizes["num_experts"]:
         config.update(model_type="mixtral", num_local_experts=sizes["num_experts"],
@@ -4467,6 +4473,17 @@ def _megatron_model(flag: Any, notes: list[str] | None = None) -> dict[str, Any]
         if not swiglu and notes is not None:
             notes.append("Megatron-LM: MoE experts without --swiglu are sized as gated (SwiGLU) experts: over")
     return {"name": name, "config": config}
+
+
+def _megatron_probability(found: Any) -> float:
+    """A Megatron dropout flag's probability (0.1, Megatron's default, when the flag is absent or not a probability)."""
+    if found is None:
+        return 0.1
+    try:
+        value = float(str(found[0]))
+    except ValueError:
+        return 0.1
+    return value if 0 <= value < 1 else 0.1
 
 
 # Megatron-LM's --tokenizer-type values with a fixed vocabulary (megatron/training/tokenizer): GPT-2's BPE, BERT's

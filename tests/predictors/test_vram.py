@@ -288,6 +288,40 @@ def test_eager_attention_grows_with_seq_len_squared() -> None:
     assert eager[1] - sdpa[1] > 3.5 * (eager[0] - sdpa[0])
 
 
+def test_dropout_the_config_states_is_counted() -> None:
+    """A config's dropout probabilities decide what eager attention and the blocks keep for backward: the scores'
+    dropout mask and dropped probabilities (attention dropout), a 1-byte mask per residual-dropout output (hidden
+    dropout). Without them a family's usual default holds (GPT-2, BERT, T5: 0.1; modern decoders none): before, a
+    Llama-type config that said attention_dropout 0.1 was priced without it, and DistilBERT (dropout 0.1 in its
+    config) with none."""
+    base = {"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
+            "intermediate_size": 1376, "vocab_size": 32000}
+
+    def acts(config: dict[str, Any], attention: str = "eager") -> int:
+        spec = parse_training_spec({"model": {"name": "tiny", "config": config}, "precision": "bf16-true",
+                                    "seq_len": 1024, "attention": attention})
+        return predict_vram(spec, architecture_from_config(config), None).breakdown_bytes["activations"]
+
+    none = acts(base)
+    assert acts({**base, "attention_dropout": 0.0}) == none  # stated 0: as the family default
+    attention = acts({**base, "attention_dropout": 0.1})
+    hidden = acts({**base, "hidden_dropout": 0.1})
+    # eager scores: the fp32 softmax output and its 16-bit cast (6 bytes), with dropout + mask + dropped (4+1+2)
+    tokens, layers, heads = 1024, 4, 8  # micro batch 1
+    assert attention - none == tokens * layers * heads * 1024 * (7 - 6)
+    assert hidden - none == tokens * layers * 2 * 512  # two 1-byte masks of the hidden width per block
+    # fused attention keeps no scores: only the hidden dropout shows
+    assert acts({**base, "attention_dropout": 0.1}, "sdpa") == acts(base, "sdpa")
+    # each family's own names: GPT-2's attn_pdrop / resid_pdrop, BERT's *_dropout_prob, OPT's dropout
+    gpt2 = architecture_from_config({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
+                                     "vocab_size": 100, "attn_pdrop": 0.0, "resid_pdrop": 0.2})
+    assert (gpt2.attention_dropout, gpt2.hidden_dropout) == (0.0, 0.2)
+    assert architecture_from_config({**base, "model_type": "opt", "dropout": 0.1}).hidden_dropout == 0.1
+    assert architecture_from_config(base).attention_dropout is None
+    with pytest.raises(SpecError, match="attention_dropout"):
+        architecture_from_config({**base, "attention_dropout": 1.5})
+
+
 def test_offload_and_paged_states() -> None:
     off = run(precision="bf16-true", offload="optimizer")
     assert "optimizer_states" not in off.breakdown_bytes

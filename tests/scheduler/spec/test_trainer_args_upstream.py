@@ -954,6 +954,28 @@ def test_megatron_flags_read_beyond_pretrain_scripts_and_old_spellings() -> None
     assert resolve_model(one_job(pod(no_ffn, gpus=8)).spec).architecture.intermediate_size == 10880
 
 
+def test_megatron_dropout_flags_reach_the_model_config() -> None:
+    """Megatron trains with --attention-dropout and --hidden-dropout 0.1 unless told otherwise (arguments.py): its
+    local attention keeps the dropout mask and the dropped probabilities of the scores, 2 + 1 + 2 bytes each where
+    the fused softmax alone keeps 2. Before, a SwiGLU model read from Megatron's flags had none (a llama config's
+    default), and Megatron-LM issue 525's 36-layer GPT on a V100-32GB, out of memory in its first forward pass with
+    28.8 GiB allocated, was expected to fit at 28.1 GiB; it is now 38.0 GiB."""
+    from predictors.catalog import resolve_model
+
+    args = ["torchrun", "pretrain_gpt.py", "--num-layers", "36", "--hidden-size", "1280", "--num-attention-heads",
+            "20", "--ffn-hidden-size", "3392", "--swiglu", "--seq-length", "1024", "--max-position-embeddings", "1024",
+            "--micro-batch-size", "4", "--global-batch-size", "16", "--fp16", "--vocab-size", "50257",
+            "--transformer-impl", "local"]
+    arch = resolve_model(one_job(pod(args, gpus=1)).spec).architecture
+    assert (arch.attention_dropout, arch.hidden_dropout) == (0.1, 0.1)
+    off = [*args, "--attention-dropout", "0.0", "--hidden-dropout", "0"]
+    arch_off = resolve_model(one_job(pod(off, gpus=1)).spec).architecture
+    assert (arch_off.attention_dropout, arch_off.hidden_dropout) == (0.0, 0.0)
+    gpt = [t for t in args if t != "--swiglu"]
+    gpt_arch = resolve_model(one_job(pod([*gpt, "--attention-dropout", "0.05"], gpus=1)).spec).architecture
+    assert (gpt_arch.model_type, gpt_arch.attention_dropout, gpt_arch.hidden_dropout) == ("gpt2", 0.05, 0.1)
+
+
 def test_kubeflow_sdk_trainer_json_arguments_are_read() -> None:
     """Kubeflow's TrainingClient.train() runs kubeflow/trainer/hf_llm_training.py with the model as --model_uri
     hf://..., TrainingArguments and LoraConfig as JSON (every model is wrapped in LoRA). Before, none of it was
