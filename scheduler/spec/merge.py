@@ -807,7 +807,14 @@ def _check_model(obj: ObjectRef, merged: Settings) -> list[str]:
     if known:
         return notes
     hint = notes[0] if notes else ""
-    local = name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
+    local = name.startswith(("/", "./", "../", "~", "$")) or name.count("/") > 1
+    if local and (found := _catalog_tail(name)) is not None:
+        # a checkpoint directory laid out as the Hub names it ($HOME/models/Qwen/Qwen2.5-7B-Instruct,
+        # /mnt/models/Meta-Llama-3-8B): read as that catalog model, said so (a fine-tune of it has its shape)
+        merged["model"] = Setting(found, f"{setting.source} {name} (its last path components)", setting.where)
+        return [f"model {name!r} is a local path: read as the catalog model {found!r} its last components name (the "
+                "same architecture if it is that model or a fine-tune of it); name the model in the vramfit.io/spec "
+                "annotation if not"]
     what = "is a local path, which vramfit cannot read" if local else "is not in the model catalog"
     quantized = _QUANTIZED_CHECKPOINT.search(name)
     if quantized:  # the base model alone would be read as 16-bit weights: say how to give the quantization too
@@ -818,6 +825,20 @@ def _check_model(obj: ObjectRef, merged: Settings) -> list[str]:
         f"{setting.source} names the model {name!r}, which {what}",
         f"{ANNOTATION_HINT}; {hint}" if hint and not local else ANNOTATION_HINT,
     )
+
+
+def _catalog_tail(path: str) -> str | None:
+    """The catalog model a local path's last two components (``org/name``) or last component name, if any."""
+    parts = [p for p in path.rstrip("/").split("/") if p]
+    for candidate in (["/".join(parts[-2:])] if len(parts) >= 2 else []) + parts[-1:]:
+        if candidate.startswith(("$", "~", ".")):
+            continue
+        try:
+            lookup_model(candidate)
+        except SpecError:
+            continue
+        return candidate
+    return None
 
 
 # Name parts of a quantized checkpoint (hugging-quants/...-GPTQ-INT4, ...-AWQ, unsloth/...-bnb-4bit)

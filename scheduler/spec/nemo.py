@@ -21,11 +21,15 @@ Read: the carried ``--config-name`` file when the manifest carries it, then the 
   megatron_gpt_finetuning_config.yaml), other schemes (ptuning, adapter, ia3) freeze the base as LoRA does and are
   read as it, noted.
 
-NeMo 2 (``nemo llm finetune --factory NAME``) builds its recipe in Python and is not read.
+NeMo 2 (``nemo llm pretrain|finetune --factory NAME [key=value ...]``) builds its recipe in Python: read from a table
+of the recipes' settings (scheduler/data/nemo2_recipes.yaml) for its factories, then the command's overrides
+(:func:`read_nemo2`).
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
@@ -39,6 +43,9 @@ _PRECISION = {"bf16": "bf16-mixed", "bf16-mixed": "bf16-mixed", "16": "16-mixed"
 # NeMo's LoRA target names (megatron_gpt_finetuning_config.yaml lora_tuning.target_modules) as TrainingSpec roles
 _TARGETS = {"attention_qkv": ["q_proj", "k_proj", "v_proj"], "attention_dense": ["o_proj"],
             "mlp_fc1": ["gate_proj", "up_proj"], "mlp_fc2": ["down_proj"],
+            # NeMo 2's names (nemo/collections/llm/peft/lora.py: Megatron-Core's module names)
+            "linear_qkv": ["q_proj", "k_proj", "v_proj"], "linear_proj": ["o_proj"],
+            "linear_fc1": ["gate_proj", "up_proj"], "linear_fc2": ["down_proj"],
             "all": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
 
 
@@ -185,3 +192,154 @@ def _flag(tokens: Sequence[str], name: str) -> str:
         if token == name and i + 1 < len(tokens):
             return tokens[i + 1]
     return ""
+
+
+# --- NeMo 2 -------------------------------------------------------------------------------------------------------
+
+# NeMo 2's LoRA default target_modules (nemo/collections/llm/peft/lora.py)
+_NEMO2_LORA_TARGETS = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+
+
+def is_nemo2(tokens: Sequence[str]) -> bool:
+    """``nemo llm pretrain|finetune ...``: NeMo 2's command line (NeMo-Run's CLI over its recipes)."""
+    words = [basename(t) for t in tokens[:3]]
+    return len(words) == 3 and words[0] == "nemo" and words[1] == "llm" and words[2] in ("pretrain", "finetune")
+
+
+@functools.lru_cache(maxsize=1)
+def _nemo2_recipes() -> dict[str, Any]:
+    from importlib import resources
+
+    from scheduler.spec.yamltext import safe_load
+
+    data = safe_load((resources.files("scheduler") / "data" / "nemo2_recipes.yaml").read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else {}
+
+
+_FACTORY_CALL = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?:\((.*)\))?\s*$", re.DOTALL)
+_FACTORY_ARG = re.compile(r"(\w+)\s*=\s*('[^']*'|\"[^\"]*\"|[^,]+)")
+
+
+def _factory(tokens: Sequence[str]) -> tuple[str, dict[str, str]] | None:
+    """The ``--factory`` / ``-f`` value: the recipe's name and the arguments of a call (``"llama3_8b(peft_scheme=
+    'none', seq_length=4096)"``), each as its text."""
+    value = _flag(tokens, "--factory") or _flag(tokens, "-f")
+    match = _FACTORY_CALL.match(value) if value else None
+    if match is None:
+        return None
+    args = {k: v.strip().strip("'\"") for k, v in _FACTORY_ARG.findall(match.group(2) or "")}
+    return match.group(1), args
+
+
+def read_nemo2(tokens: Sequence[str], where: str) -> tuple[dict[str, Setting], list[str]]:
+    """Raw settings of ``nemo llm pretrain|finetune --factory NAME [overrides]``: the recipe's own settings for the
+    factories in scheduler/data/nemo2_recipes.yaml, the factory call's arguments (``peft_scheme``: ``'lora'`` by
+    default, ``'dora'`` alike, ``'none'`` full fine-tuning with the recipe's parallelism for it; ``seq_length``,
+    ``packed_sequence``), then the dotted overrides (``trainer.strategy.tensor_model_parallel_size``,
+    ``pipeline_model_parallel_size``, ``context_parallel_size``, ``sequence_parallel``, ``data.seq_length``,
+    ``data.micro_batch_size``, ``data.global_batch_size``, ``peft=lora|dora|none``, ``peft.dim``, ``peft.alpha``,
+    ``peft.target_modules``, ``trainer.max_steps``). NeMo 2 trains through Megatron-Core with the bf16_mixed plugin:
+    bf16 parameters, fp32 main parameters in the optimizer (Megatron's distributed optimizer, read as ZeRO-1, unless
+    the LoRA recipe turns it off), gradients reduced in fp32, a fused Adam."""
+    notes: list[str] = []
+    out: dict[str, Setting] = {}
+    mode = basename(tokens[2])
+    found = _factory(tokens)
+    if found is None:
+        notes.append(f"nemo llm {mode} without --factory: the recipe is not known (set the model and its settings in "
+                     "the vramfit.io/spec annotation)")
+        return out, notes
+    name, args = found
+    recipe = _nemo2_recipes().get(name)
+    label = f"NeMo 2 recipe {name}"
+    if not isinstance(recipe, dict):
+        notes.append(f"NeMo 2 factory {name!r} is not among the recipes vramfit knows ("
+                     f"{', '.join(sorted(_nemo2_recipes()))}): only the command's overrides are read")
+        recipe = {}
+    overrides = {t.split("=", 1)[0]: t.split("=", 1)[1].strip("'\"") for t in tokens[3:]
+                 if "=" in t and not t.startswith("-")}
+
+    def put(field: str, value: Any, source: str) -> None:
+        if value is not None:
+            out[field] = Setting(value, source, where)
+
+    if "model" in recipe:
+        put("model", recipe["model"], f"{label} (its model(), resumed from {recipe['model']})")
+    put("framework", "megatron", f"{label} (NeMo 2 trains through Megatron-Core)")
+    put("_bf16", True, f"{label} precision plugin bf16_mixed (bf16 parameters, fp32 main parameters)")
+    put("fp32_gradients", True, f"{label} bf16_mixed grad_reduce_in_fp32 True (an fp32 gradient buffer)")
+    put("fused_optimizer", True, f"{label} distributed_fused_adam_with_cosine_annealing (Megatron's fused Adam)")
+    put("optimizer", "adamw", f"{label} distributed_fused_adam_with_cosine_annealing")
+    put("attention", "flash", f"{label} (Megatron-Core's Transformer Engine fused attention: no score matrix kept)")
+    phase: dict[str, Any] = {}
+    peft: str | None = None
+    if mode == "pretrain":
+        phase = dict(recipe.get("pretrain") or {})
+    else:
+        finetune = dict(recipe.get("finetune") or {})
+        scheme = args.get("peft_scheme", "lora").lower()
+        peft = None if scheme in ("none", "null") else scheme
+        phase = {**finetune, **(finetune.get("lora" if peft else "none") or {})}
+        packed = str(args.get("packed_sequence", "false")).lower() == "true"
+        if packed:
+            phase["seq_len"] = finetune.get("packed_seq_len", phase.get("seq_len"))
+            phase["global_batch_size"] = finetune.get("packed_global_batch_size", phase.get("global_batch_size"))
+        if "seq_length" in args:
+            phase["seq_len"] = launch_count(args["seq_length"]) or phase.get("seq_len")
+        if finetune.get("expert_parallel"):
+            notes.append(f"{label}: expert parallelism {finetune['expert_parallel']} (each GPU holds a share of the "
+                         "experts) is not expressible; every expert is counted on every GPU (an over-estimate)")
+    for key, field in (("tensor_parallel", "tensor_parallel"), ("pipeline_parallel", "pipeline_parallel"),
+                       ("context_parallel", "context_parallel"), ("sequence_parallel", "sequence_parallel"),
+                       ("seq_len", "seq_len"), ("micro_batch_size", "micro_batch_size"),
+                       ("global_batch_size", "_global_batch_size")):
+        if key in phase:
+            put(field, phase[key], f"{label} {mode}" + (f" (peft_scheme {peft or 'none'})" if mode == "finetune"
+                                                         else "") + f" {key} {phase[key]}")
+    if mode == "finetune" and "sequence_parallel" not in phase:
+        put("sequence_parallel", False, f"{label} finetune (default_finetune_trainer: sequence_parallel False)")
+    if phase.get("distributed_optimizer", True):
+        put("_zero_stage", 1, f"{label}: Megatron's distributed optimizer (fp32 main parameters and Adam states "
+                              "sharded over the data-parallel ranks)")
+    for key, field in (("trainer.strategy.tensor_model_parallel_size", "tensor_parallel"),
+                       ("trainer.strategy.pipeline_model_parallel_size", "pipeline_parallel"),
+                       ("trainer.strategy.context_parallel_size", "context_parallel"),
+                       ("data.seq_length", "seq_len"), ("data.micro_batch_size", "micro_batch_size"),
+                       ("data.global_batch_size", "_global_batch_size")):
+        if key in overrides and (count := launch_count(overrides[key])) is not None:
+            put(field, count, f"NeMo 2 override {key}={overrides[key]}")
+    if "trainer.strategy.sequence_parallel" in overrides:
+        put("sequence_parallel", overrides["trainer.strategy.sequence_parallel"].lower() == "true",
+            f"NeMo 2 override trainer.strategy.sequence_parallel={overrides['trainer.strategy.sequence_parallel']}")
+    if "trainer.max_steps" in overrides and (steps := launch_count(overrides["trainer.max_steps"])) is not None:
+        put("steps", steps, f"NeMo 2 override trainer.max_steps={steps}")
+    if "peft" in overrides:
+        value = overrides["peft"].lower()
+        if value in ("none", "null", "") and peft:
+            notes.append(f"NeMo 2 override peft={overrides['peft']}: the adapter is dropped after the recipe set its "
+                         f"LoRA parallelism ({name}(peft_scheme='none') takes the full fine-tuning one); read as full "
+                         "fine-tuning with the LoRA recipe's parallelism")
+            peft = None
+        elif value in ("lora", "dora"):
+            peft = value
+    if mode == "finetune" and peft:
+        lora = phase
+        put("_peft", True, f"{label} finetune peft_scheme {peft}" + (" (DoRA: read as LoRA)" if peft == "dora"
+                                                                     else ""))
+        put("lora.rank", launch_count(overrides.get("peft.dim", "")) or lora.get("rank", 32),
+            f"NeMo 2 override peft.dim={overrides['peft.dim']}" if "peft.dim" in overrides
+            else f"{label} LoRA dim {lora.get('rank', 32)}")
+        put("lora.alpha", launch_count(overrides.get("peft.alpha", "")) or lora.get("alpha", 32),
+            f"NeMo 2 override peft.alpha={overrides['peft.alpha']}" if "peft.alpha" in overrides
+            else f"{label} LoRA alpha {lora.get('alpha', 32)}")
+        put("lora.dropout", 0.0, f"{label} LoRA dropout 0.0 (peft/lora.py)")
+        names = overrides.get("peft.target_modules") or lora.get("target_modules") or _NEMO2_LORA_TARGETS
+        if isinstance(names, str):
+            names = [n.strip(" '\"") for n in names.strip("[]").split(",") if n.strip()]
+        roles = [r for n in names for r in _TARGETS.get(str(n), [])]
+        put("lora.target_modules", roles or _TARGETS["linear_qkv"], f"{label} LoRA target_modules {list(names)}")
+    elif mode == "finetune":
+        put("_finetuning_type", "full", f"{label} finetune peft_scheme none (full fine-tuning)")
+    put("gradient_checkpointing", "none", f"{label} (no recompute: the recipe sets none)")
+    return out, notes
+

@@ -183,8 +183,13 @@ def optimizer_note(value: Any, source: str) -> str | None:
 
 
 def attention_name(value: Any) -> Any:
+    """A trainer's attention implementation as the TrainingSpec's. Fused kernels that keep no score matrix and take
+    the key/value heads as they are read as ``flash``: flash-attn 2/3, transformers' FlexAttention
+    (``flex_attention``: ``enable_gqa``) and the Hub's attention kernels (``kernels-community/vllm-flash-attn3``,
+    ``kernels-community/flash-attn``: any ``org/name`` value transformers loads as a kernel)."""
     text = str(value).strip().lower()
-    if text in ("true", "fa2", "fa3", "flash") or text.startswith("flash"):
+    if text in ("true", "fa2", "fa3", "flash") or text.startswith(("flash", "flex")) or "flash" in text \
+            or "/" in text:
         return "flash"
     if text in ("sdpa", "sdp"):
         return "sdpa"
@@ -1588,6 +1593,12 @@ def _v1_deepspeed_precision(sub: Mapping[str, Setting], v1: Setting, out: Settin
         out["precision"] = Setting("32-true", why + " (no mixed precision)", (bf16_at or fp16_at or v1).where)
 
 
+# PEFT methods other than LoRA that trainers name (LLaMA-Factory finetuning_type oft; PEFT's OFT, BOFT, IA3, LoHa,
+# LoKr, AdaLoRA, VeRA, prompt and prefix tuning): read as LoRA, with a note
+_OTHER_ADAPTERS = frozenset({"oft", "boft", "ia3", "loha", "lokr", "adalora", "vera", "prefix", "prefix_tuning",
+                             "prompt_tuning", "p_tuning", "ptuning"})
+
+
 def _resolve_method(raw: Mapping[str, Setting], out: Settings, notes: list[str]) -> None:
     adapter, ftype, peft = raw.get("_adapter"), raw.get("_finetuning_type"), raw.get("_peft")
     four, eight, bits = raw.get("_4bit"), raw.get("_8bit"), raw.get("_quant_bits")
@@ -1604,6 +1615,20 @@ def _resolve_method(raw: Mapping[str, Setting], out: Settings, notes: list[str])
                 "finetuning_type freeze trains some layers only; read as full fine-tuning "
                 "(an over-estimate of gradients and optimizer states)"
             )
+        return
+    if kind in _OTHER_ADAPTERS:
+        # an adapter the TrainingSpec has no method for: the base frozen, small trained matrices beside each
+        # targeted linear, each keeping a copy of its input, as LoRA's do; OFT's block-diagonal rotation of block
+        # size b trains about in x b / 2 parameters per linear, LoRA of rank b / 4 as many (LLaMA-Factory's OFT:
+        # block 32, every linear layer)
+        source = ftype or adapter
+        _put(out, "method", "lora", source)
+        for key, value in (("lora.rank", 8), ("lora.target_modules", "all-linear")):
+            out[key] = raw.get(key) or Setting(value, f"{source.source} {kind} (predicted as LoRA of rank 8 on every "
+                                                      "linear layer)", source.where)
+        notes.append(f"{source.source} {kind}: an adapter the TrainingSpec cannot express; predicted as LoRA (rank "
+                     f"{out['lora.rank'].value}, {out['lora.target_modules'].value}): the frozen base and the "
+                     "activations as LoRA's, the adapter's own size approximate")
         return
     peft_off = peft is not None and peft.value is False and not kind
     if peft_off and quantized is None:
@@ -1917,6 +1942,16 @@ def _resolve_deepspeed(
         if isinstance(data, dict):
             sub = read_mapping(data, label, config.where)
             zero = sub.get("_zero_optimization", zero)
+            autotp = data.get("tensor_parallel")
+            size = autotp.get("autotp_size") if isinstance(autotp, dict) else None
+            if isinstance(size, int) and not isinstance(size, bool) and size > 1 and "tensor_parallel" not in raw:
+                # DeepSpeed's automatic tensor parallelism ("tensor_parallel": {"autotp_size": N}, DeepSpeed >= 0.16;
+                # LLaMA-Factory's ds_z2_autotp_config.json): each linear split over N GPUs, the norms and the
+                # activations between the linears whole (no sequence parallelism); data parallel over world / N
+                source = f"{label} key tensor_parallel.autotp_size {size} (DeepSpeed AutoTP)"
+                out.setdefault("tensor_parallel", Setting(size, source, config.where))
+                out.setdefault("sequence_parallel", Setting(False, f"{label} (DeepSpeed AutoTP splits the linears "
+                                                                   "only)", config.where))
             for key in ("micro_batch_size", "grad_accum_steps"):
                 if key in sub and key not in raw and str(sub[key].value) != "auto":
                     out.setdefault(key, sub[key])
@@ -3187,7 +3222,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
                    env: Mapping[str, str] | None = None) -> Reading:
     """HF Trainer / TRL / accelerate / torchrun / deepspeed / axolotl / LLaMA-Factory command lines."""
     from scheduler.spec.llmfoundry import is_llm_foundry_config, read_llm_foundry  # they build on this module
-    from scheduler.spec.nemo import is_nemo, read_nemo
+    from scheduler.spec.nemo import is_nemo, is_nemo2, read_nemo, read_nemo2
 
     flags, positionals = read_flags(tokens, where)
     raw: dict[str, Setting] = {}
@@ -3275,8 +3310,14 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _llama_cookbook_defaults(tokens, raw, notes, where)
     if is_verl_trainer(tokens):
         _verl_settings(tokens, raw, notes, where)
+    if is_verl_sft_trainer(tokens):
+        _verl_sft_settings(tokens, raw, notes, where)
     if is_nemo(tokens):
         nemo_settings, nemo_notes = read_nemo(tokens, files, where)
+        raw.update(nemo_settings)
+        notes += nemo_notes
+    elif is_nemo2(tokens):
+        nemo_settings, nemo_notes = read_nemo2(tokens, where)
         raw.update(nemo_settings)
         notes += nemo_notes
     script = next((basename(t) for t in tokens if basename(t) in _SCRIPT_TASKS), None)
@@ -3415,6 +3456,70 @@ def is_verl_trainer(tokens: Sequence[str]) -> bool:
 _VERL_RECIPE = re.compile(r"^(?:\S*/)?recipe[./](?:\w+[./])+main_\w+(?:\.py)?$")
 
 
+def is_verl_sft_trainer(tokens: Sequence[str]) -> bool:
+    """verl's SFT trainer (``torchrun -m verl.trainer.fsdp_sft_trainer``, or the script's path)."""
+    return any(t.endswith(("verl.trainer.fsdp_sft_trainer", "verl/trainer/fsdp_sft_trainer.py")) for t in tokens)
+
+
+def _verl_sft_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """verl's SFT trainer and its Hydra overrides over verl/trainer/config/sft_trainer.yaml (volcengine/verl 005a83d):
+    ``model.partial_pretrain`` the model; ``data.micro_batch_size_per_gpu`` (4) and ``data.max_length`` (1024) the
+    micro-batch and the length; ``data.train_batch_size`` (256, global) over the data-parallel ranks (the GPUs / the
+    Ulysses size) the accumulation; FSDP full shard of fp32 parameters (``model.fsdp_config.model_dtype`` fp32) with
+    bf16 compute; ``model.enable_gradient_checkpointing`` (off); ``model.lora_rank`` > 0 LoRA (``lora_alpha`` 16,
+    ``target_modules`` all-linear); ``ulysses_sequence_parallel_size`` the sequence split (read as context
+    parallelism); ``model.fsdp_config.cpu_offload`` / ``offload_params`` FSDP's CPU offload; ``model.use_liger``
+    Liger's kernels (the fused linear cross-entropy)."""
+    pairs = {t.split("=", 1)[0].lstrip("+~"): t.split("=", 1)[1].strip("'\"") for t in tokens
+             if "=" in t and not t.startswith("-")}
+    label = "verl SFT"
+
+    def value(key: str, default: str) -> tuple[str, str]:
+        if key in pairs:
+            return pairs[key], f"{label} override {key}={pairs[key]}"
+        return default, f"{label} default {key} {default} (sft_trainer.yaml)"
+
+    if "model.partial_pretrain" in pairs:
+        raw.setdefault("model", Setting(pairs["model.partial_pretrain"], f"{label} override model.partial_pretrain",
+                                        where))
+    micro, micro_source = value("data.micro_batch_size_per_gpu", "4")
+    if (count := launch_count(micro)) is not None:
+        raw.setdefault("micro_batch_size", Setting(count, micro_source, where))
+    length, length_source = value("data.max_length", "1024")
+    if (tokens_count := launch_count(length)) is not None:
+        raw.setdefault("seq_len", Setting(tokens_count, length_source, where))
+    total, total_source = value("data.train_batch_size", "256")
+    if (global_batch := launch_count(total)) is not None:
+        raw.setdefault("_global_batch_size", Setting(global_batch, total_source, where))
+    raw.setdefault("_use_fsdp", Setting(True, f"{label} (FSDP full shard of every layer)", where))
+    raw.setdefault("_bf16", Setting(True, f"{label} FSDP mixed precision (bf16 compute over model_dtype fp32 "
+                                          "parameters)", where))
+    checkpointing, checkpointing_source = value("model.enable_gradient_checkpointing", "False")
+    raw.setdefault("gradient_checkpointing", Setting(to_bool(checkpointing) is True, checkpointing_source, where))
+    sp, sp_source = value("ulysses_sequence_parallel_size", "1")
+    if (size := launch_count(sp)) is not None and size > 1:
+        raw.setdefault("context_parallel", Setting(size, f"{sp_source} (Ulysses: each GPU holds 1/{size} of a "
+                                                         "sequence)", where))
+    rank = launch_count(pairs.get("model.lora_rank", "0"))
+    if rank:
+        raw.setdefault("_finetuning_type", Setting("lora", f"{label} override model.lora_rank={rank}", where))
+        raw.setdefault("lora.rank", Setting(rank, f"{label} override model.lora_rank={rank}", where))
+        alpha, alpha_source = value("model.lora_alpha", "16")
+        raw.setdefault("lora.alpha", Setting(launch_count(alpha) or 16, alpha_source, where))
+        targets, targets_source = value("model.target_modules", "all-linear")
+        raw.setdefault("lora.target_modules", Setting(targets, targets_source, where))
+        raw.setdefault("lora.dropout", Setting(0.0, f"{label} (its LoraConfig passes no dropout: PEFT's 0)", where))
+    if any(to_bool(pairs.get(f"model.fsdp_config.{k}", "false")) is True for k in ("cpu_offload", "offload_params")):
+        raw.setdefault("offload", Setting("params+optimizer", f"{label} model.fsdp_config cpu_offload / offload_params "
+                                                              "(FSDP CPUOffload)", where))
+    if to_bool(pairs.get("model.use_liger", "false")) is True:
+        raw.setdefault("cross_entropy", Setting("fused-linear", f"{label} override model.use_liger (Liger's fused "
+                                                                "linear cross-entropy)", where))
+    if to_bool(pairs.get("use_remove_padding", "false")) is True:
+        notes.append(f"{label} use_remove_padding: sequences run unpadded; sized at data.max_length (the longest "
+                     "batch)")
+
+
 def _verl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
     """verl's PPO/GRPO trainer (``python -m verl.trainer.main_ppo`` or a recipe's entry point, with Hydra
     ``key=value`` overrides; verl/trainer/config/_generated_ppo_trainer.yaml @ volcengine/verl 035682e, fsdp_workers.py
@@ -3473,6 +3578,13 @@ def _verl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[s
         _verl_megatron(pairs, raw, notes, where, config_name)
     elif strategy.startswith("fsdp"):
         raw.setdefault("_use_fsdp", Setting(True, f"verl actor strategy {strategy}", where))
+        key = "actor_rollout_ref.actor.fsdp_config.fsdp_size"
+        group = launch_count(pairs.get(key, "-1"))
+        if group is not None and 0 < group < world:
+            # fsdp_size (-1: every GPU): a 2-D device mesh, shard groups of fsdp_size replicated world / fsdp_size
+            # times (verl fsdp_workers.py create_device_mesh, HSDP)
+            raw.setdefault("_shard_group", Setting(group, f"{label} {key}={group} (HSDP: shard groups of {group} "
+                                                          "GPUs, the states replicated across them)", where))
         if "actor_rollout_ref.model.enable_gradient_checkpointing" in pairs:
             put("actor_rollout_ref.model.enable_gradient_checkpointing", "gradient_checkpointing",
                 to_bool(pairs["actor_rollout_ref.model.enable_gradient_checkpointing"]) is True)
@@ -4160,7 +4272,19 @@ def _openrlhf_settings(command: str, tokens: Sequence[str], raw: dict[str, Setti
     given("micro_train_batch_size", "micro_batch_size", batch)
     given("max_len", "seq_len", length)
     given("train_batch_size", "_global_batch_size", 128)
-    given("zero_stage", "_zero_stage", 2)
+    backend = pairs.get("backend")
+    if backend is not None and str(backend[0]).strip().lower().startswith("fsdp"):
+        # --backend fsdp2: OpenRLHF's FSDP2 strategy shards every decoder layer (fully_shard) instead of DeepSpeed's
+        # ZeRO, whose --zero_stage it does not read
+        raw["_use_fsdp"] = Setting(True, f"{backend[1]} {backend[0]} (FSDP2, every layer sharded)", where)
+    else:
+        given("zero_stage", "_zero_stage", 2)
+        tp = pairs.get("ds_tensor_parallel_size")
+        if tp is not None and (size := launch_count(str(tp[0]))) is not None and size > 1:
+            # DeepSpeed's automatic tensor parallelism: each linear layer split over the group, the norms and the
+            # activations between the layers whole (no sequence parallelism); data parallel over world / size
+            raw["tensor_parallel"] = Setting(size, f"{tp[1]} {tp[0]} (DeepSpeed AutoTP)", where)
+            raw["sequence_parallel"] = Setting(False, f"{tp[1]} (DeepSpeed AutoTP splits the linears only)", where)
     if (found := pairs.get("adam_offload")) is not None and to_bool(found[0]) is not False:
         raw["_offload_optimizer"] = Setting("cpu", found[1], where)
     rank = pairs.get("lora_rank")
@@ -4520,6 +4644,13 @@ def _trl_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Setting], 
     if (trainer != "TRL" and command is None) or not all_read:
         return  # a script that merely takes --use_peft may default otherwise
     _trl_accelerate_config(tokens, raw, notes, where)
+    if _enabled(raw.get("_peft")) is True and "model" in raw:
+        # TRL's ModelConfig (trl/trainer/model_config.py), which every TRL script parses: lora_r 16, lora_alpha 32,
+        # lora_dropout 0.05; lora_target_modules None leaves PEFT's per-architecture default
+        applied = _fill_defaults(raw, (("lora.rank", 16, "lora_r 16"), ("lora.alpha", 32, "lora_alpha 32"),
+                                       ("lora.dropout", 0.05, "lora_dropout 0.05")), "TRL ModelConfig default", where)
+        if applied:
+            notes.append(f"TRL ModelConfig defaults where the command sets none: {', '.join(applied)}")
     if command == "dpo" and "model" in raw:
         # DPOConfig max_length 1024 (trl/trainer/dpo_config.py) and TrainingArguments' per_device_train_batch_size 8;
         # the paired forward and the reference model (a frozen copy without an adapter) follow from _rl
@@ -4760,10 +4891,15 @@ def _hf_trainer_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Set
 
 # TRL's example scripts, run directly or by its CLI (trl/cli.py runs trl/scripts/<command>.py with the same argv):
 # older releases kept them in examples/scripts/
-_TRL_SCRIPTS = {"sft": ("trl/scripts/sft.py", "examples/scripts/sft.py"),
-                "grpo": ("trl/scripts/grpo.py", "examples/scripts/grpo.py", "open_r1/grpo.py"),
+# TRL's example scripts that parse one of these configs under another name (GSPO is GRPOConfig with sequence-level
+# importance sampling; the VLM and gpt-oss scripts take SFTConfig, DPOConfig, GRPOConfig)
+_TRL_SCRIPTS = {"sft": ("trl/scripts/sft.py", "examples/scripts/sft.py", "examples/scripts/sft_vlm.py",
+                        "examples/scripts/sft_gpt_oss.py", "examples/scripts/sft_vlm_gemma3.py",
+                        "examples/scripts/sft_video_llm.py"),
+                "grpo": ("trl/scripts/grpo.py", "examples/scripts/grpo.py", "open_r1/grpo.py",
+                         "examples/scripts/gspo.py", "examples/scripts/gspo_vlm.py", "examples/scripts/grpo_vlm.py"),
                 "rloo": ("trl/scripts/rloo.py",),
-                "dpo": ("trl/scripts/dpo.py", "examples/scripts/dpo.py"),
+                "dpo": ("trl/scripts/dpo.py", "examples/scripts/dpo.py", "examples/scripts/dpo_vlm.py"),
                 "distillation": ("trl/scripts/distillation.py", "examples/scripts/distillation.py"),
                 "kto": ("trl/scripts/kto.py", "examples/scripts/kto.py"),
                 "reward": ("trl/scripts/reward.py", "examples/scripts/reward_modeling.py"),
