@@ -5071,8 +5071,10 @@ _TUNE_FAMILIES = {
 def torchtune_model(family: str, size: str) -> str:
     prefix = _TUNE_FAMILIES.get(family.lower(), family.lower().replace("_", "-"))
     name = f"{prefix}-{size.lower().replace('_', '.')}"
-    # torchtune's mistral_7b is Mistral-7B-v0.1 (its configs download mistralai/Mistral-7B-v0.1)
-    return "mistral-7b-v0.1" if name == "mistral-7b" else name
+    # torchtune's mistral_7b is Mistral-7B-v0.1 (its configs download mistralai/Mistral-7B-v0.1), phi3_mini
+    # Phi-3-Mini-4K-Instruct (microsoft/Phi-3-mini-4k-instruct), phi4_14b Phi-4 (microsoft/phi-4)
+    return {"mistral-7b": "mistral-7b-v0.1", "phi-3-mini": "phi-3-mini-4k-instruct",
+            "phi-4-14b": "phi-4"}.get(name, name)
 
 
 def _tune_model_from_config(config: str) -> str | None:

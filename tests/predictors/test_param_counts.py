@@ -31,6 +31,7 @@ EXPECTED: dict[str, int] = {
     "bloomz-7b1": 7_069_016_064,
     "chatglm3-6b": 6_243_584_000,
     "codellama-34b": 33_743_970_304,
+    "codellama-7b": 6_738_546_688,  # session 30: Llama 2 7B (6,738,415,616) + 2 x 16 x 4096 vocabulary rows
     "deepseek-llm-7b-base": 6_910_365_696,
     "deepseek-v2-lite": 15_706_484_224,
     "deepseek-v3": 671_026_404_352,

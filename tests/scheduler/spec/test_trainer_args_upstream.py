@@ -1307,3 +1307,26 @@ def test_nemo2_recipes_are_read() -> None:
     assert any("peft=none: the adapter is dropped after the recipe" in a for a in dropped.assumptions)
     unknown = scan(pod(["nemo", "llm", "finetune", "--factory", "nemotron4_15b"], gpus=8))
     assert not any(isinstance(o, ParsedJob) for o in unknown)  # no model: refused, the note says why
+
+
+def test_more_shipped_torchtune_configs_are_read() -> None:
+    """torchtune's shipped configs beyond the first 38 (qwen3, qwen2_5, gemma, gemma2, phi3, phi4, llama2, llama3,
+    llama3_3, mistral, code_llama2; session 30): read from the table, not by name only. Before, `tune run
+    lora_finetune_distributed --config qwen3/8B_lora` was batch 1 without accumulation, LoRA on q and v only and the
+    full loss (22.6 GiB where its own settings give 41.7); Phi-3 mini, Phi-4 and Code Llama 7B configs were refused
+    (no catalog name for their models)."""
+    qwen = one_job(pod(["tune", "run", "--nproc_per_node", "4", "lora_finetune_distributed", "--config",
+                        "qwen3/8B_lora"], gpus=4)).spec
+    assert (qwen.model, qwen.micro_batch_size, qwen.grad_accum_steps, qwen.cross_entropy) == ("qwen3-8b", 2, 8,
+                                                                                               "chunked")
+    assert qwen.lora is not None
+    assert {"output_proj", "gate_proj", "up_proj", "down_proj"} <= set(qwen.lora.target_modules)
+    gemma = one_job(pod(["tune", "run", "--nproc_per_node", "4", "lora_finetune_distributed", "--config",
+                         "gemma2/27B_lora"], gpus=4)).spec
+    assert (gemma.model, gemma.micro_batch_size, gemma.lora.rank, gemma.gradient_checkpointing) == (
+        "gemma-2-27b", 4, 64, "full")
+    for config, model in (("phi3/mini_lora_single_device", "phi-3-mini-4k-instruct"),
+                          ("phi4/14B_lora_single_device", "phi-4"),
+                          ("code_llama2/7B_lora_single_device", "codellama-7b")):
+        assert one_job(pod(["tune", "run", "lora_finetune_single_device", "--config", config], gpus=1)).spec.model \
+            == model
