@@ -3,9 +3,12 @@
 Kubernetes mounts a rotated Secret by swapping a symlink, and cert-manager renews certificates
 before they expire: the server must pick up the new pair without a restart. :class:`CertReloader`
 checks the files' identity (inode, size, mtime) every ``interval_seconds`` and loads the new pair
-into the live :class:`ssl.SSLContext`, so every handshake after that presents the new certificate.
-A new pair is first loaded into a scratch context: a half-written or mismatched pair is skipped
-(and retried on the next check) instead of breaking the live context.
+into a new :class:`ssl.SSLContext`; the context the server listens with hands every handshake to the
+newest one (its ``sni_callback``, which OpenSSL calls for every ClientHello, with or without a server
+name), so every handshake after that presents the new certificate. The live context is never changed
+in place: loading a chain into it set the certificate before the key, and a handshake between the two
+met a mismatched pair and failed (seen as an EOF by a client during a rotation). A half-written or
+mismatched pair fails to load and is skipped (and retried on the next check).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ class CertReloader(PeriodicCheck):
         self.cert_file = Path(cert_file)
         self.key_file = Path(key_file)
         self.context = server_context(self.cert_file, self.key_file)
+        self._current = self.context  # the newest valid pair's context: every handshake switches to it
+        self.context.sni_callback = self._switch
         self.reloads = 0
         self._stamp: Stamp = (file_stamp(self.cert_file), file_stamp(self.key_file))
         self._lock = threading.Lock()
@@ -58,13 +63,20 @@ class CertReloader(PeriodicCheck):
             if stamp == self._stamp:
                 return False
             try:
-                server_context(self.cert_file, self.key_file)  # validate the pair first
-                self.context.load_cert_chain(str(self.cert_file), str(self.key_file))
+                fresh = server_context(self.cert_file, self.key_file)  # a whole, valid pair or nothing
             except (OSError, ssl.SSLError) as exc:
                 log.warning("new tls pair not loaded (will retry): %s", exc)
                 return False
+            self._current = fresh  # one reference swap: a handshake sees the old pair or the new one
             self._stamp = stamp
             self.reloads += 1
             log.info("tls certificate reloaded from %s", self.cert_file)
             return True
+
+    def _switch(self, connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None,
+                context: ssl.SSLContext) -> None:
+        """``sni_callback`` of the listening context: the handshake continues with the newest pair's context."""
+        current = self._current
+        if current is not context:
+            connection.context = current
 
