@@ -51,8 +51,10 @@ GPU_LABELS: tuple[str, ...] = (
     "gpu.nvidia.com/model",  # CoreWeave's older label
     "node.kubernetes.io/instance-type",  # the cloud machine type: its GPU by _INSTANCE_GPUS
     "beta.kubernetes.io/instance-type",
+    "karpenter.k8s.aws/instance-family",  # Karpenter's EC2 family (p5, g6e): its GPU by _INSTANCE_GPUS
 )
 _INSTANCE_TYPE_LABELS = frozenset({"node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type"})
+_INSTANCE_FAMILY_LABEL = "karpenter.k8s.aws/instance-family"
 # Cloud machine types and the GPU they carry (the providers' instance pages: aws.amazon.com/ec2/instance-types,
 # cloud.google.com/compute/docs/gpus, learn.microsoft.com/azure/virtual-machines/sizes), matched on the type's
 # prefix, longest first; a machine type of no listed family pins nothing.
@@ -65,7 +67,15 @@ _INSTANCE_GPUS: dict[str, str] = {
     "g2-standard-": "L4",
     "standard_nd96asr_v4": "A100-40GB", "standard_nd96amsr_a100_v4": "A100-80GB",
     "standard_nd96isr_h100_v5": "H100-80GB", "standard_nd96isr_h200_v5": "H200",
+    # Oracle Cloud's bare-metal GPU shapes (docs.oracle.com/iaas/Content/Compute/References/computeshapes.htm)
+    "bm.gpu.h100.": "H100-80GB", "bm.gpu.h200.": "H200", "bm.gpu.a100-v2.": "A100-80GB", "bm.gpu4.": "A100-40GB",
+    "bm.gpu.l40s": "L40S", "bm.gpu.b200.": "B200",
+    # Nebius platforms (docs.nebius.com/compute/virtual-machines/types: gpu-h100-sxm, gpu-h200-sxm, gpu-b200-sxm,
+    # gpu-l40s-a / -d), as their node labels write them (<platform>.<preset>)
+    "gpu-h100-sxm": "H100-80GB", "gpu-h200-sxm": "H200", "gpu-b200-sxm": "B200", "gpu-l40s-": "L40S",
 }
+# SageMaker HyperPod writes the EC2 type with its ml. prefix (ml.p5.48xlarge)
+_SAGEMAKER_PREFIX = "ml."
 # GKE accelerator values whose memory size the name leaves out (the others map by name).
 _GKE_ACCELERATORS: dict[str, str] = {
     "nvidia-tesla-a100": "A100-40GB",
@@ -502,8 +512,10 @@ def map_gpu_label(label: str, value: str) -> str | None:
     text = value.strip()
     if label == "cloud.google.com/gke-accelerator":
         text = _GKE_ACCELERATORS.get(text.lower(), re.sub(r"^nvidia-(tesla-)?", "", text.lower()))
-    elif label in _INSTANCE_TYPE_LABELS:
-        lowered = text.lower()
+    elif label in _INSTANCE_TYPE_LABELS or label == _INSTANCE_FAMILY_LABEL:
+        lowered = text.lower().removeprefix(_SAGEMAKER_PREFIX)
+        if label == _INSTANCE_FAMILY_LABEL:
+            lowered += "."  # the family alone (p5) is the type's prefix (p5.48xlarge)
         family = max((p for p in _INSTANCE_GPUS if lowered.startswith(p)), key=len, default=None)
         return _INSTANCE_GPUS[family] if family is not None else None
     elif label.startswith("gpu.nvidia.com/"):

@@ -3294,6 +3294,8 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _megatron_settings(tokens, raw, notes, where)
     if _is_fms_fsdp(tokens):
         _fms_fsdp_settings(tokens, raw, notes, where)
+    if _is_awsome_fsdp(tokens):
+        _awsome_fsdp_settings(tokens, raw, notes, where)
     if any(basename(t) == "finetune_hf_llm.py" for t in tokens):
         _ray_template_settings(tokens, raw, notes, where)
     if (openrlhf := _openrlhf_command(tokens)) is not None:
@@ -4422,6 +4424,103 @@ def _is_fms_fsdp(tokens: Sequence[str]) -> bool:
     ``--model_variant``)."""
     return any(basename(t).startswith("main_training") and t.endswith(".py") for t in tokens) and any(
         t.split("=", 1)[0] == "--model_variant" for t in tokens)
+
+
+def _is_awsome_fsdp(tokens: Sequence[str]) -> bool:
+    """Whether a command runs aws-samples/awsome-distributed-training's FSDP ``train.py``: a Python script given that
+    script's own model flags (``--hidden_width``, ``--max_context_width``: no other trainer spells them so)."""
+    flags = {t.split("=", 1)[0] for t in tokens if t.startswith("--")}
+    return any(t.endswith(".py") for t in tokens) and bool(flags & {"--hidden_width", "--max_context_width"})
+
+
+# awsome-distributed-training FSDP --model_type values and the Hugging Face config family each builds (train_utils.py
+# get_model_config: LlamaConfig for llama_v2 / llama_v3, MistralConfig, GPTNeoXConfig)
+_AWSOME_MODEL_TYPES = {"llama_v2": "llama", "llama_v3": "llama", "mistral": "mistral", "gpt_neox": "gpt_neox"}
+
+
+def _awsome_fsdp_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """awsome-distributed-training's FSDP ``train.py`` (3.test_cases/pytorch/FSDP/src; model_utils/arguments.py @
+    03282a1): the model built from its flags (``--model_type`` gpt_neox by default, ``--hidden_width`` 768,
+    ``--num_layers`` 12, ``--num_heads`` 12, ``--num_key_value_heads`` (the heads), ``--intermediate_size`` 11008,
+    ``--vocab_size`` 50432 whatever ``--tokenizer`` says, ``--max_context_width`` 2048 the positions); the C4 stream
+    packed into 4,096-token chunks (the data loader's default: train.py does not pass ``--max_context_width`` on);
+    ``--train_batch_size`` (2) per GPU; FSDP
+    (``--sharding_strategy`` full, or hybrid: within a node) with bf16 MixedPrecision over fp32 parameters
+    (``--bf16`` 1), ``--activation_checkpointing`` (1) with ``--offload_activations`` (0) moving the checkpoints to
+    CPU memory, ``--cpu_offload`` (0) FSDP's CPUOffload, torch's AdamW (foreach). Before, every such job was refused
+    (no model found): awsome ships about ten PyTorchJobs of it."""
+    pairs = _flag_values(tokens)
+
+    def value(key: str, default: Any) -> tuple[Any, str]:
+        found = pairs.get(key)
+        return found if found is not None else (default, f"awsome-distributed-training FSDP default --{key} {default}")
+
+    def count(key: str, default: int) -> tuple[int | None, str]:
+        found = value(key, default)
+        return launch_count(str(found[0])), found[1]
+
+    kind = str(value("model_type", "gpt_neox")[0]).strip().lower()
+    family = _AWSOME_MODEL_TYPES.get(kind)
+    sizes = {key: count(key, default) for key, default in (
+        ("hidden_width", 768), ("num_layers", 12), ("num_heads", 12), ("intermediate_size", 11008),
+        ("vocab_size", 50432), ("max_context_width", 2048))}
+    heads = sizes["num_heads"][0]
+    kv = launch_count(str(pairs["num_key_value_heads"][0])) if "num_key_value_heads" in pairs else heads
+    if family is None or any(v is None for v, _ in sizes.values()) or heads is None or kv is None:
+        notes.append(f"awsome-distributed-training FSDP --model_type {kind}: not a layout vramfit builds from its "
+                     "flags (llama_v2, llama_v3, mistral, gpt_neox); set model in the vramfit.io/spec annotation")
+    else:
+        hidden, layers, inter, vocab, positions = (sizes[k][0] for k in ("hidden_width", "num_layers",
+                                                                          "intermediate_size", "vocab_size",
+                                                                          "max_context_width"))
+        if family == "gpt_neox":
+            config: dict[str, Any] = {"model_type": "gpt_neox", "hidden_size": hidden, "num_hidden_layers": layers,
+                                      "num_attention_heads": heads, "intermediate_size": 4 * hidden,
+                                      "vocab_size": vocab, "max_position_embeddings": positions,
+                                      "tie_word_embeddings": False}
+        else:
+            config = {"model_type": family, "hidden_size": hidden, "num_hidden_layers": layers,
+                      "num_attention_heads": heads, "num_key_value_heads": kv, "intermediate_size": inter,
+                      "vocab_size": vocab, "max_position_embeddings": positions, "tie_word_embeddings": False,
+                      "hidden_act": "silu"}
+        source = ", ".join(f"--{k} {v}" if "default" not in why else f"{k} {v} (default)"
+                           for k, (v, why) in sizes.items())
+        raw["model"] = Setting({"name": f"awsome-fsdp-{kind}-{layers}l-{hidden}h", "config": config},
+                               f"awsome-distributed-training FSDP --model_type {kind}: {source}", where)
+        if "vocab_size" not in pairs and "tokenizer" in pairs:
+            notes.append(f"awsome-distributed-training FSDP: the vocabulary is --vocab_size's (default 50,432), not "
+                         f"{pairs['tokenizer'][1]}'s tokenizer (get_model_config builds the config from the flags)")
+    # train.py calls create_streaming_dataloader without max_context_width: the stream is cut into its default
+    # 4,096-token chunks (model_utils/train_utils.py @ 11c8b14), whatever --max_context_width gives the positions
+    loader = "awsome-distributed-training FSDP create_streaming_dataloader's chunks (max_context_width default 4096)"
+    raw["seq_len"] = Setting(4096, loader, where)
+    raw["sequence_lengths"] = Setting("fixed", f"{loader}: ConcatTokensDataset fills every chunk", where)
+    batch = value("train_batch_size", 2)
+    raw["micro_batch_size"] = Setting(launch_count(str(batch[0])) or 2, f"{batch[1]} (per GPU)", where)
+    raw.pop("_global_batch_size", None)  # the key table reads --train_batch_size as DeepSpeed's global batch
+    raw["_use_fsdp"] = Setting(True, "awsome-distributed-training FSDP train.py (FSDP)", where)
+    strategy = value("sharding_strategy", "full")
+    raw["_fsdp_strategy"] = Setting("hybrid_shard" if str(strategy[0]).strip().lower() == "hybrid" else "full_shard",
+                                    strategy[1], where)
+    bf16 = value("bf16", 1)
+    if to_bool(bf16[0]) is False:
+        raw["precision"] = Setting("32-true", bf16[1], where)
+    else:
+        raw["_bf16"] = Setting(True, f"{bf16[1]} (FSDP bf16 MixedPrecision over fp32 parameters)", where)
+    checkpointing = value("activation_checkpointing", 1)
+    raw["gradient_checkpointing"] = Setting(to_bool(checkpointing[0]) is True, checkpointing[1], where)
+    offload = value("offload_activations", 0)
+    if to_bool(offload[0]) is True:
+        raw["activation_offloading"] = Setting(True, f"{offload[1]} (the checkpoints in CPU memory)", where)
+    cpu = value("cpu_offload", 0)
+    if to_bool(cpu[0]) is True:
+        raw["offload"] = Setting("params+optimizer", f"{cpu[1]} (FSDP CPUOffload)", where)
+    raw.setdefault("optimizer", Setting("adamw", "awsome-distributed-training FSDP train.py (torch.optim.AdamW)",
+                                        where))
+    raw.setdefault("fused_optimizer", Setting(False, "awsome-distributed-training FSDP train.py (torch.optim.AdamW, "
+                                                     "foreach)", where))
+    raw.setdefault("framework", Setting("transformers", "awsome-distributed-training FSDP train.py (a transformers "
+                                                        "model from its config)", where))
 
 
 def _fms_fsdp_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:

@@ -196,6 +196,16 @@ def test_affinity_pin_and_uncatalogued_label() -> None:
     ("node.kubernetes.io/instance-type", "p5.48xlarge", "H100-80GB"),  # the cloud machine type
     ("node.kubernetes.io/instance-type", "a3-ultragpu-8g", "H200"),
     ("node.kubernetes.io/instance-type", "Standard_ND96amsr_A100_v4", "A100-80GB"),
+    # session 30, from a review of real manifests: SageMaker HyperPod's ml. types, Oracle's bare-metal shapes, Nebius
+    # platforms and Karpenter's instance family were ignored (a note, no pin)
+    ("node.kubernetes.io/instance-type", "ml.p5.48xlarge", "H100-80GB"),
+    ("node.kubernetes.io/instance-type", "BM.GPU.H100.8", "H100-80GB"),
+    ("node.kubernetes.io/instance-type", "BM.GPU4.8", "A100-40GB"),
+    ("node.kubernetes.io/instance-type", "BM.GPU.L40S-NC.4", "L40S"),
+    ("node.kubernetes.io/instance-type", "gpu-h200-sxm.8gpu-128vcpu-1600gb", "H200"),
+    ("karpenter.k8s.aws/instance-family", "p5", "H100-80GB"),
+    ("karpenter.k8s.aws/instance-family", "p5en", "H200"),
+    ("karpenter.k8s.aws/instance-family", "g6e", "L40S"),
 ])
 def test_gpu_labels_of_more_clouds_pin_the_gpu(label: str, value: str, gpu: str) -> None:
     """The GPU-type labels of CoreWeave, EKS Auto Mode and the machine types of AWS, GCP and Azure pin the job's GPU;

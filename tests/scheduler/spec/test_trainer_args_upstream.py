@@ -1330,3 +1330,28 @@ def test_more_shipped_torchtune_configs_are_read() -> None:
                           ("code_llama2/7B_lora_single_device", "codellama-7b")):
         assert one_job(pod(["tune", "run", "lora_finetune_single_device", "--config", config], gpus=1)).spec.model \
             == model
+
+
+def test_awsome_distributed_training_fsdp_is_read() -> None:
+    """aws-samples/awsome-distributed-training's FSDP train.py builds its model from flags (--model_type,
+    --hidden_width, --num_layers, --num_heads, --num_key_value_heads, --intermediate_size, --vocab_size): every one
+    of its PyTorchJobs was refused ("no model found"). Its data loader packs 4,096-token chunks whatever
+    --max_context_width says (the positions only); checkpointing is on by default, --offload_activations moves the
+    checkpoints to CPU memory."""
+    args = ["torchrun", "--nproc_per_node=8", "--nnodes=2", "/fsdp/train.py", "--max_context_width=8192",
+            "--num_key_value_heads=8", "--intermediate_size=14336", "--hidden_width=4096", "--num_layers=32",
+            "--num_heads=32", "--model_type=llama_v3", "--tokenizer=hf-internal-testing/llama-tokenizer",
+            "--train_batch_size=1", "--sharding_strategy=full", "--offload_activations=1"]
+    job = one_job(pod(args, gpus=8))
+    s = job.spec
+    config = s.model.config if not isinstance(s.model, str) else {}
+    assert (config["hidden_size"], config["num_key_value_heads"], config["intermediate_size"],
+            config["vocab_size"], config["max_position_embeddings"]) == (4096, 8, 14336, 50432, 8192)
+    assert (s.micro_batch_size, s.seq_len, s.sharding, s.gradient_checkpointing, s.activation_offloading,
+            s.precision, s.grad_accum_steps) == (1, 4096, "fsdp", "full", True, "bf16-mixed", 1)
+    assert any("the vocabulary is --vocab_size's" in a for a in job.assumptions)
+    hybrid = one_job(pod([*args[:4], "--model_type=gpt_neox", "--hidden_width=2048", "--num_layers=24",
+                          "--num_heads=16", "--sharding_strategy=hybrid", "--activation_checkpointing=0"], gpus=8)).spec
+    # HYBRID_SHARD shards within a node: on one 8-GPU pod that is every GPU, as full sharding
+    assert (hybrid.sharding, hybrid.gradient_checkpointing, hybrid.model.config["model_type"]) == (
+        "fsdp", "none", "gpt_neox")
