@@ -35,6 +35,8 @@ _GATED = {
     # (LGAI-EXAONE modeling_exaone.py); XVERSE and Aquila are LLaMA copies (xverse/XVERSE-7B modeling_xverse.py,
     # BAAI/Aquila-7B modeling_aquila.py: gate/up/down_proj)
     "olmoe", "exaone", "xverse", "aquila",
+    # GptOssExperts gate_up_proj (transformers models/gpt_oss/modeling_gpt_oss.py: a gated SwiGLU-style expert)
+    "gpt_oss",
 }
 # Families whose linear layers all carry biases (GPT-2, BERT, BLOOM, GPT-NeoX, Phi-1/2, OPT, StarCoder2).
 _ALL_BIAS = {"gpt2", "bert", "roberta", "bloom", "gpt_neox", "phi", "opt", "gpt_bigcode", "starcoder2", "gptj"}
@@ -607,6 +609,11 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     elif model_type == "stablelm":
         qkv_bias = bool(cfg.get("use_qkv_bias", False))
         out_bias = mlp_bias = False
+    elif model_type == "gpt_oss":
+        # GptOssAttention q/k/v/o_proj bias=config.attention_bias (default True); GptOssExperts keep gate_up_proj_bias
+        # and down_proj_bias (models/gpt_oss/modeling_gpt_oss.py)
+        qkv_bias = out_bias = bool(cfg.get("attention_bias", True))
+        mlp_bias = True
     else:
         qkv_bias = bool(cfg.get("attention_bias", cfg.get("qkv_bias", False)))
         out_bias = bool(cfg.get("attention_bias", False)) if model_type not in ("qwen3",) else False
@@ -735,7 +742,8 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
         shared_inter = (_int(cfg, "shared_expert_intermediate_size", default=0, minimum=0)
                         or _int(cfg, "n_shared_experts", default=0, minimum=0) * moe_inter)
         linears += _mlp(h, moe_inter, moe_layers * n_experts, gated, mlp_bias, expert=True)
-        linears.append(LinearGroup("router", h, n_experts, moe_layers))
+        # GptOssTopKRouter's linear has a bias (models/gpt_oss/modeling_gpt_oss.py); the other routers none
+        linears.append(LinearGroup("router", h, n_experts, moe_layers, model_type == "gpt_oss"))
         if shared_inter:
             linears += _mlp(h, shared_inter, moe_layers, gated, mlp_bias)
             if model_type == "qwen2_moe":
@@ -752,6 +760,9 @@ def _decoder(cfg: dict[str, Any], name: str, model_type: str) -> Architecture:
     lm_bias = model_type in ("phi", "gptj", "codegen") or (model_type == "phimoe" and _flag(cfg, "lm_head_bias", False))
     linears.append(LinearGroup("lm_head", head_in, vocab, 1, lm_bias and not tie, tied=tie))
     other = vocab if (lm_bias and tie) else 0
+    if model_type == "gpt_oss":
+        other += layers * heads  # GptOssAttention.sinks: one learned logit per head
+        notes.append("attention sinks (a learned logit per head)")
     return Architecture(
         name=name, model_type=model_type, hidden_size=h, num_layers=layers, num_attention_heads=heads,
         num_kv_heads=kv, head_dim=head_dim, intermediate_size=inter, gated_mlp=gated, vocab_size=vocab,

@@ -235,8 +235,9 @@ EXTERNAL_RUNS_15 = EXTERNAL_RUNS.with_name("external_runs_15.jsonl")
 EXTERNAL_RUNS_16 = EXTERNAL_RUNS.with_name("external_runs_16.jsonl")
 
 
-# Sets 3-14 and 16 (their comments above): rows, the median and p90 they reach today, and the OOM rows above the card (None:
-# the set has none). X17-001 of set 3 is missed (above); a fix that predicts it above the card should raise its 0.
+# Sets 3-14 and 16 (their comments above): rows, the median and p90 they reach today, and the OOM rows above the card
+# (None: the set has none). X17-001 of set 3 is missed (above); a fix that predicts it above the card should raise
+# its 0.
 @pytest.mark.parametrize(("path", "rows", "median", "p90", "ooms"), [
     (EXTERNAL_RUNS_3, 7, 0.062, 0.322, 0),
     (EXTERNAL_RUNS_4, 14, 0.073, 0.150, None),

@@ -32,6 +32,8 @@ EXPECTED: dict[str, int] = {
     "chatglm3-6b": 6_243_584_000,
     "codellama-34b": 33_743_970_304,
     "codellama-7b": 6_738_546_688,  # session 30: Llama 2 7B (6,738,415,616) + 2 x 16 x 4096 vocabulary rows
+    "gpt-oss-20b": 20_914_757_184,  # session 30: the model card's 20.91B
+    "gpt-oss-120b": 116_829_156_672,  # session 30: the model card's 116.83B
     "deepseek-llm-7b-base": 6_910_365_696,
     "deepseek-v2-lite": 15_706_484_224,
     "deepseek-v3": 671_026_404_352,
