@@ -188,6 +188,10 @@ def _training_world(merged: Settings, notes: list[str]) -> None:
     if world is None or gpus is None or "training_gpus" in merged:
         return
     count, total = launch_count(world.value), launch_count(gpus.value)
+    if count is not None and total is None and str(gpus.value) == "auto":
+        # a Ray Jobs submission says no GPU count of its own: the trainer's workers are the job's GPUs
+        merged["gpus"] = Setting(count, f"{world.source} (the submission gives no GPU count)", world.where)
+        return
     if count is None or total is None or count == total:
         return
     if count > total:

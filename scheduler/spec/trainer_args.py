@@ -373,7 +373,8 @@ KEYS: dict[str, tuple[str, Convert]] = {
         ("attention", lambda v: "flash" if to_bool(v) is True else None),
     ),
     "sdp_attention": ("attention", lambda v: "sdpa" if to_bool(v) is True else None),
-    **dict.fromkeys(("deepspeed", "deepspeed_config", "deepspeed_config_file"), ("_deepspeed", _same)),
+    # --ds-config: Ray's LLM fine-tuning template and the scripts built on it
+    **dict.fromkeys(("deepspeed", "deepspeed_config", "deepspeed_config_file", "ds_config"), ("_deepspeed", _same)),
     "use_deepspeed": ("_use_deepspeed", to_bool),
     "zero_stage": ("_zero_stage", _same),
     "offload_optimizer_device": ("_offload_optimizer", _same),
@@ -1872,6 +1873,20 @@ SHIPPED_DEEPSPEED_FILES: dict[str, dict[str, dict[str, Any]]] = {
         "zero3_bf16_cpuoffload_params.json": {**_BF16, "zero_optimization": {**_AX_ZERO_3_BF16,
                                                                              "offload_param": _CPU}},
     },
+    # Ray's LLM fine-tuning template (doc/source/templates/04_finetuning_llms_with_deepspeed/deepspeed_configs at
+    # ray-project/ray 2265392 (13b) and 3b0fce1 (70b)): ZeRO-3 with the optimizer (and for 13B the parameters) in CPU
+    # memory; its default zero_3_llama_2_7b.json is not in view and keeps the file-name reading
+    "Ray's LLM template": {
+        "zero_3_llama_2_13b.json": {**_AUTO_PRECISION, "zero_optimization": {
+            "stage": 3, "offload_optimizer": _CPU, "offload_param": _CPU, "overlap_comm": True,
+            "contiguous_gradients": True, "reduce_bucket_size": 5e8, "stage3_max_live_parameters": 1e9,
+            "stage3_max_reuse_distance": 1e9}},
+        "zero_3_llama_2_70b.json": {"fp16": {"enabled": False}, "bf16": {"enabled": True},
+                                    "train_micro_batch_size_per_gpu": "auto", "zero_optimization": {
+                                        "stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": False},
+                                        "overlap_comm": True, "contiguous_gradients": True,
+                                        "reduce_bucket_size": "auto"}},
+    },
     # transformers' own test configs, which its DeepSpeed guide's examples name (docs/source/en/deepspeed.md):
     # tests/deepspeed/ds_config_zero2.json @00e12e7 offloads the optimizer; ds_config_zero3.json offloads the
     # optimizer and the parameters (@61c7ec9: fp16 on, later releases "auto")
@@ -1886,9 +1901,11 @@ SHIPPED_DEEPSPEED_FILES: dict[str, dict[str, dict[str, Any]]] = {
 }
 # the folder a trainer keeps them in, where its names are too common to be recognised anywhere
 _SHIPPED_FOLDER: dict[str, tuple[str, ...]] = {"axolotl": ("deepspeed_configs",),
-                                                "transformers": ("tests", "deepspeed")}
-# owners whose folder alone identifies the file, whatever runs it (transformers' example scripts under any launcher)
-_FOLDER_IDENTIFIES = frozenset({"transformers"})
+                                                "transformers": ("tests", "deepspeed"),
+                                                "Ray's LLM template": ("deepspeed_configs",)}
+# owners whose folder (and names) alone identify the file, whatever runs it (transformers' example scripts under any
+# launcher; the Ray template's zero_3_llama_2_*.json)
+_FOLDER_IDENTIFIES = frozenset({"transformers", "Ray's LLM template"})
 
 
 def _shipped_deepspeed_config(text: str, config: Setting, trainer: str,
@@ -2898,8 +2915,9 @@ def _array_words(arrays: Sequence[tuple[str, bool, str]], env: dict[str, str], b
 def _exports(text: str, env: dict[str, str], budget: TextBudget) -> str:
     """Record ``export NAME=value`` / ``NAME=value`` lines of a script before ``$NAME`` is expanded."""
     for match in re.finditer(
+        # a trailing `;` ends the command (`SIZE=13b;`): not part of the value
         r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|\$\(\((?:[^()\n]|\([^()\n]*\))*\)\)"
-        r"|\S*)[ \t]*(?:#.*)?$", text, re.M
+        r"|[^\s;]*)[ \t]*;?[ \t]*(?:#.*)?$", text, re.M
     ):
         env[match.group(1)] = _arithmetic(_expand(match.group(2).strip("'\""), env, budget), env)
     return text
@@ -3343,6 +3361,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         # default finetuning_type is lora (llamafactory hparams/finetuning_args.py)
         raw["_finetuning_type"] = Setting("lora", "LLaMA-Factory (finetuning_type default lora)", where)
         notes.append("llamafactory-cli sets no finetuning_type: LLaMA-Factory's default lora")
+    _unread_size_flags(tokens, raw, notes)
     reading = resolve(raw, files, trainer)
     framework = framework_setting(trainer, raw, where)
     if framework is not None and reading.settings:
@@ -3432,6 +3451,13 @@ def _ray_template_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
                              where)
 
     put("micro_batch_size", "batch_size_per_device", 16, "--batch-size-per-device 16")
+    if "ds_config" not in values:  # the template always trains under DeepSpeed: its default config
+        raw.setdefault("_deepspeed", Setting("./deepspeed_configs/zero_3_llama_2_7b.json", "Ray template default "
+                                             "--ds-config ./deepspeed_configs/zero_3_llama_2_7b.json", where))
+    devices = values.get("num_devices")
+    if devices is not None and (count := launch_count(str(devices[0]))) is not None:
+        # --num-devices: the TorchTrainer's workers, one GPU each (ScalingConfig(num_workers=args.num_devices))
+        raw.setdefault(TRAINING_WORLD, Setting(count, f"{devices[1]} {count} (Ray Train workers, one GPU each)", where))
     put("seq_len", "ctx_len", 512, "--ctx-len 512 (each batch padded to it)")
     put("grad_accum_steps", "grad_accum", 1, "--grad_accum 1")
     put("_mixed", "mx", "bf16", "--mx bf16 (accelerate's mixed precision)")
@@ -3446,6 +3472,26 @@ def _ray_template_settings(tokens: Sequence[str], raw: dict[str, Setting], notes
         raw["_peft"] = Setting(True, values["lora"][1], where)
         notes.append(f"{values['lora'][1]}: the template's ./lora_configs/lora.json is not in view; its rank and "
                      "modules are unknown (set lora in the vramfit.io/spec annotation)")
+
+
+# A script's own flags that look like the micro-batch or the sequence length but whose meaning only the script knows
+# (per GPU or global; padded to or truncated at): said when nothing else set the field, so that the assumption that
+# follows ("the job does not say") is not taken for the job's silence
+_SIZE_LIKE_FLAGS = {"micro_batch_size": ("batch_size", "train_batch_size", "bs", "batch"),
+                    "seq_len": ("seq_length", "context_length", "ctx_len", "max_len", "max_tokens", "seqlen")}
+_SIZE_LIKE_DOUBT = {"micro_batch_size": "per GPU or global", "seq_len": "every sequence padded to it, or a cap"}
+
+
+def _unread_size_flags(tokens: Sequence[str], raw: Mapping[str, Setting], notes: list[str]) -> None:
+    pairs = _flag_values(tokens)
+    for name, keys in _SIZE_LIKE_FLAGS.items():
+        if name in raw:
+            continue
+        found = [pairs[key] for key in keys if key in pairs]
+        if found:
+            value, source = found[0]
+            notes.append(f"{source} {value} not read as {name}: the script decides what it means "
+                         f"({_SIZE_LIKE_DOUBT[name]}); set {name} in the vramfit.io/spec annotation if it is")
 
 
 def is_verl_trainer(tokens: Sequence[str]) -> bool:

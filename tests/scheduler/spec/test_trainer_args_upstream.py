@@ -1355,3 +1355,35 @@ def test_awsome_distributed_training_fsdp_is_read() -> None:
     # HYBRID_SHARD shards within a node: on one 8-GPU pod that is every GPU, as full sharding
     assert (hybrid.sharding, hybrid.gradient_checkpointing, hybrid.model.config["model_type"]) == (
         "fsdp", "none", "gpt_neox")
+
+
+def test_ray_template_deepspeed_config_and_workers_without_the_files() -> None:
+    """Ray's LLM template without its config files in the manifest (they live in its working_dir): --ds-config (and
+    its default ./deepspeed_configs/zero_3_llama_2_7b.json when not given) is DeepSpeed ZeRO-3, the 13B/70B configs as
+    the template ships them (CPU offload); -nd / --num-devices is the Ray Train worker count. Before, an uncarried
+    --ds-config was dropped without a note (plain data parallel), and -nd was ignored: a submission with no GPU
+    count was predicted for one GPU, a 16-GPU cluster running 8 workers for 16."""
+    base = ["python", "finetune_hf_llm.py", "--model_name", M, "-bs", "8"]
+    default = one_job(pod([*base, "-nd", "8"], gpus=16))
+    assert (default.spec.sharding, default.spec.training_gpus, default.spec.gpus) == ("zero3", 8, 16)
+    shipped = one_job(pod([*base, "--ds-config", "./deepspeed_configs/zero_3_llama_2_13b.json"], gpus=8)).spec
+    assert (shipped.sharding, shipped.offload) == ("zero3", "params+optimizer")
+    submission = one_job({"entrypoint": "python finetune_hf_llm.py -bs 8 -nd 16 --model_name " + M})
+    assert submission.spec.gpus == 16
+
+
+def test_an_assignment_ended_by_a_semicolon() -> None:
+    """`SIZE=13b;` on a line of its own assigns 13b: the `;` ends the command. It was kept in the value, and the
+    model read as meta-llama/Llama-2-13b;-hf (refused)."""
+    script = 'SIZE=13b;\npython finetune_hf_llm.py -bs 16 --model_name "meta-llama/Llama-2-${SIZE}-hf"'
+    assert one_job(pod(["bash", "-c", script], gpus=8)).spec.model == "meta-llama/Llama-2-13b-hf"
+
+
+def test_a_scripts_own_batch_and_length_flags_are_named_when_unread() -> None:
+    """`python train.py --batch_size 4 --seq_length 1024` (Ray Train's DeepSpeed example and many team scripts):
+    flags whose meaning only the script knows are not read, but said so, where the assumption used to claim that
+    the job does not say."""
+    job = one_job(pod(["python", "train.py", "--model_name", M, "--batch_size", "4", "--seq_length", "1024"], gpus=1))
+    assert job.spec.micro_batch_size == 1
+    assert any("flag --batch_size 4 not read as micro_batch_size" in a for a in job.assumptions)
+    assert any("flag --seq_length 1024 not read as seq_len" in a for a in job.assumptions)
