@@ -811,7 +811,7 @@ def _check_model(obj: ObjectRef, merged: Settings) -> list[str]:
     if known:
         return notes
     hint = notes[0] if notes else ""
-    local = name.startswith(("/", "./", "../", "~", "$")) or name.count("/") > 1
+    local = name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or (name.startswith("$") and "/" in name)
     if local and (found := _catalog_tail(name)) is not None:
         # a checkpoint directory laid out as the Hub names it ($HOME/models/Qwen/Qwen2.5-7B-Instruct,
         # /mnt/models/Meta-Llama-3-8B): read as that catalog model, said so (a fine-tune of it has its shape)
