@@ -285,7 +285,12 @@ def read_nemo2(tokens: Sequence[str], where: str) -> tuple[dict[str, Setting], l
             phase["seq_len"] = finetune.get("packed_seq_len", phase.get("seq_len"))
             phase["global_batch_size"] = finetune.get("packed_global_batch_size", phase.get("global_batch_size"))
         if "seq_length" in args:
-            phase["seq_len"] = launch_count(args["seq_length"]) or phase.get("seq_len")
+            length = launch_count(args["seq_length"])
+            if length is None or length <= 0:
+                notes.append(f"NeMo 2 factory argument seq_length={args['seq_length']} is not a positive whole "
+                             "number: ignored")
+            else:
+                phase["seq_len"] = length
         if finetune.get("expert_parallel"):
             notes.append(f"{label}: expert parallelism {finetune['expert_parallel']} (each GPU holds a share of the "
                          "experts) is not expressible; every expert is counted on every GPU (an over-estimate)")
@@ -306,8 +311,11 @@ def read_nemo2(tokens: Sequence[str], where: str) -> tuple[dict[str, Setting], l
                        ("trainer.strategy.context_parallel_size", "context_parallel"),
                        ("data.seq_length", "seq_len"), ("data.micro_batch_size", "micro_batch_size"),
                        ("data.global_batch_size", "_global_batch_size")):
-        if key in overrides and (count := launch_count(overrides[key])) is not None:
+        if key in overrides and (count := launch_count(overrides[key])) is not None and count > 0:
             put(field, count, f"NeMo 2 override {key}={overrides[key]}")
+        elif key in overrides:
+            notes.append(f"NeMo 2 override {key}={overrides[key]} is not a positive whole number: ignored (the "
+                         "recipe's value is used)")
     if "trainer.strategy.sequence_parallel" in overrides:
         put("sequence_parallel", overrides["trainer.strategy.sequence_parallel"].lower() == "true",
             f"NeMo 2 override trainer.strategy.sequence_parallel={overrides['trainer.strategy.sequence_parallel']}")

@@ -3530,15 +3530,14 @@ def _verl_sft_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: li
     if "model.partial_pretrain" in pairs:
         raw.setdefault("model", Setting(pairs["model.partial_pretrain"], f"{label} override model.partial_pretrain",
                                         where))
-    micro, micro_source = value("data.micro_batch_size_per_gpu", "4")
-    if (count := launch_count(micro)) is not None:
-        raw.setdefault("micro_batch_size", Setting(count, micro_source, where))
-    length, length_source = value("data.max_length", "1024")
-    if (tokens_count := launch_count(length)) is not None:
-        raw.setdefault("seq_len", Setting(tokens_count, length_source, where))
-    total, total_source = value("data.train_batch_size", "256")
-    if (global_batch := launch_count(total)) is not None:
-        raw.setdefault("_global_batch_size", Setting(global_batch, total_source, where))
+    for key, default, name in (("data.micro_batch_size_per_gpu", "4", "micro_batch_size"),
+                               ("data.max_length", "1024", "seq_len"),
+                               ("data.train_batch_size", "256", "_global_batch_size")):
+        text, source = value(key, default)
+        if (count := launch_count(text)) is not None and count > 0:
+            raw.setdefault(name, Setting(count, source, where))
+        else:
+            notes.append(f"{source}: not a positive whole number, ignored")
     raw.setdefault("_use_fsdp", Setting(True, f"{label} (FSDP full shard of every layer)", where))
     raw.setdefault("_bf16", Setting(True, f"{label} FSDP mixed precision (bf16 compute over model_dtype fp32 "
                                           "parameters)", where))
@@ -3548,8 +3547,11 @@ def _verl_sft_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: li
     if (size := launch_count(sp)) is not None and size > 1:
         raw.setdefault("context_parallel", Setting(size, f"{sp_source} (Ulysses: each GPU holds 1/{size} of a "
                                                          "sequence)", where))
-    rank = launch_count(pairs.get("model.lora_rank", "0"))
-    if rank:
+    given = pairs.get("model.lora_rank", "0").strip()
+    rank = launch_count(given)
+    if rank is None and given not in ("0", "null", ""):
+        notes.append(f"{label} override model.lora_rank={given}: not a positive whole number, read as no LoRA")
+    if rank is not None:
         raw.setdefault("_finetuning_type", Setting("lora", f"{label} override model.lora_rank={rank}", where))
         raw.setdefault("lora.rank", Setting(rank, f"{label} override model.lora_rank={rank}", where))
         alpha, alpha_source = value("model.lora_alpha", "16")

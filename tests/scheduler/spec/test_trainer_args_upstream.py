@@ -1387,3 +1387,18 @@ def test_a_scripts_own_batch_and_length_flags_are_named_when_unread() -> None:
     assert job.spec.micro_batch_size == 1
     assert any("flag --batch_size 4 not read as micro_batch_size" in a for a in job.assumptions)
     assert any("flag --seq_length 1024 not read as seq_len" in a for a in job.assumptions)
+
+
+def test_unreadable_nemo2_and_verl_sft_values_are_said() -> None:
+    """A NeMo 2 override or factory argument, or a verl SFT override, that is not a positive whole number is ignored
+    with a note naming it (they were ignored silently: the recipe's or the default value stood in unsaid)."""
+    nemo = one_job(pod(["nemo", "llm", "finetune", "--factory", "llama3_8b(seq_length=x)", "data.micro_batch_size=-2"],
+                       gpus=8))
+    assert nemo.spec.seq_len == 2048 and nemo.spec.micro_batch_size == 1
+    assert any("factory argument seq_length=x is not a positive whole number" in a for a in nemo.assumptions)
+    assert any("override data.micro_batch_size=-2 is not a positive whole number" in a for a in nemo.assumptions)
+    verl = one_job(pod(["torchrun", "-m", "verl.trainer.fsdp_sft_trainer", "model.partial_pretrain=" + M,
+                        "data.max_length=abc", "model.lora_rank=-3"], gpus=8))
+    assert verl.spec.method == "full"
+    assert any("data.max_length=abc: not a positive whole number" in a for a in verl.assumptions)
+    assert any("model.lora_rank=-3: not a positive whole number" in a for a in verl.assumptions)
