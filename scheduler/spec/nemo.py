@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from scheduler.spec.trainer_args import Setting, _flatten, _load_mapping, basename, launch_count
+from scheduler.spec.trainer_args import Setting, _flatten, _load_mapping, basename, hydra_overrides, launch_count
 
 _SCRIPTS = ("megatron_gpt_pretraining.py", "megatron_gpt_finetuning.py", "megatron_gpt_sft.py",
             "megatron_gpt_peft_tuning.py", "megatron_llama_pretraining.py")
@@ -256,8 +256,7 @@ def read_nemo2(tokens: Sequence[str], where: str) -> tuple[dict[str, Setting], l
         notes.append(f"NeMo 2 factory {name!r} is not among the recipes vramfit knows ("
                      f"{', '.join(sorted(_nemo2_recipes()))}): only the command's overrides are read")
         recipe = {}
-    overrides = {t.split("=", 1)[0]: t.split("=", 1)[1].strip("'\"") for t in tokens[3:]
-                 if "=" in t and not t.startswith("-")}
+    overrides = hydra_overrides(tokens[3:])
 
     def put(field: str, value: Any, source: str) -> None:
         if value is not None:

@@ -2978,6 +2978,13 @@ def _flag_pairs(tokens: Sequence[str]) -> tuple[list[tuple[str, Any, str]], list
     return pairs, positionals
 
 
+def hydra_overrides(tokens: Sequence[str]) -> dict[str, str]:
+    """Hydra-style ``key=value`` overrides of a command (verl, NeMo 2): keys without Hydra's ``+`` / ``~`` prefixes,
+    values without their quotes; later ones win."""
+    return {t.split("=", 1)[0].lstrip("+~"): t.split("=", 1)[1].strip("'\"") for t in tokens
+            if "=" in t and not t.startswith("-")}
+
+
 def _key_values(tokens: Sequence[str]) -> list[tuple[str, str]]:
     return [
         (t.split("=", 1)[0], t.split("=", 1)[1])
@@ -3518,8 +3525,7 @@ def _verl_sft_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: li
     ``target_modules`` all-linear); ``ulysses_sequence_parallel_size`` the sequence split (read as context
     parallelism); ``model.fsdp_config.cpu_offload`` / ``offload_params`` FSDP's CPU offload; ``model.use_liger``
     Liger's kernels (the fused linear cross-entropy)."""
-    pairs = {t.split("=", 1)[0].lstrip("+~"): t.split("=", 1)[1].strip("'\"") for t in tokens
-             if "=" in t and not t.startswith("-")}
+    pairs = hydra_overrides(tokens)
     label = "verl SFT"
 
     def value(key: str, default: str) -> tuple[str, str]:
@@ -3555,7 +3561,7 @@ def _verl_sft_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: li
         raw.setdefault("_finetuning_type", Setting("lora", f"{label} override model.lora_rank={rank}", where))
         raw.setdefault("lora.rank", Setting(rank, f"{label} override model.lora_rank={rank}", where))
         alpha, alpha_source = value("model.lora_alpha", "16")
-        raw.setdefault("lora.alpha", Setting(launch_count(alpha) or 16, alpha_source, where))
+        raw.setdefault("lora.alpha", Setting(alpha, alpha_source, where))  # a number, as the verl PPO reader passes it
         targets, targets_source = value("model.target_modules", "all-linear")
         raw.setdefault("lora.target_modules", Setting(targets, targets_source, where))
         raw.setdefault("lora.dropout", Setting(0.0, f"{label} (its LoraConfig passes no dropout: PEFT's 0)", where))
@@ -3591,8 +3597,7 @@ def _verl_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[s
     - The rollout engine (vLLM/SGLang) frees its memory while the actor trains (``rollout.free_cache_engine``, on by
       default), else it keeps ``rollout.gpu_memory_utilization`` of each GPU.
     - PPO (``algorithm.adv_estimator`` gae, the default) trains a critic on the same GPUs (:func:`_verl_critic`)."""
-    pairs = {t.split("=", 1)[0].lstrip("+~"): t.split("=", 1)[1].strip("'\"") for t in tokens
-             if "=" in t and not t.startswith("-")}
+    pairs = hydra_overrides(tokens)
     label = "verl override"
 
     def put(key: str, name: str, value: Any) -> None:
