@@ -24,7 +24,7 @@ import math
 import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import PurePosixPath
 from typing import Any
@@ -336,6 +336,7 @@ KEYS: dict[str, tuple[str, Convert]] = {
     **dict.fromkeys(("use_peft", "use_peft_lora"), ("_peft", to_bool)),
     # preference training: axolotl `rl: dpo|ipo|orpo|simpo|kto`, LLaMA-Factory `stage: dpo|kto` with `pref_loss`
     "rl": ("_rl", _same),
+    "ray_num_workers": ("_ray_num_workers", _same),  # LLaMA-Factory's RayArguments (read under USE_RAY=1)
     "max_new_tokens": ("_max_new_tokens", _same),  # LLaMA-Factory's generation length (PPO rollouts)
     # online RL (TRL GRPOConfig, open-r1): the policy trains on prompt + generated completion; beta > 0 keeps a
     # frozen reference model; a colocated vLLM engine shares the training GPUs
@@ -1887,6 +1888,21 @@ SHIPPED_DEEPSPEED_FILES: dict[str, dict[str, dict[str, Any]]] = {
                                         "overlap_comm": True, "contiguous_gradients": True,
                                         "reduce_bucket_size": "auto"}},
     },
+    # Anyscale's fine-tune-llm_v2 template (templates/fine-tune-llm_v2/deepspeed_configs at anyscale/templates
+    # 1996e4e (zero_2), d1b3672 (zero_3_hpz), 2b222de (zero_3_offload_optim)), which its LLMForge configs name
+    "LLMForge": {
+        "zero_2.json": {**_BF16, "zero_optimization": {
+            "stage": 2, "contiguous_gradients": True, "overlap_comm": True, "reduce_scatter": True,
+            "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8}},
+        "zero_3_hpz.json": {**_BF16, "zero_optimization": {
+            "stage": 3, "overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": "auto",
+            "zero_hpz_partition_size": 8, "stage3_prefetch_bucket_size": 5e8,
+            "stage3_param_persistence_threshold": "auto"}},
+        "zero_3_offload_optim.json": {**_BF16, "zero_optimization": {
+            "stage": 3, "offload_optimizer": {"device": "cpu"}, "overlap_comm": True, "contiguous_gradients": True,
+            "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": 5e8,
+            "stage3_param_persistence_threshold": "auto"}},
+    },
     # transformers' own test configs, which its DeepSpeed guide's examples name (docs/source/en/deepspeed.md):
     # tests/deepspeed/ds_config_zero2.json @00e12e7 offloads the optimizer; ds_config_zero3.json offloads the
     # optimizer and the parameters (@61c7ec9: fp16 on, later releases "auto")
@@ -1902,7 +1918,8 @@ SHIPPED_DEEPSPEED_FILES: dict[str, dict[str, dict[str, Any]]] = {
 # the folder a trainer keeps them in, where its names are too common to be recognised anywhere
 _SHIPPED_FOLDER: dict[str, tuple[str, ...]] = {"axolotl": ("deepspeed_configs",),
                                                 "transformers": ("tests", "deepspeed"),
-                                                "Ray's LLM template": ("deepspeed_configs",)}
+                                                "Ray's LLM template": ("deepspeed_configs",),
+                                                "LLMForge": ("deepspeed_configs",)}
 # owners whose folder (and names) alone identify the file, whatever runs it (transformers' example scripts under any
 # launcher; the Ray template's zero_3_llama_2_*.json)
 _FOLDER_IDENTIFIES = frozenset({"transformers", "Ray's LLM template"})
@@ -3070,7 +3087,7 @@ def read_command(
         elif litgpt_method(tokens) is not None:
             part = read_litgpt(tokens, where, known)
         else:
-            part = _read_launcher(tokens, where, known, script.env)
+            part = _read_with_script_facts(tokens, where, known, script.env)
         if part.settings:
             reading.settings.update(part.settings)
             reading.notes += [note for note in part.notes if note not in reading.notes]  # `cat > f.yml` names f too
@@ -3079,6 +3096,56 @@ def read_command(
         reading.unresolved_model = reading.unresolved_model or part.unresolved_model
         reading.not_training = reading.not_training or part.not_training
     return reading, script
+
+
+def _read_with_script_facts(tokens: Sequence[str], where: str, known: Mapping[str, str],
+                            env: Mapping[str, str]) -> Reading:
+    """``_read_launcher`` of a command, with what the Python script it runs states about itself when the manifest
+    carries that script (scheduler/spec/pyscript.py): its argparse defaults as flags the command did not pass, the
+    DeepSpeed config it writes as a dict, the model it loads by name, and its Ray Train workers."""
+    from scheduler.spec.pyscript import default_flags, read_script
+
+    path = next((t for t in tokens if t.endswith(".py") and basename(t) in known), None)
+    content = known.get(basename(path)) if path is not None else None
+    if path is None or content is None or _SHELL_SHEBANG.match(content.lstrip()):
+        return _read_launcher(tokens, where, known, env)
+    pairs, _ = _flag_pairs(tokens[tokens.index(path) + 1:])
+    given = {key: value for key, value, _ in pairs}
+    facts = read_script(content, given)
+    if facts is None:
+        return _read_launcher(tokens, where, known, env)
+    extra = default_flags(facts, list(given))
+    injected = {name for name, _ in facts.defaults if name not in given}
+    label = basename(path)
+    if facts.deepspeed is not None and not any(k in given or k in injected for k in (
+            "deepspeed", "deepspeed_config", "ds_config")):
+        extra += ["--deepspeed", json.dumps(facts.deepspeed)]
+        injected.add("deepspeed")
+    model_keys = ("model_name_or_path", "model_name", "model_id", "model", "base_model", "model_path",
+                  "pretrained_model_name_or_path")
+    if facts.model is not None and not any(k in given or k in injected for k in model_keys):
+        extra += ["--model_name_or_path", facts.model]
+        injected.add("model_name_or_path")
+    part = _read_launcher([*tokens, *extra], where, known, env)
+    renamed = {name: ("DeepSpeed config dict in " + label if name == "deepspeed"
+                      else f"{label} from_pretrained" if name == "model_name_or_path" and facts.model is not None
+                      and "model_name_or_path" not in dict(facts.defaults)
+                      else f"{label} default --{name}") for name in injected}
+    names = "|".join(map(re.escape, sorted(renamed, key=len, reverse=True)))
+    pattern = re.compile(r"flag --(" + names + r")(?![\w-])") if renamed else None
+
+    def relabel(text: str) -> str:
+        return pattern.sub(lambda m: renamed[m.group(1)], text) if pattern is not None else text
+
+    part.settings = {k: replace(v, source=relabel(v.source)) for k, v in part.settings.items()}
+    part.notes = [relabel(note) for note in part.notes]
+    if facts.workers is not None and TRAINING_WORLD not in part.settings:
+        part.settings[TRAINING_WORLD] = Setting(facts.workers, f"{label} ScalingConfig(num_workers={facts.workers}, "
+                                                "use_gpu=True) (Ray Train workers, one GPU each)", where)
+    part.notes.append(f"{where}: {label}, carried by the manifest, read for its defaults"
+                      + (", DeepSpeed config" if facts.deepspeed is not None else "")
+                      + (", Ray Train workers" if facts.workers is not None else "") + " (not run)")
+    return part
 
 
 # How deep a script that runs a script that the manifest carries is followed (a script may run itself)
@@ -3246,6 +3313,7 @@ def framework_setting(trainer: str, raw: Mapping[str, Setting], where: str) -> S
 def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
                    env: Mapping[str, str] | None = None) -> Reading:
     """HF Trainer / TRL / accelerate / torchrun / deepspeed / axolotl / LLaMA-Factory command lines."""
+    from scheduler.spec.llmforge import is_llmforge_config, read_llmforge
     from scheduler.spec.llmfoundry import is_llm_foundry_config, read_llm_foundry  # they build on this module
     from scheduler.spec.nemo import is_nemo, is_nemo2, read_nemo, read_nemo2
 
@@ -3273,6 +3341,12 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
             # llm-foundry's training YAML (composer train.py CONFIG key=value ...): its overrides merged over it
             settings, config_notes = read_llm_foundry(data, _key_values(positionals), f"llm-foundry config {path}",
                                                       where)
+            raw.update(settings)
+            notes += config_notes
+            continue
+        if isinstance(data, dict) and is_llmforge_config(data):
+            # Anyscale's LLMForge (llmforge anyscale finetune CONFIG): one YAML, its DeepSpeed config named inside
+            settings, config_notes = read_llmforge(data, f"LLMForge config {path}", where)
             raw.update(settings)
             notes += config_notes
             continue
@@ -3329,6 +3403,15 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _swift_settings(tokens, raw, notes, where)
         if swift == "rlhf":
             _swift_rlhf_settings(tokens, raw, notes, where)
+    if trainer == "LLaMA-Factory" and to_bool((env or {}).get("USE_RAY", "")) is True:
+        # USE_RAY=1: LLaMA-Factory trains on Ray Train with ray_num_workers workers (default 1), one GPU each
+        # (hparams/training_args.py RayArguments, resources_per_worker {"GPU": 1}; hiyouga/LLaMA-Factory 8c88065)
+        given = raw.get("_ray_num_workers")
+        count = launch_count(given.value) if given is not None else 1
+        if count is not None:
+            stated = f"{given.source} {count}" if given else "LLaMA-Factory default ray_num_workers 1"
+            raw.setdefault(TRAINING_WORLD, Setting(count, f"{stated} (USE_RAY=1: Ray Train workers, one GPU each)",
+                                                   where))
     _research_scripts(tokens, raw, notes, where)
     if any(basename(t) in ("unsloth-cli.py", "unsloth_cli.py") for t in tokens):
         _unsloth_cli_settings(tokens, raw, notes, where)
@@ -3368,8 +3451,8 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         # default finetuning_type is lora (llamafactory hparams/finetuning_args.py)
         raw["_finetuning_type"] = Setting("lora", "LLaMA-Factory (finetuning_type default lora)", where)
         notes.append("llamafactory-cli sets no finetuning_type: LLaMA-Factory's default lora")
-    _unread_size_flags(tokens, raw, notes)
     reading = resolve(raw, files, trainer)
+    _unread_size_flags(tokens, {**raw, **reading.settings}, notes)  # a DeepSpeed config may state them
     framework = framework_setting(trainer, raw, where)
     if framework is not None and reading.settings:
         reading.settings.setdefault("framework", framework)

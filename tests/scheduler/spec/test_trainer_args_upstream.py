@@ -1402,3 +1402,136 @@ def test_unreadable_nemo2_and_verl_sft_values_are_said() -> None:
     assert verl.spec.method == "full"
     assert any("data.max_length=abc: not a positive whole number" in a for a in verl.assumptions)
     assert any("model.lora_rank=-3: not a positive whole number" in a for a in verl.assumptions)
+
+
+_LLMFORGE = """model_id: meta-llama/Meta-Llama-3-8B-Instruct
+train_path: s3://air-example-data/gsm8k/train.jsonl
+context_length: 512
+num_devices: 4
+train_batch_size_per_device: 2
+gradient_accumulation_steps: 2
+padding: "longest"
+deepspeed:
+  config_path: deepspeed_configs/zero_2.json
+worker_resources:
+  anyscale/accelerator_shape:4xA10G: 0.001
+liger_kernel:
+  enabled: True
+  kwargs: {rms_norm: True, cross_entropy: True, fused_linear_cross_entropy: False}
+lora_config:
+  r: 8
+  lora_alpha: 16
+  target_modules: [q_proj, v_proj, k_proj, o_proj, gate_proj, up_proj, down_proj]
+"""
+
+
+def _llmforge_job(config: str, gpus: int = 4) -> ParsedJob:
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"job.yaml": config}}
+    return one_job(configmap, pod(["llmforge", "anyscale", "finetune", "/cfg/job.yaml"], gpus=gpus))
+
+
+def test_anyscale_llmforge_config() -> None:
+    """Anyscale's LLMForge (`llmforge anyscale finetune CONFIG`, the fine-tune-llm_v2 template): model_id,
+    train_batch_size_per_device, context_length, gradient_accumulation_steps, lora_config, the DeepSpeed config it
+    names (the template's shipped zero_2.json / zero_3_hpz.json when not carried), activation checkpointing on unless
+    no_gradient_checkpoint, FlashAttention-2 by default, the workers' accelerator, num_devices as the Ray Train
+    workers. Every such job was refused before (no model found)."""
+    job = _llmforge_job(_LLMFORGE)
+    s = job.spec
+    assert (s.model, s.method, s.micro_batch_size, s.seq_len, s.grad_accum_steps) == (
+        "meta-llama/Meta-Llama-3-8B-Instruct", "lora", 2, 512, 2)
+    assert (s.gradient_checkpointing, s.attention, s.sharding, s.precision, s.gpu) == (
+        "full", "flash", "zero2", "bf16-mixed", "A10G")
+    assert s.lora is not None and s.lora.rank == 8 and s.cross_entropy is None  # Liger's loss, not the fused one
+    assert "LLMForge config /cfg/job.yaml key train_batch_size_per_device" in job.provenance["micro_batch_size"]
+    full = _llmforge_job(_LLMFORGE.replace("meta-llama/Meta-Llama-3-8B-Instruct", "meta-llama/Meta-Llama-3-70B")
+                         .replace("zero_2.json", "zero_3_hpz.json").replace("num_devices: 4", "num_devices: 16")
+                         .split("lora_config:")[0] + "no_gradient_checkpoint: true\n", gpus=16).spec
+    assert (full.method, full.sharding, full.secondary_shard_size, full.gradient_checkpointing, full.gpus) == (
+        "full", "zero3", 8, "none", 16)
+    fused = _llmforge_job(_LLMFORGE.replace("cross_entropy: True, fused_linear_cross_entropy: False", "rope: True"))
+    assert fused.spec.cross_entropy == "fused-linear"  # Liger's default when the plain loss is not asked for
+    silent = _llmforge_job("model_id: meta-llama/Meta-Llama-3-8B-Instruct\ntrain_path: s3://x/train.jsonl\n"
+                           "num_devices: 8\n", gpus=8)
+    assert any("no train_batch_size_per_device" in a for a in silent.assumptions)
+    assert any("no context_length" in a for a in silent.assumptions)
+
+
+def test_llmforge_preference_tuning_keeps_the_reference_off_the_training_gpus() -> None:
+    """LLMForge's DPO (task: preference_tuning): chosen and rejected forwarded together; the reference model's
+    log-probabilities come from separate Ray Data workers, so no reference model on the training GPUs."""
+    config = _LLMFORGE.split("lora_config:")[0] + "task: preference_tuning\npreference_tuning_config: {beta: 0.01}\n"
+    s = _llmforge_job(config).spec
+    assert (s.micro_batch_size, s.reference_model, s.method) == (4, False, "full")
+
+
+_RAY_TRAIN_SCRIPT = '''import argparse
+from ray.train import ScalingConfig
+from ray.train.torch import TorchTrainer
+
+def main(args):
+    ds_config = {
+        "train_micro_batch_size_per_gpu": args.batch_size,
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": args.zero_stage, "overlap_comm": True},
+    }
+    trainer = TorchTrainer(train_func, scaling_config=ScalingConfig(num_workers=4, use_gpu=True),
+                           train_loop_config={"ds_config": ds_config})
+    trainer.fit()
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model_name", type=str, default="Qwen/Qwen2.5-7B")
+    parser.add_argument("--batch_size", type=int, default=2)
+    parser.add_argument("--seq_length", type=int, default=512)
+    parser.add_argument("--zero_stage", type=int, default=3)
+    main(parser.parse_args())
+'''
+
+
+def _ray_job(entrypoint: str, script: str, workers: int = 8) -> ParsedJob:
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "code"}, "data": {"train.py": script}}
+    rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "rt"}, "spec": {
+        "entrypoint": entrypoint,
+        "rayClusterSpec": {
+            "headGroupSpec": {"rayStartParams": {},
+                              "template": {"spec": {"containers": [{"name": "head", "image": "i"}]}}},
+            "workerGroupSpecs": [{"groupName": "gpu", "replicas": workers, "rayStartParams": {}, "template": {"spec": {
+                "containers": [{"name": "w", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}}}
+    return one_job(configmap, rayjob)
+
+
+def test_a_carried_ray_train_script_is_read_for_its_defaults_deepspeed_dict_and_workers() -> None:
+    """A Ray Train entry point the manifest carries (`python train.py`): its argparse defaults stand in for flags the
+    command does not pass, its DeepSpeed dict (args.NAME resolved) sets the micro-batch and the stage, and
+    ScalingConfig(num_workers=4, use_gpu=True) the GPUs that train. It was refused (no model found), though every
+    fact is in the script; the script is parsed, never run."""
+    job = _ray_job("python /home/ray/app/train.py", _RAY_TRAIN_SCRIPT)
+    s = job.spec
+    assert (s.model, s.micro_batch_size, s.sharding, s.precision, s.training_gpus, s.gpus) == (
+        "Qwen/Qwen2.5-7B", 2, "zero3", "bf16-mixed", 4, 8)
+    assert job.provenance["model"] == "train.py default --model_name"
+    assert any("train.py default --seq_length 512 not read as seq_len" in a for a in job.assumptions)
+    flags = _ray_job("python /home/ray/app/train.py --batch_size 8 --zero_stage 2 --model_name " + M,
+                     _RAY_TRAIN_SCRIPT).spec
+    assert (flags.model, flags.micro_batch_size, flags.sharding) == (M, 8, "zero2")  # the command's flags win
+    literal = _ray_job("python /home/ray/app/train.py", 'from transformers import AutoModelForCausalLM\n'
+                       f'model = AutoModelForCausalLM.from_pretrained("{M}")\n')
+    assert literal.spec.model == M and literal.provenance["model"] == "train.py from_pretrained"
+    with_error = scan({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "code"},
+                       "data": {"train.py": "def broken(:\n"}},
+                      {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{
+                          "name": "m", "image": "i", "command": ["python", "train.py"],
+                          "resources": {"limits": {"nvidia.com/gpu": 1}}}]}})
+    assert not any(isinstance(o, ParsedJob) for o in with_error)  # no model anywhere: a clear refusal, no crash
+
+
+def test_llamafactory_on_ray_trains_on_ray_num_workers() -> None:
+    """USE_RAY=1 llamafactory-cli train: LLaMA-Factory runs Ray Train with ray_num_workers workers (default 1), one
+    GPU each. On an 8-GPU cluster with ray_num_workers 4 it was predicted for 8 GPUs, without a note."""
+    config = f"model_name_or_path: {M}\nstage: sft\nfinetuning_type: lora\nray_num_workers: 4\n"
+    script = f"cat > /c.yaml <<EOF\n{config}EOF\nUSE_RAY=1 llamafactory-cli train /c.yaml"
+    s = one_job(pod(["bash", "-c", script], gpus=8)).spec
+    assert (s.gpus, s.training_gpus) == (8, 4)
+    plain = one_job(pod(["bash", "-c", script.replace("USE_RAY=1 ", "")], gpus=8)).spec
+    assert plain.training_gpus is None
