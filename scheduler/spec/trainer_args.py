@@ -2355,9 +2355,15 @@ _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 # ``${NAME}``, ``${NAME:-default}`` (a default may hold ``$OTHER`` but not another ``${``: the scan for the
 # closing brace stops at the next ``${``, so an unclosed ``${a:-${a:-...`` costs linear time, not quadratic),
 # and ``$NAME``.
-# ``${NAME}``, ``${NAME:-default}`` (the default may hold one nested ``${...}``: ``${A:-${B}}``) or ``$NAME``
+# ``${NAME}``, ``${NAME:-default}`` (the default may hold one nested ``${...}``: ``${A:-${B}}``) or ``$NAME``; then
+# bash's other parameter expansions of one variable with literal operands: ``${#NAME}``, ``${NAME#pattern}`` /
+# ``##`` / ``%`` / ``%%`` (glob patterns: ``MODEL_NAME=${MODEL_PATH##*/}``), ``${NAME/from/to}`` / ``//``,
+# ``${NAME^^}`` / ``${NAME,,}``, ``${NAME:offset[:length]}``
 _SHELL_VAR = re.compile(
-    r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-((?:[^}$]|\$(?!\{)|\$\{[^{}$]*\})*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+    r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-((?:[^}$]|\$(?!\{)|\$\{[^{}$]*\})*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)"
+    r"|\$\{(#?)([A-Za-z_][A-Za-z0-9_]*)(?:(##?|%%?|//?|\^\^|,,|:)([^}$]*))?\}")
+# the longest value a pattern operator is applied to (a suffix match backtracks over it: quadratic in its length)
+_MAX_PATTERN_OPERAND = 256
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _OPERATORS = {";", "&&", "||", "|", "&", "(", ")", ";;"}
 
@@ -2409,6 +2415,11 @@ def _expand(text: str, env: Mapping[str, str], budget: TextBudget) -> str:
     ``budget`` (the job's, shared with the scripts and configs it reads: :func:`substitute_within`)."""
 
     def value(m: re.Match[str]) -> str | None:
+        if m.group(5) is not None:
+            if budget.pattern_expansions_left <= 0:
+                return None
+            budget.pattern_expansions_left -= 1
+            return _parameter_operation(env.get(m.group(5)), m.group(4), m.group(6), m.group(7))
         name = m.group(1) or m.group(3)
         if name in env:
             return env[name]
@@ -2417,6 +2428,59 @@ def _expand(text: str, env: Mapping[str, str], budget: TextBudget) -> str:
         return _expand(m.group(2), env, budget) if m.group(2) is not None else None
 
     return substitute_within(_SHELL_VAR, text, value, budget)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parameter_operation(base: str | None, length: str, operator: str | None, operand: str | None) -> str | None:
+    """The value of ``${#NAME}`` or ``${NAME<operator><operand>}`` for NAME's value ``base`` (None: unset, or an
+    operation this does not evaluate; the text then stays as written)."""
+    if base is None or (not length and operator is None) or (length and operator is not None):
+        return None
+    if length:
+        return str(len(base))
+    operand = operand or ""
+    if operator in ("#", "##", "%", "%%"):
+        lazy, greedy = _glob_regex(operand.replace("\\", "").strip("'\""))
+        if lazy is None or greedy is None or len(base) > _MAX_PATTERN_OPERAND:
+            return None
+        if operator == "#":  # the shortest prefix that matches, ## the longest; % and %% the same for suffixes
+            match = re.match(lazy, base)
+        elif operator == "##":
+            match = re.match(greedy, base)
+        elif operator == "%":
+            match = re.match(r"(?s:.*)(" + lazy + r")\Z", base)
+        else:
+            match = re.search("(" + greedy + r")\Z", base)
+        if match is None:
+            return base
+        return base[match.end():] if operator.startswith("#") else base[:match.start(match.lastindex or 0)]
+    if operator in ("/", "//"):
+        old, slash, new = operand.partition("/")
+        if not old or any(ch in old for ch in "*?["):
+            return None  # a glob replacement is not evaluated
+        return base.replace(old, new if slash else "", -1 if operator == "//" else 1)
+    if operator in ("^^", ",,"):
+        return None if operand else base.upper() if operator == "^^" else base.lower()
+    if operator == ":":
+        match = re.fullmatch(r"\s*(-?\d{1,6})(?::(\d{1,6}))?", operand)
+        if match is None:
+            return None
+        start = int(match.group(1))
+        start = max(len(base) + start, 0) if start < 0 else start
+        return base[start:start + int(match.group(2))] if match.group(2) is not None else base[start:]
+    return None
+
+
+def _glob_regex(pattern: str) -> tuple[str | None, str | None]:
+    """A shell glob as two regular expressions, its ``*`` lazy and greedy; (None, None) for a bracket expression
+    or more than one ``*`` (patterns of several stars backtrack for a long time over a long value)."""
+    if "[" in pattern or pattern.count("*") > 1:
+        return None, None
+
+    def translated(star: str) -> str:
+        return "(?s:" + "".join(star if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern) + ")"
+
+    return translated(".*?"), translated(".*")
 
 
 def _commands_text(text: str) -> str:

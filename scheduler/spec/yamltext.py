@@ -68,6 +68,9 @@ def too_long(text: str, limit: int = MAX_EMBEDDED_CHARS) -> str | None:
     return f"is {len(text):,} characters long; vramfit reads at most {limit:,} ({limit / 1024:g} KiB) here"
 
 
+MAX_PATTERN_EXPANSIONS = 256
+
+
 class TextBudget:
     """What one job may still have parsed of embedded text: each field at most :data:`MAX_EMBEDDED_CHARS`,
     all fields together at most ``total`` characters. Keeps a note for every text it refuses."""
@@ -76,6 +79,9 @@ class TextBudget:
         self.total = total
         self.left = total
         self.notes: list[str] = []
+        # bash pattern expansions (``${VAR##*/}``) one job's scripts may have evaluated: each compiles and runs a
+        # regular expression; past this they stay as written (real scripts have a handful)
+        self.pattern_expansions_left = MAX_PATTERN_EXPANSIONS
 
     def refuse(self, text: str, what: str) -> str | None:
         """``WHAT is N characters long ...; it was not read`` when ``text`` may not be parsed (the note is also

@@ -17,7 +17,8 @@ import yaml
 
 from predictors.errors import SpecError
 from scheduler.spec.document import NoTrainingJob, ParsedJob
-from scheduler.spec.trainer_args import llamafactory_v1_launch
+from scheduler.spec.trainer_args import llamafactory_v1_launch, split_script
+from scheduler.spec.yamltext import TextBudget
 from tests.scheduler.spec.helpers import one_job, pod, scan
 
 M = "meta-llama/Llama-2-7b-hf"
@@ -1535,3 +1536,20 @@ def test_llamafactory_on_ray_trains_on_ray_num_workers() -> None:
     assert (s.gpus, s.training_gpus) == (8, 4)
     plain = one_job(pod(["bash", "-c", script.replace("USE_RAY=1 ", "")], gpus=8)).spec
     assert plain.training_gpus is None
+
+
+def test_bash_parameter_expansions_with_patterns() -> None:
+    """`${VAR##*/}`, `${VAR%/*}`, `${VAR/from/to}`, `${#VAR}`, `${VAR,,}`, `${VAR:0:5}`: bash's parameter expansions
+    with literal operands are evaluated (scripts name the model from a path: `NAME=${MODEL_PATH##*/}`); they stayed
+    as written, and a model built from one was refused."""
+    script = ('MODEL_PATH=/mnt/models/meta-llama/Llama-2-7b-hf\nORG_MODEL=${MODEL_PATH#/mnt/models/}\n'
+              'ROOT=${MODEL_PATH%/*}\nNAME=${MODEL_PATH##*/}\nSHORT=${NAME:0:7}\nLOWER=${NAME,,}\n'
+              'python train.py --model_name_or_path "$ORG_MODEL" --output_dir "${ROOT}/${SHORT}-${LOWER/-hf/}-${#NAME}"'
+              ' --per_device_train_batch_size 2')
+    job = one_job(pod(["bash", "-c", script], gpus=1))
+    assert job.spec.model == M
+    expanded = split_script(["bash", "-c", script], {}, TextBudget(), "w", {}).commands[-1]
+    assert expanded[expanded.index("--output_dir") + 1] == "/mnt/models/meta-llama/Llama-2-llama-2-7b-13"
+    unset = split_script(["bash", "-c", "python t.py --a ${NOPE##*/} --b ${X/*/y}"], {"X": "v"}, TextBudget(), "w",
+                         {}).commands[-1]
+    assert unset[3:] == ["${NOPE##*/}", "--b", "${X/*/y}"]  # unset, or a glob replacement: left as written
