@@ -3380,6 +3380,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
     from scheduler.spec.llmforge import is_llmforge_config, read_llmforge
     from scheduler.spec.llmfoundry import is_llm_foundry_config, read_llm_foundry  # they build on this module
     from scheduler.spec.nemo import is_nemo, is_nemo2, read_nemo, read_nemo2
+    from scheduler.spec.skyrl import is_skyrl, skyrl_settings
 
     flags, positionals = read_flags(tokens, where)
     raw: dict[str, Setting] = {}
@@ -3486,6 +3487,8 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _verl_settings(tokens, raw, notes, where)
     if is_verl_sft_trainer(tokens):
         _verl_sft_settings(tokens, raw, notes, where)
+    if is_skyrl(tokens):
+        skyrl_settings(tokens, raw, notes, where)
     if is_nemo(tokens):
         nemo_settings, nemo_notes = read_nemo(tokens, files, where)
         raw.update(nemo_settings)

@@ -1553,3 +1553,26 @@ def test_bash_parameter_expansions_with_patterns() -> None:
     unset = split_script(["bash", "-c", "python t.py --a ${NOPE##*/} --b ${X/*/y}"], {"X": "v"}, TextBudget(), "w",
                          {}).commands[-1]
     assert unset[3:] == ["${NOPE##*/}", "--b", "${X/*/y}"]  # unset, or a glob replacement: left as written
+
+
+def test_skyrl_grpo_overrides_and_defaults() -> None:
+    """SkyRL (`python -m skyrl_train.entrypoints.main_base key=value ...`, its ppo_base_config.yaml defaults): the
+    policy model, prompt + generated length, the per-GPU micro-batch, FSDP2 with checkpointing and flash attention,
+    policy_num_nodes x policy_num_gpus_per_node as the training GPUs, LoRA when lora.rank > 0; the KL reference in
+    host memory unless its cpu_offload is off. Every SkyRL job was refused before (no model found)."""
+    base = ["uv", "run", "--isolated", "--extra", "vllm", "--", "python", "-m", "skyrl_train.entrypoints.main_base",
+            "trainer.policy.model.path=Qwen/Qwen2.5-1.5B-Instruct", "trainer.micro_train_batch_size_per_gpu=4",
+            "trainer.max_prompt_length=512", "generator.sampling_params.max_generate_length=1024",
+            "trainer.placement.policy_num_gpus_per_node=4"]
+    job = one_job(pod(base, gpus=8))
+    s = job.spec
+    assert (s.model, s.micro_batch_size, s.seq_len, s.sharding, s.gradient_checkpointing, s.attention) == (
+        "Qwen/Qwen2.5-1.5B-Instruct", 4, 1536, "fsdp", "full", "flash")
+    assert (s.training_gpus, s.reference_model, s.precision, s.method) == (4, None, "bf16-mixed", "full")
+    assert any("reference model's parameters live in host memory" in a for a in job.assumptions)
+    lora = one_job(pod([*base, "trainer.policy.model.lora.rank=32", "trainer.policy.model.lora.alpha=64",
+                        "trainer.ref.fsdp_config.cpu_offload=false", "trainer.policy.fsdp_config.cpu_offload=true"],
+                       gpus=4)).spec
+    assert (lora.method, lora.reference_model, lora.offload) == ("lora", True, "params+optimizer")
+    assert lora.lora is not None and (lora.lora.rank, lora.lora.alpha, lora.lora.target_modules) == (
+        32, 64, "all-linear")
