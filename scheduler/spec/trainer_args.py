@@ -397,7 +397,11 @@ KEYS: dict[str, tuple[str, Convert]] = {
     **dict.fromkeys(("pipeline_parallel_size", "pipeline_model_parallel_size"), ("pipeline_parallel", _same)),
     # axolotl's sequence_parallel_degree: the deprecated name of its context_parallel_size (schemas/config.py;
     # validation.py check_context_parallel_size moves it over)
-    **dict.fromkeys(("context_parallel_size", "sequence_parallel_degree"), ("context_parallel", _same)),
+    # ms-swift's --sequence_parallel_size (Ulysses or ring attention over that many GPUs; ms-swift
+    # docs/source_en/Instruction/Command-line-parameters.md) and OpenRLHF's --ring_attn_size (ring attention groups):
+    # each GPU holds 1/N of a sequence, as context parallelism
+    **dict.fromkeys(("context_parallel_size", "sequence_parallel_degree", "sequence_parallel_size", "ring_attn_size"),
+                    ("context_parallel", _same)),
     # accelerate >= 1.10 ND parallelism (accelerate launch --parallelism_config_tp_size/--..._cp_size, its config's
     # parallelism_config section, PARALLELISM_CONFIG_* env; accelerate/parallelism_config.py). sp_size is DeepSpeed
     # Ulysses sequence parallelism: each rank holds 1/sp of the sequence outside attention, read as context_parallel

@@ -1576,3 +1576,16 @@ def test_skyrl_grpo_overrides_and_defaults() -> None:
     assert (lora.method, lora.reference_model, lora.offload) == ("lora", True, "params+optimizer")
     assert lora.lora is not None and (lora.lora.rank, lora.lora.alpha, lora.lora.target_modules) == (
         32, 64, "all-linear")
+
+
+def test_sequence_parallel_sizes_are_context_parallel() -> None:
+    """ms-swift's --sequence_parallel_size (Ulysses or ring attention) and OpenRLHF's --ring_attn_size split each
+    sequence over that many GPUs. ms-swift's 256K-token LoRA example on 4 GPUs was predicted with whole sequences per
+    GPU (176.6 GiB; 47.3 now against the 42 GiB its header states)."""
+    swift = ["swift", "sft", "--model", "Qwen/Qwen2.5-7B-Instruct", "--train_type", "lora", "--max_length", "256000",
+             "--packing", "true", "--use_liger_kernel", "true", "--deepspeed", "zero3_offload",
+             "--attn_impl", "flash_attn", "--sequence_parallel_size", "4"]
+    assert one_job(pod(swift, gpus=4)).spec.context_parallel == 4
+    openrlhf = ["deepspeed", "--module", "openrlhf.cli.train_sft", "--pretrain", M, "--max_len", "32768",
+                "--zero_stage", "3", "--bf16", "--flash_attn", "--ring_attn_size", "2"]
+    assert one_job(pod(openrlhf, gpus=8)).spec.context_parallel == 2
