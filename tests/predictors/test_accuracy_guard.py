@@ -243,9 +243,13 @@ EXTERNAL_RUNS_16 = EXTERNAL_RUNS.with_name("external_runs_16.jsonl")
 # on 8 A100-40GB, expected 33.9 GiB and bounded at 46.4: both kept off the card by the bound only).
 EXTERNAL_RUNS_17 = EXTERNAL_RUNS.with_name("external_runs_17.jsonl")
 EXTERNAL_RUNS_18 = EXTERNAL_RUNS.with_name("external_runs_18.jsonl")
+# A twentieth, transcribed blind 2026-11-28 (session 31): pull requests' before/after memory tables and logs
+# (torchtitan's chunked loss, Liger-Kernel's DeepSeek-V3 and HF-example logs, a TRL Liger PR's OOM, a PyTorch blog
+# OOM): 8 rows of quality medium, blind 4.5 % / 14.0 %, 3 of 3 OOM rows above the card.
+EXTERNAL_RUNS_20 = EXTERNAL_RUNS.with_name("external_runs_20.jsonl")
 
 
-# Sets 3-14, 16 and 17 (their comments above): rows, the median and p90 they reach today, and the OOM rows above the
+# Sets 3-14, 16, 17 and 20 (their comments above): rows, the median and p90 they reach today, and the OOM rows above the
 # card (None: the set has none). X17-001 of set 3 is missed (above); a fix that predicts it above the card should raise
 # its 0.
 @pytest.mark.parametrize(("path", "rows", "median", "p90", "ooms"), [
@@ -263,8 +267,9 @@ EXTERNAL_RUNS_18 = EXTERNAL_RUNS.with_name("external_runs_18.jsonl")
     (EXTERNAL_RUNS_14, 2, 0.188, 0.302, 1),
     (EXTERNAL_RUNS_16, 2, 2.897, 5.166, None),
     (EXTERNAL_RUNS_17, 14, 0.062, 0.132, None),
+    (EXTERNAL_RUNS_20, 8, 0.046, 0.141, 3),
 ], ids=["third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth", "eleventh", "twelfth",
-        "thirteenth", "fourteenth", "sixteenth", "seventeenth"])
+        "thirteenth", "fourteenth", "sixteenth", "seventeenth", "twentieth"])
 def test_later_external_sets_do_not_regress(path: Path, rows: int, median: float, p90: float,
                                             ooms: int | None) -> None:
     ev = evaluate(select_runs(parse_runs(path.read_text()), {"high", "medium"}))
