@@ -22,7 +22,7 @@ def running_pods(obj: ObjectRef, job_spec: dict[str, Any], path: Path) -> int:
 
 
 def parse(doc: dict[str, Any], ctx: Context) -> Workload:
-    obj, annotations = metadata(doc, "Job", ctx.source)
+    obj, annotations = metadata(doc, "Job", ctx.source, ctx.configmaps)
     spec = get(obj, doc, "spec", (), dict, required=True, hint="a Job needs spec.template")
     parallelism = running_pods(obj, spec, ("spec",))
     template = get(

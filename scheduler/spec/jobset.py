@@ -11,7 +11,7 @@ from scheduler.spec.pods import Role, count, get, metadata, named_roles, read_po
 
 
 def parse(doc: dict[str, Any], ctx: Context) -> Workload:
-    obj, annotations = metadata(doc, "JobSet", ctx.source)
+    obj, annotations = metadata(doc, "JobSet", ctx.source, ctx.configmaps)
     spec = get(obj, doc, "spec", (), dict, required=True, hint="a JobSet needs spec.replicatedJobs")
     items = named_roles(
         obj,

@@ -299,6 +299,10 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
                  "zero3_max_live_parameters", "zero3_max_reuse_distance"):
         if name in merged:
             provenance[name] = merged[name].source
+    if "model" not in merged and command.not_training and not annotation:
+        # the command runs a trainer's tool that trains nothing (llamafactory-cli export / chat: the LoRA merge Job
+        # teams ship beside the training Job): no training job, as for a ConfigMap, not an error for the whole file
+        raise NoTrainingJob(w.obj.ref, command.unresolved_model, w.obj.source)
     if "model" not in merged:
         raise w.obj.error(
             dotted(w.annotation_path),

@@ -113,6 +113,8 @@ class ObjectRef:
     source: str
     expansion: TextBudget = field(default_factory=lambda: TextBudget(MAX_EXPANSION_GROWTH_CHARS), compare=False,
                                   repr=False)
+    # the ConfigMaps of the same file, by name then key: what a container's envFrom / configMapKeyRef reads
+    configmaps: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def ref(self) -> str:
@@ -178,12 +180,13 @@ def count(obj: ObjectRef, data: Mapping[str, Any], key: str, path: Path, default
     return n
 
 
-def metadata(data: Mapping[str, Any], kind: str, source: str) -> tuple[ObjectRef, dict[str, str]]:
+def metadata(data: Mapping[str, Any], kind: str, source: str,
+             configmaps: Mapping[str, Mapping[str, str]] | None = None) -> tuple[ObjectRef, dict[str, str]]:
     """The object's name/namespace reference and its annotations (values as strings)."""
     meta = data.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     name = meta.get("name") or meta.get("generateName") or ""
-    ref = ObjectRef(kind, str(name), str(meta.get("namespace") or ""), source)
+    ref = ObjectRef(kind, str(name), str(meta.get("namespace") or ""), source, configmaps=configmaps or {})
     raw = get(ref, meta, "annotations", ("metadata",), dict, {})
     return ref, {str(k): "" if v is None else str(v) for k, v in raw.items()}
 
@@ -261,19 +264,40 @@ def expand_k8s_vars(text: str, env: Mapping[str, str], budget: TextBudget | None
                              budget or TextBudget(MAX_EXPANSION_GROWTH_CHARS))
 
 
-def read_env(obj: ObjectRef, items: Any, path: Path) -> dict[str, str]:
-    """``env:`` list of a container: literal values only (``valueFrom`` is unknown until runtime)."""
+def read_env(obj: ObjectRef, items: Any, path: Path, env_from: Any = None) -> dict[str, str]:
+    """A container's environment as far as the file shows it: ``envFrom`` ConfigMaps of the same file (each
+    ``configMapRef`` with its ``prefix``; ``env`` entries win, as Kubernetes gives them precedence), then ``env:``
+    literal values and ``valueFrom.configMapKeyRef`` keys of those ConfigMaps (other ``valueFrom`` sources, Secrets
+    and field references, are unknown until runtime)."""
+    env: dict[str, str] = {}
+    for source in env_from if isinstance(env_from, list) else ():
+        ref = source.get("configMapRef") if isinstance(source, dict) else None
+        data = obj.configmaps.get(str(ref.get("name"))) if isinstance(ref, dict) else None
+        prefix = str(source.get("prefix") or "") if isinstance(source, dict) else ""
+        for key, value in (data or {}).items():
+            if _ENV_NAME.fullmatch(prefix + key):  # kubelet skips keys that are no valid variable names
+                env[prefix + key] = value
     if items is None:
-        return {}
+        return env
     if not isinstance(items, list):
         raise obj.error(path, f"must be a list of {{name, value}}; got {type(items).__name__}")
-    env: dict[str, str] = {}
     for i, item in enumerate(items):
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise obj.error((*path, i), "must be a mapping with a `name`")
         if "value" in item and item["value"] is not None:
             env[item["name"]] = expand_k8s_vars(str(item["value"]), env, obj.expansion)
+            continue
+        key_ref = item.get("valueFrom", {}).get("configMapKeyRef") if isinstance(item.get("valueFrom"), dict) \
+            else None
+        if isinstance(key_ref, dict):
+            value = obj.configmaps.get(str(key_ref.get("name")), {}).get(str(key_ref.get("key")))
+            if value is not None:
+                env[item["name"]] = value
     return env
+
+
+# an environment variable name as the kubelet accepts it from envFrom (C identifiers; it also allows '.' and '-')
+_ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 
 
 def gpu_quantity(obj: ObjectRef, resources: Any, path: Path) -> int:
@@ -354,7 +378,7 @@ def _whole_gpus(value: Any) -> int | None:
 def read_container(obj: ObjectRef, data: Any, path: Path) -> Container:
     if not isinstance(data, dict):
         raise obj.error(path, f"must be a mapping (a container); got {type(data).__name__}")
-    env = read_env(obj, data.get("env"), (*path, "env"))
+    env = read_env(obj, data.get("env"), (*path, "env"), data.get("envFrom"))
     argv: list[str] = []
     n_command = 0
     for key in ("command", "args"):

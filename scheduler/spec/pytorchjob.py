@@ -13,7 +13,7 @@ from scheduler.spec.pods import Role, count, get, metadata, read_pod_template
 
 
 def parse(doc: dict[str, Any], ctx: Context) -> Workload:
-    obj, annotations = metadata(doc, "PyTorchJob", ctx.source)
+    obj, annotations = metadata(doc, "PyTorchJob", ctx.source, ctx.configmaps)
     spec = get(obj, doc, "spec", (), dict, required=True, hint="a PyTorchJob needs spec.pytorchReplicaSpecs")
     replica_specs = get(
         obj,

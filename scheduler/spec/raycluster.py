@@ -128,7 +128,7 @@ def accelerator_pin(obj: ObjectRef, resources: Any, path: Path) -> GpuPin | None
 
 
 def parse(doc: dict[str, Any], ctx: Context) -> Workload:
-    obj, annotations = metadata(doc, "RayCluster", ctx.source)
+    obj, annotations = metadata(doc, "RayCluster", ctx.source, ctx.configmaps)
     spec = get(obj, doc, "spec", (), dict, required=True, hint="a RayCluster needs spec.headGroupSpec")
     roles, reason = read_cluster_spec(obj, spec, ("spec",))
     return Workload(obj, annotations, roles, no_gpu_reason=reason, files=ctx.files, configmaps=ctx.configmaps)

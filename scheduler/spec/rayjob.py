@@ -18,7 +18,7 @@ from scheduler.spec.yamltext import YAML_ERRORS, safe_load, too_long, yaml_error
 
 
 def parse(doc: dict[str, Any], ctx: Context) -> Workload:
-    obj, annotations = metadata(doc, "RayJob", ctx.source)
+    obj, annotations = metadata(doc, "RayJob", ctx.source, ctx.configmaps)
     spec = get(obj, doc, "spec", (), dict, required=True, hint="a RayJob needs spec.entrypoint")
     entrypoint = get(obj, spec, "entrypoint", ("spec",), str, "")
     num_gpus = logical_gpus(obj, spec.get("entrypointNumGpus", 0), ("spec", "entrypointNumGpus"))

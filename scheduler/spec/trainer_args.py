@@ -327,8 +327,15 @@ KEYS: dict[str, tuple[str, Convert]] = {
     **dict.fromkeys(("lora_alpha", "lora_config.lora_alpha"), ("lora.alpha", _same)),
     **dict.fromkeys(("lora_dropout", "lora_dropout_p", "lora_config.lora_dropout"),  # ms-swift 2.x: lora_dropout_p
                     ("lora.dropout", _same)),
-    **dict.fromkeys(("lora_target_modules", "lora_target", "lora_config.target_modules"),
+    # PEFT's own key name in trainer YAMLs (HfArgumentParser dataclasses that copy LoraConfig's fields)
+    **dict.fromkeys(("lora_target_modules", "lora_target", "lora_config.target_modules", "target_modules"),
                     ("lora.target_modules", _same)),
+    # Chinese-LLaMA-Alpaca's run_clm_sft_with_peft.py: --trainable "q_proj,v_proj,..." (its LoRA targets); only a
+    # value naming modules counts (a bare switch elsewhere says nothing about them)
+    "trainable": ("lora.target_modules", lambda v: v if isinstance(v, str) and "proj" in v else None),
+    # scripts' own LoRA switches: Qwen's finetune.py, open-instruct's finetune.py, zero_nlp/BELLE (--use_lora),
+    # LongLoRA (--low_rank_training); their ranks and targets are each script's (_script_lora_defaults)
+    **dict.fromkeys(("use_lora", "low_rank_training"), ("_peft", to_bool)),
     "lora_target_linear": ("_lora_all_linear", to_bool),
     # PEFT modules_to_save (axolotl: lora_modules_to_save; LLaMA-Factory: additional_target)
     **dict.fromkeys(("modules_to_save", "lora_modules_to_save", "additional_target"),
@@ -1751,7 +1758,9 @@ def deepspeed_stage_from_name(name: str) -> tuple[int | None, bool]:
     """ZeRO stage and offload guessed from a config file name (``ds_z3_offload_config.json``)."""
     base = basename(name).lower()
     match = re.search(r"(?:zero|stage|ds_z|_z)[_-]?([0-3])(?!\d)", base) or re.search(r"z([0-3])(?!\d)", base)
-    return (int(match.group(1)) if match else None), "offload" in base
+    # "offload" but not its negation (Chinese-LLaMA-Alpaca's ds_zero2_no_offload.json, open-instruct's
+    # stage3_no_offloading_accelerate.conf: copied by many forks)
+    return (int(match.group(1)) if match else None), "offload" in base and re.search(r"no[_-]?offload", base) is None
 
 
 def _zero_sharding(stage: Any) -> str | None:
@@ -2678,6 +2687,44 @@ _POSITIONAL_ONE = re.compile(r"\$(?:([1-9])|\{([1-9][0-9]{0,3})(?::?-([^{}$]*))?
 _MAX_BOUND_CHARS = 256 * 1024  # what binding a script's arguments may add to it
 
 
+# the head of a loop over the script's own arguments: `while [[ "$1" != "" ]]`, `while [ $# -gt 0 ]`,
+# `while (( "$#" ))`, `until [ -z "$1" ]`, `for arg in "$@"`, `for arg; do`
+_ARGUMENT_LOOP = re.compile(r"^[ \t]*(?:(?:while|until)\b[^\n]*(?:\$\{?1\b|\$\{?#|\$\{?[@*])"
+                            r"|for[ \t]+[A-Za-z_][A-Za-z0-9_]*(?:[ \t]+in[ \t]+\"?\$\{?[@*]\}?\"?)?[ \t]*(?:;|$))")
+_LOOP_OPENS = re.compile(r"(?:^|[;\s])do(?:$|[;\s])")
+_LOOP_CLOSES = re.compile(r"(?:^|[;\s])done(?:$|[;\s|&>])")
+
+
+def drop_argument_loops(text: str) -> str:
+    """A script run without arguments, without the loops over its arguments: their bodies never run (Qwen's
+    finetune.sh parses `-m MODEL --deepspeed CONFIG` in a `while [[ "$1" != "" ]]; do case $1 in ...` loop, whose
+    `MODEL=$1` arms were applied line by line: the model read as '$1' and the DeepSpeed config lost). A loop whose
+    end is not found is kept."""
+    if "do" not in text:
+        return text
+    lines = text.split("\n")
+    kept: list[str] = []
+    i = 0
+    while i < len(lines):
+        code = _code(lines[i])
+        if _ARGUMENT_LOOP.match(code) is None:
+            kept.append(lines[i])
+            i += 1
+            continue
+        depth, j = 0, i
+        while j < len(lines):
+            body = _code(lines[j])
+            depth += len(_LOOP_OPENS.findall(body)) - len(_LOOP_CLOSES.findall(body))
+            if depth <= 0 and (j > i or _LOOP_CLOSES.search(body)):
+                break
+            j += 1
+        if j >= len(lines):
+            return text  # no end: not followed
+        kept += [""] * (j - i + 1)  # the lines stay (counts), empty
+        i = j + 1
+    return "\n".join(kept)
+
+
 def bind_positional(text: str, args: Sequence[str]) -> str:
     """A script's ``$@`` / ``$*`` / ``$1``..``$9`` bound to the arguments it is run with (``bash run.sh key=value``,
     ``bash -c SCRIPT arg0 key=value``), each quoted for the shell: every verl example ends in ``$@`` so that
@@ -2729,6 +2776,8 @@ def split_script(
         return script
     if shell_args:  # only when it is run with arguments: a `${1:-x}` may belong to a function or a written script
         shell_text = bind_positional(shell_text, shell_args)
+    elif not _FUNCTION.search(shell_text):  # a function's loops go over the function's arguments
+        shell_text = drop_argument_loops(shell_text)
     read_into: dict[str, str] = {}
     text = _heredocs(shell_text.replace("\\\r\n", " ").replace("\\\n", " "), script.files, read_into)
     text = _inline_sourced(text, {**(files or {}), **script.files}, budget, where, script.notes,
@@ -3142,6 +3191,13 @@ def read_command(
             tokens = tokens[:MAX_COMMAND_WORDS]
         if tokens and basename(tokens[0]) in _FILE_WRITERS:
             continue  # ``cat > f.yml <<EOF``: writes the config a later command reads (the heredoc is in files)
+        if (helper := _helper_script(tokens)) is not None and reading.settings:
+            # a script after the trainer that exports, merges, converts or evaluates (alpaca-lora's
+            # export_checkpoint.py with the same --base_model and --lora_target_modules): its flags are not the
+            # training's, and they replaced them (an 8-bit LoRA job read as LoRA over a 16-bit base)
+            reading.notes.append(f"{where}: {helper} after the training command does not train; its flags are not "
+                                 "read")
+            continue
         if (server := _inference_server(tokens)) is not None:
             # a generation server started beside the trainer (TRL's one-node GRPO example: vLLM on GPUs 0-3 in the
             # background, the trainer on 4-7): its tensor-parallel size and model are not the training job's
@@ -3216,6 +3272,18 @@ def _read_with_script_facts(tokens: Sequence[str], where: str, known: Mapping[st
     return part
 
 
+# Python scripts that do not train, by their names' first word: they follow a training command in the same script
+_HELPER_SCRIPT = re.compile(r"^(?:export|merge|convert|generate|infer|inference|predict|eval|evaluate|serve|chat|"
+                            r"quantize|download|upload|apply)(?:[_-][\w-]*)?\.py$")
+
+
+def _helper_script(tokens: Sequence[str]) -> str | None:
+    """The name of the non-training Python script a command runs (``python export_checkpoint.py ...``), or None."""
+    script = next((t for t in tokens[:6] if t.endswith(".py")), None)
+    name = basename(script) if script else ""
+    return name if name and _HELPER_SCRIPT.match(name) else None
+
+
 # How deep a script that runs a script that the manifest carries is followed (a script may run itself)
 _MAX_SCRIPT_DEPTH = 4
 _SHELL_SHEBANG = re.compile(r"#![ \t]*\S*(?:/|env[ \t]+)(?:ba|z|da|a)?sh\b")
@@ -3240,7 +3308,8 @@ def _inference_server(tokens: Sequence[str]) -> str | None:
 
 # Commands that run the command after them: a script they start is the one they run (``exec /x.sh``,
 # ``nohup bash x.sh``, ``timeout 1h ./run.sh``, ``/usr/bin/env bash x.sh``), with their own options and values
-_WRAPPERS = {"exec", "nohup", "time", "setsid", "env", "timeout", "stdbuf", "nice", "ionice", "taskset", "numactl"}
+_WRAPPERS = {"exec", "nohup", "time", "setsid", "env", "timeout", "stdbuf", "nice", "ionice", "taskset", "numactl",
+             "srun"}  # Slurm's srun starts the command once per task (sbatch files run per-node scripts so)
 _WRAPPER_VALUES = {"timeout": 1, "taskset": 1}  # positional values before the command (a duration, a CPU mask)
 # the wrappers' options that take the next word as their value (nice -n 10, timeout -k 30 72h, numactl -N 0)
 _WRAPPER_OPTION_VALUES = {
@@ -3249,6 +3318,13 @@ _WRAPPER_OPTION_VALUES = {
                 "--interleave"},
     "ionice": {"-c", "-n", "-p", "-P", "-u", "--class", "--classdata"}, "env": {"-u", "--unset", "-C", "--chdir"},
     "stdbuf": {"-i", "-o", "-e"}, "exec": {"-a"}, "time": {"-f", "-o"},
+    # srun's options that take a value as the next word (slurm.schedmd.com/srun.html); --opt=value is one word
+    "srun": {"-N", "-n", "-c", "-p", "-t", "-J", "-o", "-e", "-i", "-w", "-x", "-A", "-G", "-D", "-C", "-q", "-m",
+             "--nodes", "--ntasks", "--ntasks-per-node", "--cpus-per-task", "--partition", "--time", "--job-name",
+             "--output", "--error", "--input", "--nodelist", "--exclude", "--account", "--gpus", "--gpus-per-node",
+             "--gpus-per-task", "--gres", "--mem", "--mem-per-cpu", "--mem-per-gpu", "--chdir", "--constraint",
+             "--qos", "--distribution", "--export", "--mpi", "--container-image", "--container-mounts",
+             "--container-name", "--container-workdir", "--cpu-bind"},
 }
 _SHELL_VALUE_FLAGS = ("o", "O")  # set -o OPTION / shopt -O OPTION as bash's own flags: the next word is the value
 
@@ -3321,6 +3397,8 @@ def _run_carried_scripts(script: Script, known: dict[str, str], budget: TextBudg
             continue
         unwrapped = _unwrapped(tokens)
         args = unwrapped[unwrapped.index(path) + 1:] if path in unwrapped else []
+        if not args and not _FUNCTION.search(content):
+            content = drop_argument_loops(content)
         inner = split_script(["bash", "-c", bind_positional(content, args)], script.env, budget, f"{where}: {path}",
                              known)
         known.update(inner.files)
@@ -3482,6 +3560,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
             raw.setdefault(TRAINING_WORLD, Setting(count, f"{stated} (USE_RAY=1: Ray Train workers, one GPU each)",
                                                    where))
     _research_scripts(tokens, raw, notes, where)
+    _script_lora_defaults(tokens, raw, notes, where)
     if any(basename(t) in ("unsloth-cli.py", "unsloth_cli.py") for t in tokens):
         _unsloth_cli_settings(tokens, raw, notes, where)
     _lightning_settings(tokens, raw, notes, where)
@@ -3513,6 +3592,13 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         # transformers' *_no_trainer examples build torch.optim.AdamW(params, lr=...) themselves: foreach, not fused
         raw["fused_optimizer"] = Setting(False, "torch.optim.AdamW of a *_no_trainer script (foreach, not the "
                                                 "Trainer's fused default)", where)
+    if "model_max_length" in _flag_values(tokens) and trainer not in _HF_TRAINERS and not any(
+            k in raw for k in ("optimizer", "fused_optimizer")):
+        # --model_max_length is no TrainingArguments field: it is Stanford Alpaca's train.py subclass's, whose
+        # `optim: str = field(default="adamw_torch")` the scripts copied from it keep (FastChat, LLaVA, LongLoRA,
+        # Qwen's finetune.py, ...): the foreach AdamW, not the Trainer's fused default
+        raw["fused_optimizer"] = Setting(False, "an Alpaca-lineage train.py (--model_max_length: its TrainingArguments "
+                                                "subclass sets optim adamw_torch, foreach)", where)
     _trl_defaults(tokens, trainer, raw, flags, notes, where, all_read=not unread)
     _online_rl_settings(tokens, raw, notes, where)
     _hf_trainer_defaults(tokens, trainer, raw, notes, where, all_read=not unread)
@@ -4154,6 +4240,90 @@ def _research_scripts(tokens: Sequence[str], raw: dict[str, Setting], notes: lis
     if chat and (any("step2_reward_model_finetuning" in p for p in paths) or "num_padding_at_beginning" in pairs):
         raw.setdefault("_rl", Setting("reward", "DeepSpeed-Chat step 2 (a reward model: chosen and rejected "
                                                 "concatenated)", where))
+
+
+# The seven projections of a Llama-type block: the LoRA targets several scripts hard-code
+_SEVEN_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _script_lora_defaults(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """The LoRA settings that widely copied fine-tuning scripts hard-code or default, where the command leaves them:
+    - tloen/alpaca-lora ``finetune.py`` (fire flags ``--base_model``, ``--micro_batch_size``, ``--cutoff_len``): LoRA
+      always, over a base loaded in 8 bits (``load_in_8bit=True``), with PEFT's ``prepare_model_for_int8_training``
+      turning checkpointing on, fp16 training, ``--batch_size`` (128) / ``--micro_batch_size`` (4) accumulation,
+      ``--cutoff_len`` 256, r 8 / alpha 16 / dropout 0.05 on q_proj, v_proj;
+    - Qwen's ``finetune.py`` with ``--use_lora`` (QwenLM/Qwen1.5 examples/sft, Qwen2.5 likewise): LoraArguments r 64,
+      alpha 16, dropout 0.05 on the seven projections; ``--q_lora`` loads the base in 4 bits (nf4);
+    - open-instruct's ``finetune.py`` with ``--use_lora``: ``--lora_rank`` 64, ``--lora_alpha`` 16, ``--lora_dropout``
+      0.1 on the seven projections;
+    - LongLoRA's ``supervised-fine-tune*.py`` / ``fine-tune.py`` with ``--low_rank_training``: r 8, alpha 16, dropout
+      0 on q, k, v, o, with the embeddings (and norms) trained too, checkpointing on in the script; the ``-qlora``
+      script loads the base in nf4 with double quantization.
+    Any other script's ``--use_lora``: LoRA, its rank and targets unknown (noted)."""
+    pairs = _flag_values(tokens)
+    scripts = [t for t in tokens if t.endswith(".py")]
+    name = basename(scripts[0]) if scripts else ""
+
+    def default(field: str, value: Any, what: str) -> None:
+        raw.setdefault(field, Setting(value, what, where))
+
+    if name == "finetune.py" and "base_model" in pairs and ({"micro_batch_size", "cutoff_len", "lora_r",
+                                                               "lora_target_modules"} & set(pairs)):
+        what = "alpaca-lora finetune.py"
+        default("_peft", True, f"{what} (LoRA always)")
+        default("_8bit", True, f"{what} (load_in_8bit=True)")
+        default("_fp16", True, f"{what} (fp16=True)")
+        default("gradient_checkpointing", True, f"{what} (prepare_model_for_int8_training: checkpointing on)")
+        default("micro_batch_size", 4, f"{what} default --micro_batch_size 4")
+        default("seq_len", 256, f"{what} default --cutoff_len 256")
+        default("lora.rank", 8, f"{what} default --lora_r 8")
+        default("lora.alpha", 16, f"{what} default --lora_alpha 16")
+        default("lora.dropout", 0.05, f"{what} default --lora_dropout 0.05")
+        default("lora.target_modules", ["q_proj", "v_proj"], f"{what} default --lora_target_modules")
+        total = launch_count(pairs["batch_size"][0]) if "batch_size" in pairs else 128
+        micro = launch_count(raw["micro_batch_size"].value)
+        if total and micro and "grad_accum_steps" not in raw:
+            # gradient_accumulation_steps = batch_size // micro_batch_size, divided again by the DDP world size
+            raw.setdefault("_global_batch_size", Setting(total, f"{what} --batch_size {total} (global)", where))
+        return
+    peft = raw.get("_peft")
+    switch = next((k for k in ("use_lora", "low_rank_training") if k in pairs), None)
+    if switch is None or peft is None or peft.value is not True:
+        return
+    if switch == "low_rank_training" or "longlora" in " ".join(scripts).lower() or name.startswith(
+            "supervised-fine-tune"):
+        what = f"LongLoRA {name or 'script'} --low_rank_training"
+        default("lora.rank", 8, f"{what} (LoraConfig r 8)")
+        default("lora.alpha", 16, f"{what} (lora_alpha 16)")
+        default("lora.dropout", 0.0, f"{what} (lora_dropout 0)")
+        default("lora.target_modules", ["q_proj", "k_proj", "v_proj", "o_proj"], f"{what} (q, k, v, o)")
+        default("lora.modules_to_save", ["embed_tokens"], f"{what} (trainable_params embed,norm)")
+        default("gradient_checkpointing", True, f"{what} (gradient_checkpointing_enable in the script)")
+        if "qlora" in name:
+            default("_4bit", True, f"LongLoRA {name} (nf4 base)")
+            default("_double", True, f"LongLoRA {name} (bnb_4bit_use_double_quant=True)")
+        return
+    open_instruct = any("open_instruct" in p or "open-instruct" in p for p in scripts) or (
+        name == "finetune.py" and "use_flash_attn" in pairs)
+    qwen = name == "finetune.py" and "model_max_length" in pairs
+    if open_instruct:
+        what = "open-instruct finetune.py --use_lora"
+        default("lora.rank", 64, f"{what} (--lora_rank default 64)")
+        default("lora.alpha", 16, f"{what} (--lora_alpha default 16)")
+        default("lora.dropout", 0.1, f"{what} (--lora_dropout default 0.1)")
+        default("lora.target_modules", list(_SEVEN_PROJECTIONS), f"{what} (the seven projections)")
+    elif qwen:
+        what = "Qwen finetune.py --use_lora"
+        default("lora.rank", 64, f"{what} (LoraArguments lora_r 64)")
+        default("lora.alpha", 16, f"{what} (lora_alpha 16)")
+        default("lora.dropout", 0.05, f"{what} (lora_dropout 0.05)")
+        default("lora.target_modules", list(_SEVEN_PROJECTIONS), f"{what} (lora_target_modules: the seven "
+                                                                  "projections)")
+        if "q_lora" in pairs and to_bool(pairs["q_lora"][0]) is True:
+            default("_4bit", True, f"{pairs['q_lora'][1]} (Qwen finetune.py: the base in nf4)")
+    elif not any(k in raw for k in ("lora.rank", "lora.target_modules")):
+        notes.append(f"{pairs[switch][1]}: LoRA, the script's own rank and targets unknown (set lora in the "
+                     "vramfit.io/spec annotation)")
 
 
 # transformers' task example scripts (examples/pytorch/*): the task their Auto class trains (None: the model's own,

@@ -124,7 +124,7 @@ def _patch_pin(obj: ObjectRef, spec: dict[str, Any]) -> GpuPin | None:
 
 
 def parse(doc: dict[str, Any], ctx: Context) -> Workload:
-    obj, annotations = metadata(doc, "TrainJob", ctx.source)
+    obj, annotations = metadata(doc, "TrainJob", ctx.source, ctx.configmaps)
     spec = get(obj, doc, "spec", (), dict, required=True, hint="a TrainJob needs spec.runtimeRef")
     ref = get(obj, spec, "runtimeRef", ("spec",), dict, {})
     runtime_kind = str(ref.get("kind") or "ClusterTrainingRuntime")

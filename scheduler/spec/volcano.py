@@ -10,7 +10,7 @@ from scheduler.spec.pods import count, get, metadata, named_roles, read_pod_temp
 
 
 def parse(doc: dict[str, Any], ctx: Context) -> Workload:
-    obj, annotations = metadata(doc, "Job.batch.volcano.sh", ctx.source)
+    obj, annotations = metadata(doc, "Job.batch.volcano.sh", ctx.source, ctx.configmaps)
     spec = get(obj, doc, "spec", (), dict, required=True, hint="a Volcano Job needs spec.tasks")
     items = named_roles(obj, spec.get("tasks"), ("spec", "tasks"), "tasks", "list the Volcano Job's tasks")
     roles = [
