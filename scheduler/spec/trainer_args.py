@@ -4101,6 +4101,13 @@ def _lightning_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: l
         raw.setdefault("_zero_stage", Setting(stage, label, where))
         if offload:
             raw.setdefault("offload", Setting("params+optimizer" if stage == 3 else "optimizer", label, where))
+        # Lightning's DeepSpeedStrategy builds the ZeRO section from its own defaults (strategies/deepspeed.py
+        # __init__: overlap_comm True, contiguous_gradients True, reduce_bucket_size and allgather_bucket_size
+        # 200_000_000), not DeepSpeed's (5e8, overlap off at ZeRO-2)
+        section = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True,
+                   "reduce_bucket_size": 200_000_000, "allgather_bucket_size": 200_000_000}
+        raw.setdefault("_zero_optimization", Setting(section, f"{label} (Lightning's DeepSpeedStrategy defaults)",
+                                                     where))
     elif name.startswith("fsdp"):
         raw.setdefault("_use_fsdp", Setting(True, label, where))
     accumulate = values.get("accumulate_grad_batches") or values.get("trainer.accumulate_grad_batches")

@@ -113,6 +113,14 @@ def test_lightning_trainer_precision_and_strategy() -> None:
     assert other.precision == "bf16-mixed"  # the TrainingSpec default, as before
 
 
+def test_lightning_deepspeed_strategy_takes_lightnings_zero_defaults() -> None:
+    """Lightning's DeepSpeedStrategy writes its own ZeRO section: overlap_comm on and 2e8-element buckets
+    (strategies/deepspeed.py __init__), not DeepSpeed's 5e8 with overlap off at ZeRO-2, which vramfit assumed."""
+    s = _job("python", "train.py", "--model_name_or_path", BERT, "--precision", "16-mixed", "--strategy",
+             "deepspeed_stage_2", gpus=4).spec
+    assert (s.sharding, s.zero_overlap_comm, s.zero_reduce_bucket_elements) == ("zero2", True, 200_000_000)
+
+
 _LLM_FOUNDRY_YAML = """\
 variables:
   max_seq_len: 2048
