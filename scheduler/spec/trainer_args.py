@@ -3204,8 +3204,9 @@ def read_command(
             reading.notes.append(f"{where}: {server} serves generation beside the training; its flags are not read "
                                  "as the trainer's, and the GPUs it holds are not in the prediction")
             continue
-        if len(tokens) >= 2 and basename(tokens[0]) == "tune" and tokens[1] == "run":
-            part = read_torchtune(tokens[2:], where, script.env, known)
+        inner = _unwrapped(tokens)  # `srun tune run ...`, `nohup tune run ... &`, `exec tune run ...`
+        if len(inner) >= 2 and basename(inner[0]) == "tune" and inner[1] == "run":
+            part = read_torchtune(inner[2:], where, script.env, known)
         elif is_torchtitan(tokens):
             part = read_torchtitan(tokens, where, known, script.env)
         elif litgpt_method(tokens) is not None:
@@ -4247,6 +4248,52 @@ def _research_scripts(tokens: Sequence[str], raw: dict[str, Setting], notes: lis
     if chat and (any("step2_reward_model_finetuning" in p for p in paths) or "num_padding_at_beginning" in pairs):
         raw.setdefault("_rl", Setting("reward", "DeepSpeed-Chat step 2 (a reward model: chosen and rejected "
                                                 "concatenated)", where))
+    if chat:
+        _deepspeed_chat_precision_and_lora(pairs, raw, notes, where)
+
+
+def _deepspeed_chat_precision_and_lora(pairs: Mapping[str, tuple[str, str]], raw: dict[str, Setting],
+                                       notes: list[str], where: str) -> None:
+    """DeepSpeed-Chat's own precision and LoRA (DeepSpeedExamples applications/DeepSpeed-Chat, dschat/utils):
+    - ``--dtype`` (fp16 by default; older versions have no flag and always fp16) is DeepSpeed's mixed precision
+      (ds_utils.get_train_ds_config writes an ``fp16`` or ``bfloat16`` section, ``enabled``), not a torch dtype;
+    - ``--lora_dim N`` (> 0) wraps every nn.Linear whose name contains ``--lora_module_name`` (default
+      ``decoder.layers.``, OPT's blocks; the Llama scripts pass ``layers.``) in LinearLayer_LoRA of rank N, dropout 0,
+      the wrapped weight frozen; the rest (embeddings, head, norms) stays trainable unless ``--only_optimize_lora``."""
+    dtype = raw.pop("_dtype", None)
+    half = str(dtype.value).strip().lower() if dtype is not None else "fp16"
+    source = (f"{dtype.source} {dtype.value} (DeepSpeed-Chat: DeepSpeed's {half} mixed precision)" if dtype is not None
+              else "DeepSpeed-Chat default --dtype fp16 (DeepSpeed fp16 mixed precision, ds_utils.get_train_ds_config)")
+    if half in ("bf16", "bfloat16"):
+        raw.setdefault("_bf16", Setting(True, source, where))
+    elif half == "fp16":
+        raw.setdefault("_fp16", Setting(True, source, where))
+    elif dtype is not None:
+        raw["_dtype"] = dtype  # a value DeepSpeed-Chat's choices refuse: left to the dtype check's error
+    rank = pairs.get("lora_dim")
+    dim = launch_count(rank[0]) if rank is not None else None
+    if rank is None or dim is None:
+        return
+    scope_given = pairs.get("lora_module_name")
+    scope = scope_given[0] if scope_given else "decoder.layers."
+    what = f"{rank[1]} {dim} (DeepSpeed-Chat LinearLayer_LoRA)"
+    raw["_peft"] = Setting(True, what, where)
+    raw["lora.rank"] = Setting(dim, what, where)
+    raw.setdefault("lora.dropout", Setting(0.0, "DeepSpeed-Chat LinearLayer_LoRA lora_droppout 0", where))
+    raw.setdefault("lora.alpha", Setting(dim, f"{what}: lora_scaling 1 / lora_dim (alpha = rank)", where))
+    named = scope_given[1] if scope_given else "DeepSpeed-Chat default --lora_module_name"
+    raw.setdefault("lora.target_modules", Setting("all-linear", f"{named} {scope!r}: every linear in the blocks",
+                                                  where))
+    if not any(part in scope for part in ("layers", ".h.", "blocks", "decoder")):
+        notes.append(f"DeepSpeed-Chat --lora_module_name {scope!r}: the linears of that scope are read as every "
+                     "linear in the blocks (an upper estimate of the adapters)")
+    if "only_optimize_lora" not in pairs:
+        # without --only_optimize_lora only the wrapped weights are frozen: the embeddings and the head still train
+        # (in place; PEFT's modules_to_save trains a copy, so the frozen original counted here is an over-estimate of
+        # one embedding's weights)
+        raw.setdefault("lora.modules_to_save", Setting(["embed_tokens", "lm_head"], f"{what} without "
+                                                       "--only_optimize_lora: embeddings and head still trained",
+                                                       where))
 
 
 # The seven projections of a Llama-type block: the LoRA targets several scripts hard-code
@@ -5668,6 +5715,28 @@ def _split_config_tokens(tokens: Sequence[str]) -> list[str]:
     return out
 
 
+def _tune_parallel_dims(pairs: Sequence[tuple[str, Any, str]], where: str) -> Settings:
+    """The device mesh of torchtune's distributed recipes (full_finetune_distributed and the others that build
+    ``training.ParallelDims``): ``tensor_parallel_dim`` (a plan of Colwise/Rowwise linears, the norms and the
+    activations between them whole: no sequence parallelism), ``context_parallel_dim``, and
+    ``data_parallel_shard_dim`` / ``data_parallel_replicate_dim`` (HSDP: the shard groups' states replicated). Each
+    defaults to 1 (shard: -1, every remaining rank)."""
+    last = {key: (value, source) for key, value, source in pairs}
+    out: Settings = {}
+    tp = last.get("tensor_parallel_dim")
+    if tp is not None and (size := launch_count(tp[0])) is not None and size > 1:
+        out["tensor_parallel"] = Setting(size, tp[1], where)
+        out["sequence_parallel"] = Setting(False, f"{tp[1]} (torchtune's tensor-parallel plans split the linears "
+                                                  "only)", where)
+    cp = last.get("context_parallel_dim")
+    if cp is not None and (size := launch_count(cp[0])) is not None and size > 1:
+        out["context_parallel"] = Setting(size, cp[1], where)
+    shard, replicate = last.get("data_parallel_shard_dim"), last.get("data_parallel_replicate_dim")
+    out.update(hybrid_markers(Setting(shard[0], shard[1], where) if shard is not None else None,
+                              Setting(replicate[0], replicate[1], where) if replicate is not None else None))
+    return out
+
+
 def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | None = None,
                    files: Mapping[str, str] | None = None) -> Reading:
     """``tune run [launcher flags] RECIPE --config CONFIG key=value ...`` (tokens after ``tune run``): the config
@@ -5765,6 +5834,7 @@ def read_torchtune(tokens: Sequence[str], where: str, env: Mapping[str, str] | N
     fused, optimizer = out.get("fused_optimizer"), out.get("optimizer")
     if fused is not None and optimizer is not None and optimizer.value not in FUSABLE_OPTIMIZERS:
         del out["fused_optimizer"]  # the config's fused: True belongs to the torch optimizer an override replaced
+    out.update(_tune_parallel_dims(pairs, where))
     if "model.lora_attn_modules" in lora_parts:
         # torchtune's LoRA builders: adapters on the named attention projections, on the MLP's three projections
         # (w1, w2, w3) with apply_lora_to_mlp, and on the output head with apply_lora_to_output

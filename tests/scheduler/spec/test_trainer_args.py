@@ -1538,3 +1538,47 @@ def test_script_reading_follows_bash_where_it_decides(script: str, args: list[st
     assert {key: getattr(spec, key) for key in expected} == expected
     if script == "stale.sh":  # both branches kept: the last one's model, as before the pruner
         assert spec.model == "meta-llama/Llama-3.1-70B"
+
+
+@pytest.mark.parametrize("argv", [
+    ["srun", "--ntasks-per-node=1", "tune", "run", "full_finetune_distributed", "--config", "llama3_1/8B_full"],
+    ["nohup", "tune", "run", "full_finetune_distributed", "--config", "llama3_1/8B_full"],
+    ["bash", "-c", "exec tune run full_finetune_distributed --config llama3_1/8B_full batch_size=4"],
+])
+def test_tune_run_behind_a_wrapper_is_read_as_torchtune(argv: list[str]) -> None:
+    """``srun tune run`` (torchtune's full_finetune_multinode.slurm), ``nohup``/``exec tune run``: the wrapper hid the
+    torchtune command and the job was refused for naming no model."""
+    job = one_job(pod(argv, gpus=8))
+    assert (job.spec.model, job.spec.method, job.spec.framework) == ("llama-3.1-8b", "full", "torchtune")
+    assert job.spec.micro_batch_size == (4 if "batch_size=4" in argv[-1] else 2)
+
+
+def test_torchtune_device_mesh_dims() -> None:
+    """full_finetune_distributed's ParallelDims: ``tensor_parallel_dim`` (llama3_3/70B_full_multinode ships 8-way TP;
+    its plan splits the linears only), ``context_parallel_dim``, ``data_parallel_replicate_dim`` (HSDP). Not read
+    before: the 70B multinode job was pure FSDP over 16 GPUs."""
+    base = ["tune", "run", "--nnodes", "2", "--nproc_per_node", "8", "full_finetune_distributed", "--config"]
+    shipped = one_job(pod([*base, "llama3_3/70B_full_multinode"], gpus=8)).spec
+    assert (shipped.tensor_parallel, shipped.sequence_parallel) == (8, False)
+    mesh = one_job(pod([*base, "llama3_1/8B_full", "tensor_parallel_dim=2", "context_parallel_dim=2",
+                        "data_parallel_replicate_dim=2"], gpus=8)).spec
+    assert (mesh.tensor_parallel, mesh.context_parallel) == (2, 2)
+    assert mesh.shard_group_size == 1  # 8 ranks / (tp 2 x cp 2 x 2 replicas): each replica one rank
+
+
+def test_deepspeed_chat_lora_and_precision() -> None:
+    """DeepSpeed-Chat step 1 (run_llama2_7b_lora.sh): ``--lora_dim 128 --lora_module_name layers.`` is LoRA of rank 128
+    on every linear in the blocks, the embeddings and head still trained unless ``--only_optimize_lora``; its
+    ``--dtype`` (default fp16) is DeepSpeed's mixed precision. Read before as a bf16 full fine-tune."""
+    step1 = ("cd /DeepSpeedExamples/applications/DeepSpeed-Chat/training/step1_supervised_finetuning && "
+             "deepspeed --num_gpus=1 main.py --model_name_or_path meta-llama/Llama-2-7b-hf "
+             "--per_device_train_batch_size 4 --max_seq_len 512 --gradient_checkpointing --zero_stage 3 --deepspeed "
+             "--lora_dim 128 --lora_module_name layers. --output_dir /out")
+    s = one_job(pod(["bash", "-c", step1])).spec
+    assert (s.method, s.precision, s.sharding) == ("lora", "16-mixed", "zero3")
+    assert s.lora is not None and (s.lora.rank, s.lora.target_modules, s.lora.dropout) == (128, "all-linear", 0.0)
+    assert s.lora.modules_to_save == ["embed_tokens", "lm_head"]
+    only = one_job(pod(["bash", "-c", step1 + " --only_optimize_lora --dtype bf16"])).spec
+    assert only.lora is not None and only.lora.modules_to_save == [] and only.precision == "bf16-mixed"
+    full = one_job(pod(["bash", "-c", step1.replace("--lora_dim 128", "--lora_dim 0")])).spec
+    assert (full.method, full.precision) == ("full", "16-mixed")
