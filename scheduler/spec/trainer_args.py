@@ -1938,6 +1938,34 @@ _SHIPPED_FOLDER: dict[str, tuple[str, ...]] = {"axolotl": ("deepspeed_configs",)
 _FOLDER_IDENTIFIES = frozenset({"transformers", "Ray's LLM template"})
 
 
+# DeepSpeed's optimizer "type" names (deepspeed/runtime/config.py: ADAM_OPTIMIZER ... LION_OPTIMIZER, compared lower
+# case) as TrainingSpec optimizers: the Adam family, LAMB and the 1-bit variants keep two fp32 states per parameter
+_DEEPSPEED_OPTIMIZERS = {**dict.fromkeys(("adam", "adamw", "lamb", "onebitadam", "zerooneadam", "onebitlamb", "muadam",
+                                          "muadamw", "fusedadam", "cpuadam"), "adamw"), "lion": "lion"}
+
+
+def _deepspeed_optimizer(section: Any, label: str, where: str, out: Settings, notes: list[str]) -> None:
+    """A DeepSpeed config's ``optimizer`` section is the optimizer that runs: the HF Trainer then builds none of its
+    own (transformers integrations/deepspeed.py deepspeed_optim_sched: a DummyOptim that DeepSpeed replaces with the
+    config's), accelerate refuses one in the code beside it, so ``--optim adamw_bnb_8bit`` or axolotl's ``optimizer``
+    do not apply (an 8-bit optimizer read under a config that runs fp32 AdamW under-counted its states 4x)."""
+    if not isinstance(section, Mapping) or section.get("type") in (None, ""):
+        return
+    written = str(section["type"])
+    kind = _DEEPSPEED_OPTIMIZERS.get(written.strip().lower().replace("_", ""))
+    given = out.get("optimizer")
+    if kind is None:
+        notes.append(f"{label} key optimizer.type {written!r}: DeepSpeed's optimizer, which vramfit does not model; "
+                     f"{'the ' + given.source + ' optimizer it replaces is' if given else 'AdamW is'} assumed")
+        return
+    if given is not None and given.value != kind:
+        notes.append(f"{label} key optimizer.type {written!r} runs instead of {given.value} ({given.source}): "
+                     "DeepSpeed builds the config's optimizer and the trainer's own is not created")
+    out["optimizer"] = Setting(kind, f"{label} key optimizer.type {written!r}", where)
+    if kind not in FUSABLE_OPTIMIZERS:
+        out.pop("fused_optimizer", None)
+
+
 def _shipped_deepspeed_config(text: str, config: Setting, trainer: str,
                               raw: Mapping[str, Setting]) -> tuple[str, dict[str, Any]] | None:
     """(trainer, contents) of a trainer's own DeepSpeed config that a job of that trainer names without carrying it:
@@ -1989,6 +2017,7 @@ def _resolve_deepspeed(
         if isinstance(data, dict):
             sub = read_mapping(data, label, config.where)
             zero = sub.get("_zero_optimization", zero)
+            _deepspeed_optimizer(data.get("optimizer"), label, config.where, out, notes)
             autotp = data.get("tensor_parallel")
             size = autotp.get("autotp_size") if isinstance(autotp, dict) else None
             if isinstance(size, int) and not isinstance(size, bool) and size > 1 and "tensor_parallel" not in raw:

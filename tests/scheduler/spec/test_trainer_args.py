@@ -1582,3 +1582,22 @@ def test_deepspeed_chat_lora_and_precision() -> None:
     assert only.lora is not None and only.lora.modules_to_save == [] and only.precision == "bf16-mixed"
     full = one_job(pod(["bash", "-c", step1.replace("--lora_dim 128", "--lora_dim 0")])).spec
     assert (full.method, full.precision) == ("full", "16-mixed")
+
+
+@pytest.mark.parametrize(("ds_optimizer", "expected"), [
+    ('"optimizer": {"type": "AdamW", "params": {"lr": "auto"}}, ', "adamw"),
+    ('"optimizer": {"type": "Lion", "params": {"lr": "auto"}}, ', "lion"),
+    ("", "adamw-8bit"),  # no optimizer section: the trainer's own --optim runs
+])
+def test_a_deepspeed_configs_optimizer_section_replaces_the_trainers(ds_optimizer: str, expected: str) -> None:
+    """With an ``optimizer`` section DeepSpeed builds that optimizer and the HF Trainer creates none of its own (a
+    DummyOptim): ``--optim adamw_bnb_8bit`` beside it was read as 8-bit states where fp32 AdamW ran."""
+    script = ("cat > /tmp/ds.json <<'EOF'\n{" + ds_optimizer + '"zero_optimization": {"stage": 2}, '
+              '"bf16": {"enabled": "auto"}}\nEOF\n'
+              "torchrun --nproc_per_node 4 train.py --model_name_or_path meta-llama/Llama-3.1-8B "
+              "--optim adamw_bnb_8bit --bf16 --deepspeed /tmp/ds.json --per_device_train_batch_size 2")
+    job = one_job(pod(["bash", "-c", script], gpus=4))
+    assert (job.spec.optimizer, job.spec.sharding) == (expected, "zero2")
+    if ds_optimizer:
+        assert "optimizer.type" in job.provenance["optimizer"]
+        assert any("runs instead of adamw-8bit" in note for note in job.assumptions)
