@@ -317,6 +317,7 @@ def build_job(w: Workload, base_dir: Any = None) -> ParsedJob:
     notes += _check_model(w.obj, merged)
     notes += _check_teacher(merged)
     notes += _check_critic(merged)
+    provenance.update({k: merged[k].source for k in ("model", "method", "quantization") if k in merged})
     notes += _cap_default_seq_len(merged, dotted(w.annotation_path))
     notes += _freeze_tuning_moe_notes(merged)
     spec = _validate(w.obj, merged)
@@ -823,6 +824,8 @@ def _check_model(obj: ObjectRef, merged: Settings) -> list[str]:
         return [f"model {name!r} is a local path: read as the catalog model {found!r} its last components name (the "
                 "same architecture if it is that model or a fine-tune of it); name the model in the vramfit.io/spec "
                 "annotation if not"]
+    if not local and (read := _prequantized_base(merged)) is not None:
+        return read
     what = "is a local path, which vramfit cannot read" if local else "is not in the model catalog"
     quantized = _QUANTIZED_CHECKPOINT.search(name)
     if quantized:  # the base model alone would be read as 16-bit weights: say how to give the quantization too
@@ -851,6 +854,56 @@ def _catalog_tail(path: str) -> str | None:
 
 # Name parts of a quantized checkpoint (hugging-quants/...-GPTQ-INT4, ...-AWQ, unsloth/...-bnb-4bit)
 _QUANTIZED_CHECKPOINT = re.compile(r"[-_](gptq|awq|bnb)(?:[-_]|$)", re.IGNORECASE)
+# Re-uploads of a model quantized ahead of time, by their name's ending: bitsandbytes 4-bit (unsloth/...-bnb-4bit,
+# ...-unsloth-bnb-4bit: NF4 with double quantization in their quantization_config) and FP8 (Qwen's ...-FP8, fine-grained
+# FP8 blocks: transformers dequantizes them to train, so the weights are read as the base's 16-bit ones)
+_BNB_4BIT_SUFFIX = re.compile(r"(?:-unsloth)?-bnb-4bit$", re.IGNORECASE)
+_FP8_SUFFIX = re.compile(r"-fp8(?:-dynamic)?$", re.IGNORECASE)
+
+
+def _base_in_catalog(name: str) -> str | None:
+    """``name`` or the first of its variant-suffix-stripped forms (``-Instruct``, ``-2507``) that the catalog knows."""
+    base = name
+    while True:
+        try:
+            lookup_model(base)
+            return base
+        except SpecError:
+            pass
+        stripped = _VARIANT_SUFFIX.sub("", base)
+        if stripped == base:
+            return None
+        base = stripped
+
+
+def _prequantized_base(merged: Settings) -> list[str] | None:
+    """A Hub checkpoint quantized ahead of time whose base model the catalog knows: read as that base, with LoRA over
+    a bitsandbytes 4-bit checkpoint being QLoRA (the stored NF4 weights stay frozen: Unsloth's and PEFT's loaders keep
+    them); None when the name is no such re-upload, its base is unknown, or the job trains it in full (the 4-bit
+    weights cannot be trained: the error then says how to annotate it)."""
+    setting = merged["model"]
+    name = str(setting.value)
+    if (bnb := _BNB_4BIT_SUFFIX.search(name)) is not None:
+        base = _base_in_catalog(name[:bnb.start()])
+        method = merged.get("method")
+        if base is None or method is None or method.value not in ("lora", "qlora"):
+            return None
+        merged["model"] = Setting(base, f"{setting.source} {name} (a bitsandbytes 4-bit re-upload of {base})",
+                                  setting.where)
+        notes = [f"model {name} read as {base} with its weights in 4 bits (NF4, double quantization): a "
+                 "bitsandbytes 4-bit checkpoint"]
+        if method.value == "lora":
+            merged["method"] = Setting("qlora", f"{method.source}, over the 4-bit checkpoint {name}", method.where)
+            notes[0] += f"; LoRA over it ({method.source}) is QLoRA"
+        merged.setdefault("quantization", Setting("nf4-dq", f"{name} (bnb-4bit: NF4, double quantization)",
+                                                  setting.where))
+        return notes
+    if (fp8 := _FP8_SUFFIX.search(name)) is not None and (base := _base_in_catalog(name[:fp8.start()])) is not None:
+        merged["model"] = Setting(base, f"{setting.source} {name} (an FP8 re-upload of {base})", setting.where)
+        return [f"model {name} read as {base}: an FP8 checkpoint, its weights counted as 16-bit (transformers "
+                "dequantizes fine-grained FP8 weights to train; an over-estimate of the frozen weights if they stay "
+                "FP8)"]
+    return None
 
 
 # Families whose positions are a learned table (GPT-2, GPT-BigCode, OPT; the BERT-style encoders): no sequence longer

@@ -158,6 +158,27 @@ def test_a_quantized_checkpoint_is_not_read_as_its_base_model() -> None:
     assert isinstance(outcomes[0], SpecError) and "did you mean llama-3-8b" in str(outcomes[0])
 
 
+@pytest.mark.parametrize(("argv", "base"), [
+    (["python", "unsloth-cli.py", "--model_name", "unsloth/llama-3-8b-bnb-4bit", "--r", "16"], "unsloth/llama-3-8b"),
+    (["trl", "sft", "--model_name_or_path", "unsloth/Qwen2.5-7B-Instruct-unsloth-bnb-4bit", "--use_peft",
+      "--dataset_name", "x"], "unsloth/Qwen2.5-7B-Instruct"),
+])
+def test_lora_over_a_bnb_4bit_checkpoint_is_qlora_of_its_base(argv: list[str], base: str) -> None:
+    """Unsloth's notebooks and scripts train LoRA over its bitsandbytes re-uploads (``-bnb-4bit``): the job was refused
+    for a model not in the catalog. Read as QLoRA (NF4, double quantization) of the base, said so."""
+    job = one_job(pod(argv))
+    assert (job.spec.model, job.spec.method, job.spec.resolved_quantization) == (base, "qlora", "nf4-dq")
+    assert "over the 4-bit checkpoint" in job.provenance["method"]
+    assert any("bitsandbytes 4-bit checkpoint" in a for a in job.assumptions)
+
+
+def test_an_fp8_re_upload_is_read_as_its_base_with_a_note() -> None:
+    job = one_job(pod(["trl", "sft", "--model_name_or_path", "Qwen/Qwen3-30B-A3B-Thinking-2507-FP8", "--use_peft",
+                       "--dataset_name", "x"]))
+    assert (job.spec.model, job.spec.method) == ("Qwen/Qwen3-30B-A3B", "lora")
+    assert any("an FP8 checkpoint, its weights counted as 16-bit" in a for a in job.assumptions)
+
+
 def test_catalogued_instruct_id_resolves_directly() -> None:
     job = one_job(pod(["python", "t.py", "--model_name_or_path", "meta-llama/Llama-3.2-1B-Instruct"]))
     assert job.spec.model == "meta-llama/Llama-3.2-1B-Instruct"
