@@ -12,8 +12,16 @@ the manifest carries the script (a ConfigMap key mounted where the command runs 
   one GPU each;
 * a dict literal with a ``zero_optimization`` key: the DeepSpeed config, its ``args.NAME`` values resolved from the
   command's flags and the argparse defaults (entries that cannot be resolved are left out);
-* ``AutoModel*.from_pretrained("org/name")`` / ``*ForCausalLM.from_pretrained("org/name")`` with one literal model:
-  the model, when nothing else names it.
+* ``AutoModel*.from_pretrained("org/name")`` / ``*ForCausalLM.from_pretrained("org/name")`` /
+  Unsloth's ``FastLanguageModel.from_pretrained(model_name=...)`` with one model (a literal, a module constant or an
+  ``args.NAME`` the command or a default gives): the model, when nothing else names it;
+* the keyword arguments of the calls that configure training, as the flags of the same names:
+  ``TrainingArguments(...)`` and TRL's ``SFTConfig(...)`` / ``DPOConfig(...)`` / ..., ``SFTTrainer(...)``'s own
+  (``max_seq_length``, ``packing``), PEFT's ``LoraConfig(r=..., target_modules=[...])``, ``BitsAndBytesConfig(...)``,
+  ``from_pretrained(..., load_in_4bit=True, torch_dtype=torch.bfloat16, attn_implementation=...)``, Unsloth's
+  ``get_peft_model(model, r=..., use_gradient_checkpointing="unsloth")`` with its defaults, and
+  ``model.gradient_checkpointing_enable()``. A call under an ``if`` whose test resolves false is skipped; a value
+  that is no literal and cannot be resolved is left out.
 """
 
 from __future__ import annotations
@@ -36,6 +44,31 @@ class ScriptFacts:
     workers: int | None = None
     deepspeed: dict[str, Any] | None = None
     model: str | None = None
+    # (flag name, value, where: "LoraConfig(r=...)") of the training calls' keyword arguments, first call first
+    calls: list[tuple[str, Any, str]] = field(default_factory=list)
+
+
+# Classes whose keyword arguments are TrainingArguments fields (transformers, TRL's configs, Unsloth's subclass)
+_ARGUMENT_CLASSES = ("TrainingArguments", "Seq2SeqTrainingArguments", "UnslothTrainingArguments", "SFTConfig",
+                     "DPOConfig", "ORPOConfig", "KTOConfig", "CPOConfig", "GRPOConfig", "RewardConfig", "PPOConfig",
+                     "GKDConfig", "OnlineDPOConfig", "RLOOConfig")
+# TRL trainers' own length and packing arguments (before they moved into SFTConfig)
+_TRAINER_CLASSES = ("SFTTrainer", "DPOTrainer", "ORPOTrainer", "KTOTrainer", "CPOTrainer", "RewardTrainer",
+                    "UnslothTrainer")
+_TRAINER_KEYWORDS = ("max_seq_length", "max_length", "packing", "max_prompt_length", "max_completion_length")
+# LoraConfig / get_peft_model keywords -> the flags of the same meaning
+_LORA_KEYWORDS = {"r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
+                  "target_modules": "lora_target_modules", "use_dora": "use_dora",
+                  "modules_to_save": "lora_modules_to_save"}
+_BNB_KEYWORDS = ("load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant")
+_LOAD_KEYWORDS = ("load_in_4bit", "load_in_8bit", "torch_dtype", "dtype", "attn_implementation", "max_seq_length")
+# Unsloth's FastLanguageModel.get_peft_model defaults (unsloth/models/llama.py FastLlamaModel.get_peft_model) and its
+# from_pretrained's load_in_4bit=True
+_UNSLOTH_PEFT_DEFAULTS = {"r": 16, "lora_alpha": 16, "lora_dropout": 0.0,
+                          "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                             "down_proj"],
+                          "use_gradient_checkpointing": "unsloth"}
+_MAX_CALL_VALUES = 200
 
 
 def _literal(node: ast.AST | None) -> Any:
@@ -66,6 +99,22 @@ def _argparse_default(call: ast.Call) -> tuple[str, Any] | None:
     dest = keywords.get("dest")
     name = dest.value if isinstance(dest, ast.Constant) and isinstance(dest.value, str) else long[2:]
     return name.replace("-", "_").lower(), default
+
+
+def _switch_default(call: ast.Call) -> tuple[str, bool] | None:
+    """``add_argument("--name", action="store_true")`` with no default: (name, False); store_false: (name, True)."""
+    keywords = {k.arg: k.value for k in call.keywords if k.arg}
+    action = keywords.get("action")
+    if "default" in keywords or not isinstance(action, ast.Constant) or action.value not in ("store_true",
+                                                                                                "store_false"):
+        return None
+    flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    long = next((f for f in flags if f.startswith("--")), None)
+    if long is None:
+        return None
+    dest = keywords.get("dest")
+    name = dest.value if isinstance(dest, ast.Constant) and isinstance(dest.value, str) else long[2:]
+    return name.replace("-", "_").lower(), action.value == "store_false"
 
 
 def _dataclass_defaults(tree: ast.Module) -> list[tuple[str, Any]]:
@@ -107,7 +156,14 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
         if name not in seen and len(seen) < MAX_DEFAULTS:
             seen.add(name)
             facts.defaults.append((name, value))
-    values = {**dict(facts.defaults), **given}
+    # store_true / store_false flags without a default: False / True, for the ``if args.use_lora:`` tests only (not
+    # passed on as flags: the trainers' readers take an absent switch as off already)
+    implicit: dict[str, bool] = {}
+    for call in calls:
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument" and (
+                switch := _switch_default(call)) is not None:
+            implicit.setdefault(*switch)
+    values = {**implicit, **dict(facts.defaults), **given}
     constants = _module_constants(tree)
 
     def evaluate(node: ast.AST) -> Any:
@@ -134,6 +190,14 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
     for call in calls:
         callee = _name(call.func)
         keywords = {k.arg: k.value for k in call.keywords if k.arg}
+        if callee == "from_pretrained" and isinstance(call.func, ast.Attribute):
+            owner = _name(call.func.value)
+            named = keywords.get("model_name", keywords.get("pretrained_model_name_or_path"))
+            model = named if named is not None else call.args[0] if call.args else None
+            if owner.startswith(("AutoModel", "Fast")) or owner.endswith(("ForCausalLM", "LMHeadModel")):
+                value = evaluate(model) if model is not None else _UNRESOLVED
+                if isinstance(value, str) and value.strip():
+                    models.add(value.strip())
         if callee == "ScalingConfig" and "num_workers" in keywords:
             workers = evaluate(keywords["num_workers"])
             gpu = evaluate(keywords["use_gpu"]) if "use_gpu" in keywords else False
@@ -141,14 +205,9 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
             wants_gpu = gpu is True or (isinstance(per_worker, dict) and bool(per_worker.get("GPU")))
             if isinstance(workers, int) and not isinstance(workers, bool) and workers > 0 and wants_gpu:
                 facts.workers = workers
-        elif callee == "from_pretrained" and isinstance(call.func, ast.Attribute) and call.args:
-            owner = _name(call.func.value)
-            model = call.args[0]
-            if (owner.startswith("AutoModel") or owner.endswith(("ForCausalLM", "LMHeadModel"))) and isinstance(
-                    model, ast.Constant) and isinstance(model.value, str) and model.value.strip():
-                models.add(model.value.strip())
     if len(models) == 1:
         facts.model = models.pop()
+    facts.calls = _training_calls(tree, calls, evaluate)
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "zero_optimization"
                                               for k in node.keys):
@@ -157,6 +216,119 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
                 facts.deepspeed = config
                 break
     return facts
+
+
+def _truth(value: Any) -> bool | None:
+    """A resolved value's truth as an ``if`` tests it (flag values arrive as text: "false" is false); None: unknown."""
+    if value is _UNRESOLVED:
+        return None
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "false", "0", "no", "none", "off")
+    return bool(value)
+
+
+def _runs(node: ast.AST, parents: Mapping[ast.AST, ast.AST], evaluate: Any) -> bool:
+    """Whether the code at ``node`` runs, as far as the ``if`` tests around it resolve (unknown tests: it runs)."""
+    child, parent = node, parents.get(node)
+    while parent is not None:
+        if isinstance(parent, ast.If):
+            test = parent.test
+            negate = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+            truth = _truth(evaluate(test.operand if negate else test))
+            if truth is not None:
+                truth = truth != negate
+                if (child in parent.body and not truth) or (child in parent.orelse and truth):
+                    return False
+        child, parent = parent, parents.get(parent)
+    return True
+
+
+def _shown(node: ast.AST) -> str:
+    """A keyword's expression as the script writes it (``args.batch``, ``max_seq_length``), shortened."""
+    try:
+        text = ast.unparse(node)
+    except (RecursionError, ValueError):
+        return "..."
+    return text if len(text) <= 48 else text[:45] + "..."
+
+
+def _flag_value(value: Any) -> Any:
+    """A keyword's resolved value as a flag's: lists of names comma-joined, anything else as it is."""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) if value and all(isinstance(v, str) for v in value) else _UNRESOLVED
+    return value if isinstance(value, (str, int, float, bool)) else _UNRESOLVED
+
+
+def _training_calls(tree: ast.Module, calls: Sequence[ast.Call], evaluate: Any) -> list[tuple[str, Any, str]]:
+    """The training calls' keyword arguments as (flag, value, where) (see the module's docstring)."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found: list[tuple[str, Any, str]] = []
+    seen: set[str] = set()
+
+    def resolve(node: ast.AST) -> Any:
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+            return node.attr  # torch.bfloat16
+        if isinstance(node, ast.Call) and _name(node.func) == "is_bfloat16_supported":
+            return True  # Unsloth's bf16=is_bfloat16_supported(): bf16 on the GPUs that have it (Ampere and later)
+        if isinstance(node, (ast.List, ast.Tuple)):
+            items = [evaluate(item) for item in node.elts]
+            return _UNRESOLVED if any(i is _UNRESOLVED for i in items) else items
+        return evaluate(node)
+
+    def add(flag: str, value: Any, where: str) -> None:
+        value = _flag_value(value)
+        if value is not _UNRESOLVED and flag not in seen and len(found) < _MAX_CALL_VALUES:
+            seen.add(flag)
+            found.append((flag, value, where))
+
+    for call in calls:
+        callee = _name(call.func)
+        owner = _name(call.func.value) if isinstance(call.func, ast.Attribute) else ""
+        keywords = {k.arg: k.value for k in call.keywords if k.arg}
+        unsloth_peft = callee == "get_peft_model" and owner.startswith("Fast")
+        relevant = (callee in _ARGUMENT_CLASSES or callee in _TRAINER_CLASSES or callee in ("LoraConfig",
+                    "BitsAndBytesConfig", "gradient_checkpointing_enable") or unsloth_peft
+                    or callee == "from_pretrained")
+        if not relevant or not _runs(call, parents, evaluate):
+            continue
+        if callee in _ARGUMENT_CLASSES:
+            for key, node in keywords.items():
+                add(key.lower(), resolve(node), f"{callee}({key}={_shown(node)})")
+        elif callee in _TRAINER_CLASSES:
+            for key in _TRAINER_KEYWORDS:
+                if key in keywords:
+                    add(key, resolve(keywords[key]), f"{callee}({key}={_shown(keywords[key])})")
+        elif callee == "LoraConfig" or unsloth_peft:
+            what = f"{owner}.get_peft_model" if unsloth_peft else "LoraConfig"
+            add("use_peft", True, f"{what}(...)")  # an adapter whatever the command's switches say
+            given_or_default = {**(_UNSLOTH_PEFT_DEFAULTS if unsloth_peft else {}),
+                                **{k: resolve(v) for k, v in keywords.items()}}
+            for key, flag in _LORA_KEYWORDS.items():
+                if key in given_or_default:
+                    shown = _shown(keywords[key]) if key in keywords else f"{given_or_default[key]!r} default"
+                    add(flag, given_or_default[key], f"{what}({key}={shown})")
+            if unsloth_peft and (checkpointing := given_or_default.get("use_gradient_checkpointing")) is not None:
+                stated = "" if "use_gradient_checkpointing" in keywords else " default"
+                where = f"{what}(use_gradient_checkpointing={checkpointing!r}){stated}"
+                offloaded = str(checkpointing).strip().lower() == "unsloth"
+                add("gradient_checkpointing", offloaded or _truth(checkpointing) is True, where)
+                if offloaded:  # Unsloth's checkpointing keeps the checkpointed inputs in host memory
+                    add("activation_offloading", True, where)
+        elif callee == "BitsAndBytesConfig":
+            for key in _BNB_KEYWORDS:
+                if key in keywords:
+                    add(key, resolve(keywords[key]), f"BitsAndBytesConfig({key}={_shown(keywords[key])})")
+        elif callee == "gradient_checkpointing_enable":
+            add("gradient_checkpointing", True, f"{owner or 'model'}.gradient_checkpointing_enable()")
+        elif callee == "from_pretrained" and (owner.startswith(("AutoModel", "Fast"))
+                                              or owner.endswith(("ForCausalLM", "LMHeadModel"))):
+            for key in _LOAD_KEYWORDS:
+                if key in keywords:
+                    add("torch_dtype" if key == "dtype" else key, resolve(keywords[key]),
+                        f"{owner}.from_pretrained({key}={_shown(keywords[key])})")
+            if owner.startswith("Fast") and "load_in_4bit" not in keywords:
+                add("load_in_4bit", True, f"{owner}.from_pretrained (load_in_4bit default True)")
+    return found
 
 
 def _module_constants(tree: ast.Module) -> dict[str, Any]:

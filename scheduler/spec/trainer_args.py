@@ -3268,9 +3268,13 @@ def _read_with_script_facts(tokens: Sequence[str], where: str, known: Mapping[st
     facts = read_script(content, given)
     if facts is None:
         return _read_launcher(tokens, where, known, env)
-    extra = default_flags(facts, list(given))
-    injected = {name for name, _ in facts.defaults if name not in given}
     label = basename(path)
+    # the training calls' keyword arguments (TrainingArguments(...), LoraConfig(...)) before the argparse defaults:
+    # a value the script passes literally is the one that runs; the command's own flags win over both
+    stated = {name: (value, what) for name, value, what in facts.calls if name not in given}
+    extra = [word for name, (value, _) in stated.items() for word in (f"--{name}", str(value))]
+    extra += default_flags(facts, [*given, *stated])
+    injected = {name for name, _ in facts.defaults if name not in given} | set(stated)
     if facts.deepspeed is not None and not any(k in given or k in injected for k in (
             "deepspeed", "deepspeed_config", "ds_config")):
         extra += ["--deepspeed", json.dumps(facts.deepspeed)]
@@ -3281,7 +3285,8 @@ def _read_with_script_facts(tokens: Sequence[str], where: str, known: Mapping[st
         extra += ["--model_name_or_path", facts.model]
         injected.add("model_name_or_path")
     part = _read_launcher([*tokens, *extra], where, known, env)
-    renamed = {name: ("DeepSpeed config dict in " + label if name == "deepspeed"
+    renamed = {name: (f"{label} {stated[name][1]}" if name in stated
+                      else "DeepSpeed config dict in " + label if name == "deepspeed"
                       else f"{label} from_pretrained" if name == "model_name_or_path" and facts.model is not None
                       and "model_name_or_path" not in dict(facts.defaults)
                       else f"{label} default --{name}") for name in injected}

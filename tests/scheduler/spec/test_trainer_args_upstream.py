@@ -1716,3 +1716,64 @@ def test_an_argument_loop_that_never_runs_sets_nothing() -> None:
     export = ("python finetune.py --base_model=" + M + " --cutoff_len=512 --micro_batch_size=16\n"
               "python export_checkpoint.py --base_model=" + M + " --lora_target_modules='[q_proj,v_proj]'\n")
     assert one_job(pod(["bash", "-c", export])).spec.quantization == "int8"
+
+
+_UNSLOTH_NOTEBOOK = '''from unsloth import FastLanguageModel, is_bfloat16_supported
+from trl import SFTTrainer
+from transformers import TrainingArguments
+max_seq_length = 2048
+model, tokenizer = FastLanguageModel.from_pretrained(
+    model_name = "unsloth/Meta-Llama-3.1-8B-bnb-4bit", max_seq_length = max_seq_length, dtype = None)
+model = FastLanguageModel.get_peft_model(model, r = 32, lora_alpha = 16, random_state = 3407)
+trainer = SFTTrainer(model = model, tokenizer = tokenizer, train_dataset = dataset, dataset_text_field = "text",
+    max_seq_length = max_seq_length, packing = False,
+    args = TrainingArguments(per_device_train_batch_size = 2, gradient_accumulation_steps = 4, max_steps = 60,
+        fp16 = not is_bfloat16_supported(), bf16 = is_bfloat16_supported(), optim = "adamw_8bit", output_dir = "o"))
+trainer.train()
+'''
+
+_TEAM_SCRIPT = '''import argparse, torch
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments, Trainer
+from peft import LoraConfig, get_peft_model
+MODEL = "mistralai/Mistral-7B-v0.1"
+p = argparse.ArgumentParser()
+p.add_argument("--use_lora", action="store_true")
+p.add_argument("--rank", type=int, default=32)
+p.add_argument("--batch", type=int, default=4)
+args = p.parse_args()
+model = AutoModelForCausalLM.from_pretrained(MODEL, torch_dtype=torch.bfloat16, attn_implementation="sdpa")
+model.gradient_checkpointing_enable()
+if args.use_lora:
+    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=False)
+    model = get_peft_model(model, LoraConfig(r=args.rank, lora_alpha=64, target_modules=["q_proj", "v_proj"]))
+targs = TrainingArguments(output_dir="/out", per_device_train_batch_size=args.batch, bf16=True, optim="adamw_torch")
+Trainer(model=model, args=targs).train()
+'''
+
+
+def _script_pod(script: str, argv: list[str]) -> ParsedJob:
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "code"}, "data": {"train.py": script}}
+    return one_job(configmap, pod(argv))
+
+
+def test_a_carried_scripts_training_calls_are_read() -> None:
+    """Unsloth's notebooks exported as scripts and team scripts keep every setting in calls: FastLanguageModel's
+    from_pretrained (4-bit by default) and get_peft_model (its defaults: the seven projections, Unsloth's offloaded
+    checkpointing), TrainingArguments(...), SFTTrainer(max_seq_length=...), LoraConfig(...), BitsAndBytesConfig(...),
+    gradient_checkpointing_enable(). They were read as nothing: the notebook was refused (its model a bnb-4bit
+    re-upload) and the team script was a full fine-tune at batch 1."""
+    s = _script_pod(_UNSLOTH_NOTEBOOK, ["python", "train.py"]).spec
+    assert (s.model, s.method, s.micro_batch_size, s.grad_accum_steps, s.optimizer, s.precision) == (
+        "unsloth/Meta-Llama-3.1-8B", "qlora", 2, 4, "adamw-8bit", "bf16-mixed")
+    assert s.lora is not None and (s.lora.rank, s.lora.alpha, s.lora.dropout, len(s.lora.target_modules)) == (
+        32, 16, 0.0, 7)
+    assert (s.seq_len, s.sequence_lengths, s.gradient_checkpointing, s.activation_offloading) == (
+        2048, "variable", "full", True)
+    plain = _script_pod(_TEAM_SCRIPT, ["python", "train.py"])
+    assert (plain.spec.method, plain.spec.micro_batch_size, plain.spec.gradient_checkpointing) == ("full", 4, "full")
+    assert plain.provenance["gradient_checkpointing"] == "train.py model.gradient_checkpointing_enable()"
+    lora = _script_pod(_TEAM_SCRIPT, ["python", "train.py", "--use_lora", "--batch", "8"])  # the `if` now runs
+    assert (lora.spec.method, lora.spec.quantization, lora.spec.micro_batch_size) == ("qlora", "nf4", 8)
+    assert lora.spec.lora is not None and (lora.spec.lora.rank, lora.spec.lora.target_modules) == (32, ["q_proj",
+                                                                                                       "v_proj"])
+    assert lora.provenance["micro_batch_size"] == "train.py TrainingArguments(per_device_train_batch_size=args.batch)"
