@@ -2445,7 +2445,11 @@ def _heredocs(text: str, files: dict[str, str], variables: dict[str, str] | None
         i += 1
         target = re.search(r">\s*([^\s;&|<>]+)", line)
         into = _READ_INTO.search(line)
-        if into and variables is not None:
+        stdin = _STDIN_PYTHON.match(line)
+        if stdin:  # python - <<'EOF': the heredoc is the script python runs
+            files[INLINE_PYTHON] = "\n".join(body)
+            kept[-1] = f"{stdin.group(1)} {INLINE_PYTHON}"
+        elif into and variables is not None:
             variables[into.group(1)] = " ".join(part.strip() for part in body if part.strip())
         elif target:
             files[PurePosixPath(target.group(1).strip("'\"")).name] = "\n".join(body)
@@ -3259,6 +3263,12 @@ def _read_with_script_facts(tokens: Sequence[str], where: str, known: Mapping[st
     DeepSpeed config it writes as a dict, the model it loads by name, and its Ray Train workers."""
     from scheduler.spec.pyscript import default_flags, read_script
 
+    unwrapped = _unwrapped(tokens)
+    if len(unwrapped) >= 3 and _PYTHON.fullmatch(basename(unwrapped[0])) and unwrapped[1] == "-c":
+        # ``python -c CODE [ARGS]``: the code read as a carried script of its own (Unsloth's notebooks pasted into a
+        # Job), the long code word kept out of the launcher's reading
+        known = {**known, INLINE_PYTHON: unwrapped[2]}
+        tokens = [unwrapped[0], INLINE_PYTHON, *unwrapped[3:]]
     path = next((t for t in tokens if t.endswith(".py") and basename(t) in known), None)
     content = known.get(basename(path)) if path is not None else None
     if path is None or content is None or _SHELL_SHEBANG.match(content.lstrip()):
@@ -3321,6 +3331,12 @@ def _helper_script(tokens: Sequence[str]) -> str | None:
 
 # How deep a script that runs a script that the manifest carries is followed (a script may run itself)
 _MAX_SCRIPT_DEPTH = 4
+# the name under which ``python -c CODE`` and ``python - <<EOF`` code is read as a script
+INLINE_PYTHON = "inline-python.py"
+_PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")
+# ``python - <<'EOF'`` (the script on standard input, from a heredoc), alone on its line
+_STDIN_PYTHON = re.compile(r"^(\s*(?:exec\s+)?(?:\S*/)?python(?:3(?:\.\d+)?)?)\s+-\s*<<-?\s*(['\"]?)[A-Za-z_]\w*\2"
+                           r"\s*$")
 _SHELL_SHEBANG = re.compile(r"#![ \t]*\S*(?:/|env[ \t]+)(?:ba|z|da|a)?sh\b")
 
 

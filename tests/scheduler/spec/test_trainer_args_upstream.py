@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import yaml
 
 from predictors.errors import SpecError
@@ -1777,3 +1778,15 @@ def test_a_carried_scripts_training_calls_are_read() -> None:
     assert lora.spec.lora is not None and (lora.spec.lora.rank, lora.spec.lora.target_modules) == (32, ["q_proj",
                                                                                                        "v_proj"])
     assert lora.provenance["micro_batch_size"] == "train.py TrainingArguments(per_device_train_batch_size=args.batch)"
+
+
+@pytest.mark.parametrize("argv", [
+    ["bash", "-c", "pip install unsloth\npython - <<'PY'\n" + _UNSLOTH_NOTEBOOK + "PY\n"],
+    ["python3", "-c", _UNSLOTH_NOTEBOOK],
+])
+def test_python_code_given_inline_is_read_as_a_script(argv: list[str]) -> None:
+    """``python - <<'PY'`` (the code on standard input) and ``python -c CODE``: notebooks pasted into a Job. The code
+    was not read, and the job was refused for naming no model."""
+    job = one_job(pod(argv))
+    assert (job.spec.model, job.spec.method, job.spec.micro_batch_size) == ("unsloth/Meta-Llama-3.1-8B", "qlora", 2)
+    assert job.provenance["micro_batch_size"] == "inline-python.py TrainingArguments(per_device_train_batch_size=2)"
