@@ -4556,6 +4556,25 @@ def _swift_rlhf_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: 
     raw.setdefault("_vllm_gpu_memory_utilization", Setting(0.9, "ms-swift default vllm_gpu_memory_utilization", where))
 
 
+# ms-swift 2.x model types (swift/llm/utils/model.py ModelType: qwen1half-7b-chat, qwen2_5-7b-instruct,
+# llama3_1-8b-instruct, llama2-7b-chat, gemma2-9b-it, ...) -> catalog name spellings: the family's version written
+# with a dot and a dash (the tuned suffix is the merge's to take off)
+_SWIFT_FAMILIES = ((r"^qwen1half-", "qwen1.5-"), (r"^qwen2_5-", "qwen2.5-"), (r"^llama3_(\d)-", r"llama-3.\1-"),
+                   (r"^llama([23])-", r"llama-\1-"), (r"^gemma([23])-", r"gemma-\1-"),
+                   (r"^mistral-7b-v(\d)", r"mistral-7b-v0.\1"), (r"^phi3_5-", "phi-3.5-"), (r"^phi3-", "phi-3-"))
+
+
+def swift_model_type(model_type: str) -> str | None:
+    """An ms-swift 2.x ``--model_type`` as a model name the catalog may know (``qwen2_5-7b-instruct`` ->
+    ``qwen2.5-7b-instruct``); None for no model type (a Hub id, a path: ``--model_type`` of 3.x is the template)."""
+    name = model_type.strip().lower()
+    if not re.fullmatch(r"[a-z][a-z0-9_.]*-[a-z0-9_.-]+", name) or "/" in name:
+        return None
+    for pattern, spelled in _SWIFT_FAMILIES:
+        name = re.sub(pattern, spelled, name)
+    return name
+
+
 def _swift_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
     """ms-swift's ``swift sft`` (modelscope/ms-swift 3.x, swift/llm/argument): ``--model`` names the model (its
     ``--model_name`` is the self-cognition display name, not a model); ``--train_type`` (default lora; 2.x's
@@ -4565,8 +4584,12 @@ def _swift_settings(tokens: Sequence[str], raw: dict[str, Setting], notes: list[
     ``--torch_dtype``, by default the checkpoint's (bf16 for today's models), with the matching bf16/fp16 flag."""
     pairs = _flag_values(tokens)
     model, display = pairs.get("model") or pairs.get("model_id_or_path"), pairs.get("model_name")
+    model_type = pairs.get("model_type")
     if model is not None:
         raw["model"] = Setting(model[0], model[1], where)
+    elif model_type is not None and (name := swift_model_type(str(model_type[0]))) is not None:
+        # ms-swift 2.x: --model_type alone names the model (its MODEL_MAPPING gives the checkpoint)
+        raw["model"] = Setting(name, f"{model_type[1]} {model_type[0]} (ms-swift 2.x model type)", where)
     elif display is not None and "model" in raw and raw["model"].source == display[1]:
         del raw["model"]  # --model_name is swift's display name for self-cognition data
         notes.append(f"{display[1]} is ms-swift's self-cognition display name, not the model (its flag is --model)")
