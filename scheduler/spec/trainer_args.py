@@ -713,6 +713,10 @@ def trainer_config_defaults(data: Mapping[str, Any], label: str, where: str) -> 
         implied["_dtype"] = Setting(half, f"{label} key {'bf16' if half == 'bfloat16' else 'fp16'} (LLaMA-Factory "
                                           "loads the base in the compute dtype)", where)
         notes.append(f"{label}: LLaMA-Factory loads the base model in {half} for LoRA (adapters in fp32)")
+    if flavour == "Firefly config":
+        firefly, firefly_notes = _firefly_defaults(keys, label, where)
+        implied.update(firefly)
+        notes += firefly_notes
     if flavour == "LLaMA-Factory config":
         implied.update(_llamafactory_defaults(keys, ftype, label, where))
         if ftype == "freeze":
@@ -976,7 +980,50 @@ def config_flavour(data: Mapping[str, Any], v1: V1Launch | None = None) -> str:
         return "LLaMA-Factory v1 config"
     if keys & {"finetuning_type", "cutoff_len", "stage", "template"}:
         return "LLaMA-Factory config"
+    if str(data.get("train_mode", "")).strip().lower() in _FIREFLY_MODES or {"train_file", "template_name",
+                                                                              "model_name_or_path"} <= keys:
+        return "Firefly config"
     return "trainer config"
+
+
+# Firefly (yangjianxin1/Firefly): ``train.py --train_args_file CONFIG.json``, one JSON of its CustomizedArguments
+# (component/argument.py) and TrainingArguments
+_FIREFLY_MODES = ("full", "lora", "qlora")
+
+
+def _firefly_defaults(keys: Mapping[str, Any], label: str, where: str) -> tuple[dict[str, Setting], list[str]]:
+    """What Firefly does with a config: ``train_mode`` (default qlora, which its shipped qlora configs leave out) picks
+    full, LoRA or QLoRA (BitsAndBytesConfig nf4 with double quantization); the adapters go on every linear layer but
+    the head (find_all_linear_names) with ``lora_rank`` 64, ``lora_alpha`` 16, ``lora_dropout`` 0.05 by default; the
+    model is loaded in the compute dtype (torch_dtype fp16 with ``fp16``, else bf16); ``task_type`` dpo trains DPO.
+    Read before as LoRA of rank 64 on q/v over a 16-bit base."""
+    implied: dict[str, Setting] = {}
+    notes: list[str] = []
+    given = keys.get("train_mode")
+    mode = str(given).strip().lower() if given is not None else "qlora"
+    source = f"{label} key train_mode" if given is not None else "Firefly default train_mode qlora"
+    if mode not in _FIREFLY_MODES:
+        return implied, [f"{source} {given!r}: not one of Firefly's full / lora / qlora (it refuses the config)"]
+    implied["_finetuning_type"] = Setting(mode, source, where)
+    if mode == "qlora":
+        implied["_4bit"] = Setting(True, f"{source} (BitsAndBytesConfig load_in_4bit)", where)
+        implied["_quant_type"] = Setting("nf4", f"{source} (bnb_4bit_quant_type nf4)", where)
+        implied["_double"] = Setting(True, f"{source} (bnb_4bit_use_double_quant)", where)
+    if mode != "full":
+        implied["lora.target_modules"] = Setting("all-linear", f"{source} (find_all_linear_names: every linear but "
+                                                               "lm_head)", where)
+        for key, field_name, default in (("lora_rank", "lora.rank", 64), ("lora_alpha", "lora.alpha", 16),
+                                         ("lora_dropout", "lora.dropout", 0.05)):
+            implied[field_name] = Setting(default, f"Firefly default {key} {default}", where)
+    half = "float16" if to_bool(keys.get("fp16")) is True else "bfloat16"
+    implied["_dtype"] = Setting(half, f"{label} (Firefly loads the model in torch_dtype {half}: "
+                                      f"{'fp16' if half == 'float16' else 'bf16'} is its compute dtype)", where)
+    if str(keys.get("task_type", "")).strip().lower() == "dpo":
+        implied["_rl"] = Setting("dpo", f"{label} key task_type dpo", where)
+    if to_bool(keys.get("use_unsloth")) is True:
+        notes.append(f"{label} key use_unsloth: Unsloth's kernels (get_peft_model with use_gradient_checkpointing "
+                     "True): predicted as the PEFT model")
+    return implied, notes
 
 
 # --- LLaMA-Factory v1 --------------------------------------------------------------------------------

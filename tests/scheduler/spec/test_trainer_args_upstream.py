@@ -1790,3 +1790,28 @@ def test_python_code_given_inline_is_read_as_a_script(argv: list[str]) -> None:
     job = one_job(pod(argv))
     assert (job.spec.model, job.spec.method, job.spec.micro_batch_size) == ("unsloth/Meta-Llama-3.1-8B", "qlora", 2)
     assert job.provenance["micro_batch_size"] == "inline-python.py TrainingArguments(per_device_train_batch_size=2)"
+
+
+_FIREFLY_QLORA = {  # Firefly's train_args/sft/qlora/qwen2.5-7b-sft-qlora.json (no train_mode: its default qlora)
+    "output_dir": "output/firefly-qwen2.5-7b-sft-qlora", "model_name_or_path": "Qwen/Qwen2.5-7B-Instruct",
+    "train_file": "./data/dummy_data.jsonl", "template_name": "qwen", "num_train_epochs": 1,
+    "per_device_train_batch_size": 1, "gradient_accumulation_steps": 16, "learning_rate": 2e-4,
+    "max_seq_length": 1024, "lora_rank": 64, "lora_alpha": 16, "lora_dropout": 0.05, "use_unsloth": False,
+    "gradient_checkpointing": True, "optim": "paged_adamw_32bit", "seed": 42, "fp16": True}
+
+
+@pytest.mark.parametrize(("mode", "method"), [(None, "qlora"), ("lora", "lora"), ("full", "full")])
+def test_firefly_train_mode(mode: str | None, method: str) -> None:
+    """Firefly's ``train.py --train_args_file CONFIG.json``: ``train_mode`` (default qlora, which its shipped qlora
+    configs leave out), adapters on every linear but the head, the model loaded in the compute dtype. Read before as
+    LoRA of rank 64 on q and v over a 16-bit base, whatever train_mode said."""
+    config = {**_FIREFLY_QLORA, **({"train_mode": mode} if mode else {})}
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "args"},
+                 "data": {"qwen2.5-7b-sft-qlora.json": json.dumps(config)}}
+    job = one_job(configmap, pod(["torchrun", "--nproc_per_node", "1", "train.py", "--train_args_file",
+                                  "train_args/sft/qlora/qwen2.5-7b-sft-qlora.json"]))
+    s = job.spec
+    assert (s.method, s.precision, s.seq_len, s.micro_batch_size) == (method, "16-true", 1024, 1)
+    if method != "full":
+        assert s.lora is not None and (s.lora.rank, s.lora.target_modules) == (64, "all-linear")
+    assert s.resolved_quantization == ("nf4-dq" if method == "qlora" else None)
