@@ -3554,6 +3554,92 @@ def framework_setting(trainer: str, raw: Mapping[str, Setting], where: str) -> S
     return None
 
 
+# --- ChatGLM3 / GLM-4 finetune_demo ----------------------------------------------------------------
+# THUDM/ChatGLM3 finetune_demo/finetune_hf.py and THUDM/GLM-4 finetune_demo/finetune.py (typer): positional DATA_DIR,
+# MODEL_DIR, CONFIG_FILE; the YAML holds data_config, max_input_length / max_output_length, a training_args section
+# (Seq2SeqTrainingArguments) and an optional peft_config (PEFT's get_peft_config: LORA or PREFIX_TUNING).
+_GLM_DEMO_SCRIPTS = ("finetune_hf.py", "finetune.py")
+_GLM_DEMO_CONFIGS = {"lora.yaml": "lora", "ptuning_v2.yaml": "prefix_tuning", "sft.yaml": "full"}
+
+
+def is_glm_finetune_config(data: Mapping[str, Any]) -> bool:
+    return isinstance(data.get("training_args"), Mapping) and ("data_config" in data or "max_input_length" in data)
+
+
+def _glm_demo_model(tokens: Sequence[str], path: str) -> str | None:
+    """MODEL_DIR of ``finetune_hf.py DATA_DIR MODEL_DIR CONFIG`` when the config is one of the demo's own (its file
+    names) and the manifest does not carry it; None otherwise."""
+    scripts = [i for i, t in enumerate(tokens) if basename(t) in _GLM_DEMO_SCRIPTS]
+    if not scripts or path not in tokens:
+        return None
+    between = list(tokens[scripts[0] + 1:tokens.index(path)])  # the positional form only: DATA_DIR MODEL_DIR
+    if any(t.startswith("-") for t in between) or len(between) != 2:
+        return None
+    if basename(path) not in _GLM_DEMO_CONFIGS and not any(glm in between[1].lower() for glm in ("chatglm", "glm-4",
+                                                                                                  "glm4")):
+        return None
+    return between[1]
+
+
+def read_glm_finetune(tokens: Sequence[str], path: str, data: Mapping[str, Any] | None,
+                      where: str) -> tuple[dict[str, Setting], list[str]]:
+    """The demo's settings: the model the second positional names; LoRA (rank 8, alpha 8 and dropout 0 by PEFT's
+    defaults; on ``query_key_value`` for the GLM families, PEFT's target mapping for chatglm) or prefix tuning (an
+    adapter the TrainingSpec has no method for: predicted as LoRA) or, with no peft_config, full fine-tuning;
+    checkpointing always (``model.gradient_checkpointing_enable()``); sequences up to max_input_length +
+    max_output_length + 1, each batch padded to its longest (DataCollatorForSeq2Seq padding longest); ChatGLM3's
+    finetune_hf.py loads the model without a torch_dtype (float32, its trainable parameters cast to fp32 again) and
+    GLM-4's finetune.py in bf16."""
+    scripts = [t for t in tokens if basename(t) in _GLM_DEMO_SCRIPTS]
+    script = basename(scripts[0]) if scripts else "finetune_hf.py"
+    label = f"GLM finetune_demo config {path}"
+    raw: dict[str, Setting] = {}
+    notes: list[str] = []
+    between = list(tokens[tokens.index(scripts[0]) + 1:tokens.index(path)]) if scripts and path in tokens else []
+    model = between[1] if len(between) == 2 and not any(t.startswith("-") for t in between) else None
+    if model is not None:
+        raw["model"] = Setting(model, f"{script} positional MODEL_DIR", where)
+    raw["gradient_checkpointing"] = Setting(True, f"{script} (model.gradient_checkpointing_enable())", where)
+    glm4 = script == "finetune.py"
+    raw["_dtype"] = Setting("bfloat16" if glm4 else "float32", f"{script} (from_pretrained "
+                            + ("torch_dtype=torch.bfloat16)" if glm4 else "without torch_dtype: float32)"), where)
+    if data is None:
+        kind = _GLM_DEMO_CONFIGS.get(basename(path), "lora")
+        notes.append(f"{label} is not in the manifest: read as the demo's own {basename(path)} by its name "
+                     f"({'full fine-tuning' if kind == 'full' else kind}); its batch and lengths are unknown (set "
+                     "them in the vramfit.io/spec annotation)")
+        raw["_finetuning_type"] = Setting(kind, f"{label} (by its name)", where)
+        if kind == "lora":
+            raw["lora.target_modules"] = Setting(["query_key_value"], f"{label} (the demo's target)", where)
+        return raw, notes
+    training = data["training_args"]
+    raw.update(read_pairs(((str(k), v, f"{label} key training_args.{k}") for k, v in training.items()
+                           if v is not None and not isinstance(v, Mapping)), where))
+    prompt, answer = (launch_count(data.get(k)) for k in ("max_input_length", "max_output_length"))
+    if prompt is not None and answer is not None:
+        raw["seq_len"] = Setting(prompt + answer + 1, f"{label} keys max_input_length {prompt} + "
+                                 f"max_output_length {answer} + 1", where)
+        raw["sequence_lengths"] = Setting("variable", f"{script} (DataCollatorForSeq2Seq padding longest)", where)
+    peft = data.get("peft_config")
+    kind = str(peft.get("peft_type", "")).strip().lower() if isinstance(peft, Mapping) else ""
+    if not kind:
+        raw["_finetuning_type"] = Setting("full", f"{label} (no peft_config: full fine-tuning)", where)
+    elif kind == "lora":
+        raw["_peft"] = Setting(True, f"{label} key peft_config.peft_type LORA", where)
+        for key, name, default in (("r", "lora.rank", 8), ("lora_alpha", "lora.alpha", 8),
+                                   ("lora_dropout", "lora.dropout", 0.0)):
+            value = peft.get(key)
+            raw[name] = Setting(value if value is not None else default, f"{label} key peft_config.{key}"
+                                if value is not None else f"PEFT default {key} {default}", where)
+        targets = peft.get("target_modules")
+        raw["lora.target_modules"] = Setting(targets if targets else ["query_key_value"],
+                                             f"{label} key peft_config.target_modules" if targets else
+                                             "PEFT's target mapping for chatglm: query_key_value", where)
+    else:
+        raw["_finetuning_type"] = Setting(kind, f"{label} key peft_config.peft_type {peft.get('peft_type')}", where)
+    return raw, notes
+
+
 def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
                    env: Mapping[str, str] | None = None) -> Reading:
     """HF Trainer / TRL / accelerate / torchrun / deepspeed / axolotl / LLaMA-Factory command lines."""
@@ -3586,6 +3672,14 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
             # llm-foundry's training YAML (composer train.py CONFIG key=value ...): its overrides merged over it
             settings, config_notes = read_llm_foundry(data, _key_values(positionals), f"llm-foundry config {path}",
                                                       where)
+            raw.update(settings)
+            notes += config_notes
+            continue
+        if (isinstance(data, dict) and is_glm_finetune_config(data)) or (content is None
+                                                                         and _glm_demo_model(tokens, path)):
+            # ChatGLM3 / GLM-4 finetune_demo: ``finetune_hf.py DATA_DIR MODEL_DIR configs/lora.yaml``
+            settings, config_notes = read_glm_finetune(tokens, path, data if isinstance(data, dict) else None,
+                                                       where)
             raw.update(settings)
             notes += config_notes
             continue

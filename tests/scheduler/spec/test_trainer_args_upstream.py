@@ -1815,3 +1815,31 @@ def test_firefly_train_mode(mode: str | None, method: str) -> None:
     if method != "full":
         assert s.lora is not None and (s.lora.rank, s.lora.target_modules) == (64, "all-linear")
     assert s.resolved_quantization == ("nf4-dq" if method == "qlora" else None)
+
+
+_GLM_LORA = {  # THUDM/GLM-4 finetune_demo/configs/lora.yaml (comments left out)
+    "data_config": {"train_file": "train.jsonl", "val_file": "dev.jsonl", "test_file": "dev.jsonl", "num_proc": 1},
+    "max_input_length": 512, "max_output_length": 512,
+    "training_args": {"output_dir": "./output", "max_steps": 3000, "learning_rate": 5e-4,
+                      "per_device_train_batch_size": 1, "remove_unused_columns": False, "predict_with_generate": True,
+                      "generation_config": {"max_new_tokens": 512}},
+    "peft_config": {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 32, "lora_dropout": 0.1,
+                    "target_modules": ["query_key_value"]}}
+
+
+@pytest.mark.parametrize(("script", "model", "precision"), [
+    ("finetune_hf.py", "THUDM/chatglm3-6b", "32-true"),  # ChatGLM3: from_pretrained without torch_dtype
+    ("finetune.py", "THUDM/glm-4-9b-chat", "bf16-true"),  # GLM-4: torch_dtype=torch.bfloat16
+])
+def test_glm_finetune_demo(script: str, model: str, precision: str) -> None:
+    """ChatGLM3 / GLM-4 ``finetune_demo``: ``python finetune_hf.py DATA_DIR MODEL_DIR configs/lora.yaml``, the model a
+    positional, the settings in the YAML's training_args and peft_config sections. Refused before (no model)."""
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "configs"},
+                 "data": {"lora.yaml": yaml.safe_dump(_GLM_LORA)}}
+    job = one_job(configmap, pod(["python", script, "data/AdvertiseGen_fix", model, "configs/lora.yaml"]))
+    s = job.spec
+    assert (s.model, s.method, s.precision, s.micro_batch_size) == (model, "lora", precision, 1)
+    assert (s.seq_len, s.sequence_lengths, s.gradient_checkpointing) == (1025, "variable", "full")
+    assert s.lora is not None and (s.lora.rank, s.lora.alpha, s.lora.target_modules) == (8, 32, ["query_key_value"])
+    full = one_job(pod(["python", script, "data/AdvertiseGen_fix", model, "configs/sft.yaml"]))  # not carried
+    assert full.spec.method == "full" and any("is not in the manifest" in a for a in full.assumptions)
