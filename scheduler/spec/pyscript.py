@@ -134,14 +134,21 @@ def _dataclass_defaults(tree: ast.Module) -> list[tuple[str, Any]]:
     return found
 
 
-def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
-    """The facts of a Python script (``given``: the command's own flag values, by normalised name), or None when the
-    text is no Python this can parse."""
+def _parse(source: str) -> ast.Module | None:
+    """The syntax tree of a script no larger than MAX_SCRIPT_BYTES, or None (too large, or no Python)."""
     if len(source.encode("utf-8", "replace")) > MAX_SCRIPT_BYTES:
         return None
     try:
-        tree = ast.parse(source)
+        return ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
+    """The facts of a Python script (``given``: the command's own flag values, by normalised name), or None when the
+    text is no Python this can parse."""
+    tree = _parse(source)
+    if tree is None:
         return None
     facts = ScriptFacts()
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
@@ -188,10 +195,8 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
 
     models: set[str] = set()
     for call in calls:
-        callee = _name(call.func)
-        keywords = {k.arg: k.value for k in call.keywords if k.arg}
-        if callee == "from_pretrained" and isinstance(call.func, ast.Attribute):
-            owner = _name(call.func.value)
+        callee, owner, keywords = call_parts(call)
+        if callee == "from_pretrained" and owner:
             named = keywords.get("model_name", keywords.get("pretrained_model_name_or_path"))
             model = named if named is not None else call.args[0] if call.args else None
             if owner.startswith(("AutoModel", "Fast")) or owner.endswith(("ForCausalLM", "LMHeadModel")):
@@ -243,6 +248,18 @@ def _runs(node: ast.AST, parents: Mapping[ast.AST, ast.AST], evaluate: Any) -> b
     return True
 
 
+def call_parts(call: ast.Call) -> tuple[str, str, dict[str, ast.AST]]:
+    """(callee, owner, keywords) of a call: ``Owner.callee(k=v)``, or of the call an mmengine-style config describes
+    as ``dict(type=Owner.callee, k=v)`` (xtuner, mmengine: the runner makes that call), its ``type`` left out."""
+    keywords = {k.arg: k.value for k in call.keywords if k.arg}
+    target = keywords.get("type") if isinstance(call.func, ast.Name) and call.func.id == "dict" else None
+    if target is not None and isinstance(target, (ast.Name, ast.Attribute)):
+        del keywords["type"]
+        return _name(target), _name(target.value) if isinstance(target, ast.Attribute) else "", keywords
+    owner = _name(call.func.value) if isinstance(call.func, ast.Attribute) else ""
+    return _name(call.func), owner, keywords
+
+
 def _shown(node: ast.AST) -> str:
     """A keyword's expression as the script writes it (``args.batch``, ``max_seq_length``), shortened."""
     try:
@@ -282,9 +299,7 @@ def _training_calls(tree: ast.Module, calls: Sequence[ast.Call], evaluate: Any) 
             found.append((flag, value, where))
 
     for call in calls:
-        callee = _name(call.func)
-        owner = _name(call.func.value) if isinstance(call.func, ast.Attribute) else ""
-        keywords = {k.arg: k.value for k in call.keywords if k.arg}
+        callee, owner, keywords = call_parts(call)
         unsloth_peft = callee == "get_peft_model" and owner.startswith("Fast")
         relevant = (callee in _ARGUMENT_CLASSES or callee in _TRAINER_CLASSES or callee in ("LoraConfig",
                     "BitsAndBytesConfig", "gradient_checkpointing_enable") or unsloth_peft
@@ -329,6 +344,27 @@ def _training_calls(tree: ast.Module, calls: Sequence[ast.Call], evaluate: Any) 
             if owner.startswith("Fast") and "load_in_4bit" not in keywords:
                 add("load_in_4bit", True, f"{owner}.from_pretrained (load_in_4bit default True)")
     return found
+
+
+def module_assignments(source: str) -> dict[str, Any] | None:
+    """A config module's top-level ``NAME = VALUE`` assignments (mmengine-style configs: ``batch_size = 1``,
+    ``pack_to_max_length = True``, ``optim_type = PagedAdamW32bit``): literals and booleans as they are, a name or
+    an attribute as its last part (``"PagedAdamW32bit"``); None when the text is no Python this can parse."""
+    tree = _parse(source)
+    if tree is None:
+        return None
+    out: dict[str, Any] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        value = _literal(node.value)
+        if value is _UNRESOLVED and isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool):
+            value = node.value.value
+        if value is _UNRESOLVED and isinstance(node.value, (ast.Name, ast.Attribute)):
+            value = _name(node.value)
+        if value is not _UNRESOLVED:
+            out[node.targets[0].id] = value
+    return out
 
 
 def _module_constants(tree: ast.Module) -> dict[str, Any]:

@@ -3647,6 +3647,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
     from scheduler.spec.llmfoundry import is_llm_foundry_config, read_llm_foundry  # they build on this module
     from scheduler.spec.nemo import is_nemo, is_nemo2, read_nemo, read_nemo2
     from scheduler.spec.skyrl import is_skyrl, skyrl_settings
+    from scheduler.spec.xtuner import xtuner_config, xtuner_pairs
 
     flags, positionals = read_flags(tokens, where)
     raw: dict[str, Setting] = {}
@@ -3738,6 +3739,12 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _ray_template_settings(tokens, raw, notes, where)
     if (openrlhf := _openrlhf_command(tokens)) is not None:
         _openrlhf_settings(openrlhf, tokens, raw, notes, where)
+    if (xtuner := xtuner_config(tokens)) is not None:
+        # xtuner train CONFIG: a carried Python config or a built-in config's name (scheduler/spec/xtuner.py)
+        pairs, xtuner_notes = xtuner_pairs(xtuner, files)
+        for key, setting in read_pairs(pairs, where).items():
+            raw.setdefault(key, setting)  # the command's own flags (--deepspeed deepspeed_zero2) stay
+        notes += xtuner_notes
     if (swift := _swift_command(tokens)) is not None:
         _swift_settings(tokens, raw, notes, where)
         if swift == "rlhf":

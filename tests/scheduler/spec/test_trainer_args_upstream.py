@@ -1843,3 +1843,48 @@ def test_glm_finetune_demo(script: str, model: str, precision: str) -> None:
     assert s.lora is not None and (s.lora.rank, s.lora.alpha, s.lora.target_modules) == (8, 32, ["query_key_value"])
     full = one_job(pod(["python", script, "data/AdvertiseGen_fix", model, "configs/sft.yaml"]))  # not carried
     assert full.spec.method == "full" and any("is not in the manifest" in a for a in full.assumptions)
+
+
+_XTUNER_CONFIG = '''import torch
+from bitsandbytes.optim import PagedAdamW32bit
+from mmengine.optim import AmpOptimWrapper
+from peft import LoraConfig
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+from xtuner.model import SupervisedFinetune
+pretrained_model_name_or_path = 'mistralai/Mistral-7B-v0.1'
+max_length = 4096
+pack_to_max_length = True
+batch_size = 2  # per_device
+accumulative_counts = 8
+optim_type = PagedAdamW32bit
+model = dict(
+    type=SupervisedFinetune,
+    llm=dict(type=AutoModelForCausalLM.from_pretrained, pretrained_model_name_or_path=pretrained_model_name_or_path,
+             torch_dtype=torch.float16,
+             quantization_config=dict(type=BitsAndBytesConfig, load_in_4bit=True, bnb_4bit_use_double_quant=False,
+                                      bnb_4bit_quant_type='nf4')),
+    lora=dict(type=LoraConfig, r=32, lora_alpha=16, lora_dropout=0.1, bias='none', task_type='CAUSAL_LM'))
+optim_wrapper = dict(type=AmpOptimWrapper, optimizer=dict(type=optim_type, lr=2e-4), accumulative_counts=8,
+                     loss_scale='dynamic', dtype='float16')
+'''
+
+
+def test_xtuner_configs_carried_and_built_in() -> None:
+    """``xtuner train CONFIG``: a carried mmengine-style config (its module-level settings, the dict(type=...) calls
+    it describes) and a built-in config by name (llama2_7b_qlora_alpaca_e3: the templates' settings). Both were
+    refused for naming no model."""
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+                 "data": {"mistral_qlora.py": _XTUNER_CONFIG}}
+    carried = one_job(configmap, pod(["xtuner", "train", "/cfg/mistral_qlora.py", "--deepspeed", "deepspeed_zero2"],
+                                     gpus=4)).spec
+    assert (carried.model, carried.method, carried.quantization, carried.sharding) == (
+        "mistralai/Mistral-7B-v0.1", "qlora", "nf4", "zero2")
+    assert (carried.micro_batch_size, carried.grad_accum_steps, carried.seq_len, carried.sequence_lengths) == (
+        2, 8, 4096, "fixed")
+    assert carried.lora is not None and (carried.lora.rank, carried.lora.target_modules) == (32, "all-linear")
+    built_in = one_job(pod(["bash", "-c", "NPROC_PER_NODE=8 xtuner train llama2_7b_qlora_alpaca_e3"], gpus=8))
+    s = built_in.spec
+    assert (s.model, s.method, s.resolved_quantization, s.micro_batch_size, s.grad_accum_steps) == (
+        "llama-2-7b", "qlora", "nf4-dq", 1, 16)
+    assert s.lora is not None and (s.lora.rank, s.lora.alpha) == (64, 16)
+    assert any("xtuner's built-in config, read by its name" in a for a in built_in.assumptions)
