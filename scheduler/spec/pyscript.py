@@ -48,6 +48,27 @@ class ScriptFacts:
     calls: list[tuple[str, Any, str]] = field(default_factory=list)
 
 
+def positional_names(source: str) -> list[str]:
+    """The names of a script's argparse positionals, in order (``parser.add_argument("model_name")``): the words of
+    the command that fill them (``python train.py meta-llama/Llama-2-7b-hf``) are those arguments' values."""
+    tree = _parse(source)
+    if tree is None:
+        return []
+    names: list[str] = []
+    calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
+    for call in calls:
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument" and call.args:
+            first = call.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value and \
+                    not first.value.startswith("-") and len(call.args) == 1:
+                keywords = {k.arg: k.value for k in call.keywords if k.arg}
+                nargs = keywords.get("nargs")
+                if nargs is not None and not (isinstance(nargs, ast.Constant) and nargs.value in (None, 1)):
+                    break  # a list of words (nargs "+", "*"): the positionals after it are not matched by place
+                names.append(first.value.replace("-", "_").lower())
+    return names
+
+
 # Classes whose keyword arguments are TrainingArguments fields (transformers, TRL's configs, Unsloth's subclass)
 _ARGUMENT_CLASSES = ("TrainingArguments", "Seq2SeqTrainingArguments", "UnslothTrainingArguments", "SFTConfig",
                      "DPOConfig", "ORPOConfig", "KTOConfig", "CPOConfig", "GRPOConfig", "RewardConfig", "PPOConfig",

@@ -3308,7 +3308,7 @@ def _read_with_script_facts(tokens: Sequence[str], where: str, known: Mapping[st
     """``_read_launcher`` of a command, with what the Python script it runs states about itself when the manifest
     carries that script (scheduler/spec/pyscript.py): its argparse defaults as flags the command did not pass, the
     DeepSpeed config it writes as a dict, the model it loads by name, and its Ray Train workers."""
-    from scheduler.spec.pyscript import default_flags, read_script
+    from scheduler.spec.pyscript import default_flags, positional_names, read_script
 
     unwrapped = _unwrapped(tokens)
     if len(unwrapped) >= 3 and _PYTHON.fullmatch(basename(unwrapped[0])) and unwrapped[1] == "-c":
@@ -3320,8 +3320,12 @@ def _read_with_script_facts(tokens: Sequence[str], where: str, known: Mapping[st
     content = known.get(basename(path)) if path is not None else None
     if path is None or content is None or _SHELL_SHEBANG.match(content.lstrip()):
         return _read_launcher(tokens, where, known, env)
-    pairs, _ = _flag_pairs(tokens[tokens.index(path) + 1:])
+    pairs, positionals = _flag_pairs(tokens[tokens.index(path) + 1:])
     given = {key: value for key, value, _ in pairs}
+    # the script's argparse positionals filled by the command's words in order (python train.py MODEL DATA)
+    placed = {name: value for name, value in zip(positional_names(content), positionals, strict=False)
+              if name not in given}
+    given.update(placed)
     facts = read_script(content, given)
     if facts is None:
         return _read_launcher(tokens, where, known, env)
@@ -3329,6 +3333,7 @@ def _read_with_script_facts(tokens: Sequence[str], where: str, known: Mapping[st
     # the training calls' keyword arguments (TrainingArguments(...), LoraConfig(...)) before the argparse defaults:
     # a value the script passes literally is the one that runs; the command's own flags win over both
     stated = {name: (value, what) for name, value, what in facts.calls if name not in given}
+    stated.update({name: (value, f"positional {name} ({value})") for name, value in placed.items()})
     extra = [word for name, (value, _) in stated.items() for word in (f"--{name}", str(value))]
     extra += default_flags(facts, [*given, *stated])
     injected = {name for name, _ in facts.defaults if name not in given} | set(stated)

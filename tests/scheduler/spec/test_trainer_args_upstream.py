@@ -1888,3 +1888,16 @@ def test_xtuner_configs_carried_and_built_in() -> None:
         "llama-2-7b", "qlora", "nf4-dq", 1, 16)
     assert s.lora is not None and (s.lora.rank, s.lora.alpha) == (64, 16)
     assert any("xtuner's built-in config, read by its name" in a for a in built_in.assumptions)
+
+
+def test_a_scripts_argparse_positionals_take_the_commands_words() -> None:
+    """``python train.py meta-llama/Llama-3.1-8B DATA`` with ``parser.add_argument("model_name")``: the Hub id is the
+    model the script loads (``from_pretrained(args.model_name)``); it was refused for naming no model."""
+    script = ('import argparse\nfrom transformers import AutoModelForCausalLM, TrainingArguments\n'
+              'p = argparse.ArgumentParser()\np.add_argument("model_name")\np.add_argument("data_path")\n'
+              'p.add_argument("--batch", type=int, default=4)\nargs = p.parse_args()\n'
+              'model = AutoModelForCausalLM.from_pretrained(args.model_name)\n'
+              'TrainingArguments(output_dir="o", per_device_train_batch_size=args.batch, bf16=True)\n')
+    job = _script_pod(script, ["python", "train.py", "meta-llama/Llama-3.1-8B", "/data/x.jsonl", "--batch", "2"])
+    assert (job.spec.model, job.spec.micro_batch_size) == ("meta-llama/Llama-3.1-8B", 2)
+    assert job.provenance["model"] == "train.py positional model_name (meta-llama/Llama-3.1-8B)"
