@@ -26,6 +26,7 @@ from scheduler.spec.pyscript import module_assignments, read_script
 
 # xtuner's built-in config names: MODEL_METHOD_DATASET[_eN] (llama2_7b_qlora_alpaca_e3, internlm2_chat_7b_full_...)
 _BUILTIN = re.compile(r"^(?P<model>[a-z0-9_]+?)_(?P<method>qlora|lora|full)_(?P<rest>[a-z0-9_]+)$")
+_MAX_NAME = 200  # xtuner's config names are under 60 characters
 # model-part spellings -> catalog spellings (the tuned suffix is the merge's to take off)
 _FAMILIES = ((r"^llama2-", "llama-2-"), (r"^llama3-1-", "llama-3.1-"), (r"^llama3-2-", "llama-3.2-"),
              (r"^llama3-", "llama-3-"), (r"^qwen1-5-", "qwen1.5-"), (r"^qwen2-5-", "qwen2.5-"),
@@ -73,7 +74,8 @@ def xtuner_pairs(config: str, files: Mapping[str, str]) -> tuple[list[tuple[str,
     content = files.get(name)
     if content is not None:
         return _carried(config, content)
-    match = _BUILTIN.match(PurePosixPath(config).stem.lower())
+    stem = PurePosixPath(config).stem.lower()
+    match = _BUILTIN.match(stem) if len(stem) <= _MAX_NAME else None  # a name, not a text to backtrack over
     if match is None:
         return [], [f"xtuner config {config} is not in the manifest and is no built-in config's name: its settings "
                     "are unknown (set them in the vramfit.io/spec annotation)"]
