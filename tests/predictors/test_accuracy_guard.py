@@ -252,9 +252,13 @@ EXTERNAL_RUNS_20 = EXTERNAL_RUNS.with_name("external_runs_20.jsonl")
 # low): 4 rows of quality medium, blind 32.6 % / 50.5 % (DistilBERT under Lightning's DeepSpeed and FSDP offload
 # -20 % and -53 % of 3.7 and 1.1 GiB; the QLoRA reading a mid-training nvidia-smi snapshot, +46 %).
 EXTERNAL_RUNS_19 = EXTERNAL_RUNS.with_name("external_runs_19.jsonl")
+# A twenty-first, transcribed blind 2026-11-28 (session 32): IBM fms-acceleration's PowerLM-3B table (exact
+# max_memory_allocated bytes: full, LoRA and QLoRA, 1 and 2 GPUs) and torchao's MX-formats README (Llama-3-8B in
+# torchtitan on B200, max reserved): 9 rows of quality high or medium, blind 1.2 % / 3.1 %.
+EXTERNAL_RUNS_21 = EXTERNAL_RUNS.with_name("external_runs_21.jsonl")
 
 
-# Sets 3-14, 16, 17, 19 and 20 (their comments above): rows, the median and p90 they reach today, and the OOM rows
+# Sets 3-14, 16, 17 and 19-21 (their comments above): rows, the median and p90 they reach today, and the OOM rows
 # above the card (None: the set has none). X17-001 of set 3 is missed (above); a fix that predicts it above the card
 # should raise its 0.
 @pytest.mark.parametrize(("path", "rows", "median", "p90", "ooms"), [
@@ -274,8 +278,9 @@ EXTERNAL_RUNS_19 = EXTERNAL_RUNS.with_name("external_runs_19.jsonl")
     (EXTERNAL_RUNS_17, 14, 0.062, 0.132, None),
     (EXTERNAL_RUNS_19, 4, 0.327, 0.506, None),
     (EXTERNAL_RUNS_20, 8, 0.046, 0.141, 3),
+    (EXTERNAL_RUNS_21, 9, 0.013, 0.032, None),
 ], ids=["third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth", "eleventh", "twelfth",
-        "thirteenth", "fourteenth", "sixteenth", "seventeenth", "nineteenth", "twentieth"])
+        "thirteenth", "fourteenth", "sixteenth", "seventeenth", "nineteenth", "twentieth", "twenty-first"])
 def test_later_external_sets_do_not_regress(path: Path, rows: int, median: float, p90: float,
                                             ooms: int | None) -> None:
     ev = evaluate(select_runs(parse_runs(path.read_text()), {"high", "medium"}))
