@@ -840,15 +840,13 @@ def _check_model(obj: ObjectRef, merged: Settings) -> list[str]:
 
 def _catalog_tail(path: str) -> str | None:
     """The catalog model a local path's last two components (``org/name``) or last component name, if any."""
-    parts = [p for p in path.rstrip("/").split("/") if p]
+    # ModelScope's snapshot_download writes a name's '.' as '___' (Qwen/Qwen2___5-7B-Instruct)
+    parts = [p.replace("___", ".") for p in path.rstrip("/").split("/") if p]
     for candidate in (["/".join(parts[-2:])] if len(parts) >= 2 else []) + parts[-1:]:
         if candidate.startswith(("$", "~", ".")):
             continue
-        try:
-            lookup_model(candidate)
-        except SpecError:
-            continue
-        return candidate
+        if (found := _base_in_catalog(candidate)) is not None:
+            return found
     return None
 
 

@@ -310,6 +310,10 @@ KEYS: dict[str, tuple[str, Convert]] = {
     "batch_size_training": ("micro_batch_size", _same),
     "context_length": ("seq_len", _same),
     "quantization": ("_quant_bits", lambda v: {"4bit": 4, "8bit": 8}.get(str(v).strip().lower())),
+    # scripts' own bit-width switches: artidoro/qlora's --bits 4 (and LMFlow's), Llama-Chinese's --load_in_bits 4; a
+    # QLoRA switch: LMFlow's --use_qlora 1, FastChat's and Qwen's --q_lora True (BitsAndBytesConfig load_in_4bit nf4)
+    **dict.fromkeys(("bits", "load_in_bits"), ("_quant_bits", lambda v: {"4": 4, "8": 8}.get(str(v).strip()))),
+    **dict.fromkeys(("use_qlora", "q_lora"), ("_quant_bits", lambda v: 4 if to_bool(v) is True else None)),
     # axolotl's torchao weight-only quantization of the base (examples/llama-3/qlora-torchao.yaml: "QLoRA is
     # `adapter: lora` with a 4-bit base quant"): weight_dtype int4 / uint4 / nf4 is a 4-bit base, int8 an 8-bit one
     "model_quantization_config": ("_quant_bits", lambda v: {"int4": 4, "uint4": 4, "nf4": 4, "int8": 8}.get(
@@ -481,8 +485,8 @@ def read_pairs(pairs: Iterable[tuple[str, Any, str]], where: str) -> dict[str, S
     raw: dict[str, Setting] = {}
     for key, value, source in pairs:
         rule = KEYS.get(norm_key(key))
-        if rule is None:
-            continue
+        if rule is None or value == RUNTIME_ARITHMETIC:
+            continue  # an unknown key, or a value computed when the job runs (read_command notes it)
         canon, convert = rule
         converted = convert(value)
         if converted is None or converted == "":
@@ -1804,7 +1808,9 @@ def _resolve_quantization(
 def deepspeed_stage_from_name(name: str) -> tuple[int | None, bool]:
     """ZeRO stage and offload guessed from a config file name (``ds_z3_offload_config.json``)."""
     base = basename(name).lower()
-    match = re.search(r"(?:zero|stage|ds_z|_z)[_-]?([0-3])(?!\d)", base) or re.search(r"z([0-3])(?!\d)", base)
+    # FastChat's playground/deepspeed_config_s2.json / _s3.json: "s" for stage
+    match = re.search(r"(?:zero|stage|ds_z|_z)[_-]?([0-3])(?!\d)", base) or re.search(r"z([0-3])(?!\d)", base) \
+        or re.search(r"(?:^|[_-])s([0-3])(?=[._-]|$)", base)
     # "offload" but not its negation (Chinese-LLaMA-Alpaca's ds_zero2_no_offload.json, open-instruct's
     # stage3_no_offloading_accelerate.conf: copied by many forks)
     return (int(match.group(1)) if match else None), "offload" in base and re.search(r"no[_-]?offload", base) is None
@@ -2603,6 +2609,9 @@ def _commands_text(text: str) -> str:
 
 
 _ARITHMETIC = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
+# what an arithmetic expansion vramfit cannot evaluate stands for (one word: its operands are known only when the job
+# runs, e.g. ``$((1024 / $GPUS / 4))`` over ``GPUS=$(python -c ...)``); a flag given it is left unset, with a note
+RUNTIME_ARITHMETIC = "ARITHMETIC"
 _ARITHMETIC_TEXT = re.compile(r"[0-9+\-*/% ()]{1,200}")
 _ARITHMETIC_NAME = re.compile(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)|\b([A-Za-z_]\w*)\b")
 
@@ -2626,7 +2635,7 @@ def _arithmetic(text: str, env: Mapping[str, str] | None = None) -> str:
                     return str(result)
             except (SyntaxError, ZeroDivisionError, ValueError, RecursionError, MemoryError):
                 pass
-        return "ARITHMETIC"
+        return RUNTIME_ARITHMETIC
 
     return _ARITHMETIC.sub(value, text)
 
@@ -3271,6 +3280,14 @@ def read_command(
             tokens = tokens[:MAX_COMMAND_WORDS]
         if tokens and basename(tokens[0]) in _FILE_WRITERS:
             continue  # ``cat > f.yml <<EOF``: writes the config a later command reads (the heredoc is in files)
+        runtime = [tokens[i - 1] if t == RUNTIME_ARITHMETIC else t.split("=", 1)[0] for i, t in enumerate(tokens)
+                   if (t == RUNTIME_ARITHMETIC and i and tokens[i - 1].startswith("-"))
+                   or (t.startswith("-") and t.endswith("=" + RUNTIME_ARITHMETIC))]
+        if runtime:
+            reading.notes.append(f"{where}: {', '.join(dict.fromkeys(runtime))} "
+                                 f"{'is' if len(set(runtime)) == 1 else 'are'} computed when the job runs (an "
+                                 "arithmetic expansion over a command's output): not known here, left to the "
+                                 "defaults; set them in the vramfit.io/spec annotation")
         if (helper := _helper_script(tokens)) is not None and reading.settings:
             # a script after the trainer that exports, merges, converts or evaluates (alpaca-lora's
             # export_checkpoint.py with the same --base_model and --lora_target_modules): its flags are not the
@@ -3765,6 +3782,12 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
                                                    where))
     _research_scripts(tokens, raw, notes, where)
     _script_lora_defaults(tokens, raw, notes, where)
+    _qlora_repo_defaults(tokens, raw, notes, where)
+    if "_double" not in raw and (trainer == "TRL" or _uses_trl_model_config(tokens)) and any(
+            k in raw for k in ("_4bit", "_quant_bits")):
+        # TRL's ModelConfig: use_bnb_nested_quant defaults to False (trl get_quantization_config passes it as
+        # bnb_4bit_use_double_quant); the spec's default for a QLoRA base is NF4 with double quantization
+        raw["_double"] = Setting(False, "TRL ModelConfig default use_bnb_nested_quant False", where)
     if any(basename(t) in ("unsloth-cli.py", "unsloth_cli.py") for t in tokens):
         _unsloth_cli_settings(tokens, raw, notes, where)
     _lightning_settings(tokens, raw, notes, where)
@@ -4501,6 +4524,67 @@ def _deepspeed_chat_precision_and_lora(pairs: Mapping[str, tuple[str, str]], raw
 
 # The seven projections of a Llama-type block: the LoRA targets several scripts hard-code
 _SEVEN_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+# TRL's scripts by name (trl/scripts, the handbook's scripts/): under a scripts/ folder they parse TRL's ModelConfig
+_TRL_SCRIPT_NAMES = ("sft.py", "dpo.py", "orpo.py", "kto.py", "grpo.py", "rloo.py", "reward_modeling.py", "ppo.py",
+                     "gkd.py", "cpo.py", "online_dpo.py")
+
+
+def _uses_trl_model_config(tokens: Sequence[str]) -> bool:
+    """A script that parses TRL's ModelConfig: TRL's own scripts (trl/scripts, examples/scripts) and the
+    alignment-handbook's (scripts/run_sft.py, run_dpo.py, ...: TrlParser with ModelConfig)."""
+    scripts = [t for t in tokens if t.endswith(".py")]
+    return any("trl/" in t or "examples/scripts/" in t or "alignment-handbook" in t for t in scripts) or any(
+        basename(t) in ("run_sft.py", "run_dpo.py", "run_orpo.py", "run_cpt.py", "run_distill.py") or (
+            PurePosixPath(t).parent.name == "scripts" and basename(t) in _TRL_SCRIPT_NAMES) for t in scripts)
+
+
+def _qlora_repo_defaults(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:
+    """artidoro/qlora's ``qlora.py`` (commit 00e5ad2, the Guanaco scripts' entry point), whose argument dataclasses
+    set: ``--bits`` 4 (``load_in_4bit=args.bits == 4``), ``--double_quant`` True, ``--quant_type`` nf4, LoRA on every
+    4-bit linear but lm_head (find_all_linear_names) with ``--lora_r`` 64, ``--lora_alpha`` 16, ``--lora_dropout``
+    0.0 unless ``--full_finetune``; sources up to ``--source_max_len`` (1024) plus targets up to
+    ``--target_max_len`` (256), each batch padded to its longest (DataCollatorForCausalLM); ``gradient_checkpointing``
+    True, ``optim`` paged_adamw_32bit, batch 1 x 16 accumulated."""
+    pairs = _flag_values(tokens)
+    scripts = [t for t in tokens if t.endswith(".py")]
+    if not scripts or basename(scripts[0]) != "qlora.py" or not (
+            {"bits", "double_quant", "source_max_len", "target_max_len", "quant_type", "full_finetune"} & set(pairs)):
+        return
+    what = "artidoro/qlora qlora.py"
+    applied: list[str] = []
+
+    def default(field: str, value: Any, flag: str) -> None:
+        if field not in raw:
+            raw[field] = Setting(value, f"{what} default --{flag}", where)
+            applied.append(f"--{flag} {value}")
+
+    full = to_bool(pairs["full_finetune"][0]) is True if "full_finetune" in pairs else False
+    if not full:
+        raw.setdefault("_peft", Setting(True, f"{what} (LoRA unless --full_finetune)", where))
+        default("_quant_bits", 4, "bits")
+        default("_double", True, "double_quant")
+        default("_quant_type", "nf4", "quant_type")
+        default("lora.rank", 64, "lora_r")
+        default("lora.alpha", 16, "lora_alpha")
+        default("lora.dropout", 0.0, "lora_dropout")
+        raw["lora.target_modules"] = Setting("all-linear", f"{what} (find_all_linear_names: every linear but "
+                                                           "lm_head)", where)
+    default("gradient_checkpointing", True, "gradient_checkpointing")
+    default("micro_batch_size", 1, "per_device_train_batch_size")
+    default("grad_accum_steps", 16, "gradient_accumulation_steps")
+    if "optimizer" not in raw:
+        raw["optimizer"] = Setting("adamw", f"{what} default --optim paged_adamw_32bit (fp32 states, paged)", where)
+        applied.append("--optim paged_adamw_32bit")
+    source, target = (launch_count(pairs[k][0]) if k in pairs else d for k, d in (("source_max_len", 1024),
+                                                                                   ("target_max_len", 256)))
+    if source is not None and target is not None and "seq_len" not in raw:
+        raw["seq_len"] = Setting(source + target, f"{what} --source_max_len {source} + --target_max_len {target}",
+                                 where)
+        raw["sequence_lengths"] = Setting("variable", f"{what} (DataCollatorForCausalLM pads to the longest)", where)
+    if applied:
+        notes.append(f"{what} defaults where the command sets none: {', '.join(applied)}")
 
 
 def _script_lora_defaults(tokens: Sequence[str], raw: dict[str, Setting], notes: list[str], where: str) -> None:

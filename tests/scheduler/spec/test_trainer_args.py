@@ -1617,3 +1617,55 @@ def test_ms_swift_2_model_type_names_the_model(model_type: str, model: str) -> N
     job = one_job(pod(argv))
     assert lookup_model(job.spec.model).name == model and job.spec.micro_batch_size == 2
     assert "ms-swift 2.x model type" in job.provenance["model"]
+
+
+def test_arithmetic_over_a_run_time_value_leaves_the_flag_unknown() -> None:
+    """Qwen2.5-Coder's sft script: ``GRAD_ACCU=$((1024 / $GPUS_PER_NODE / 4))`` over ``$(python -c ...)``. The flag got
+    the placeholder word and the whole job was refused, an annotation could not rescue it; now the flag is unknown,
+    said so."""
+    script = ('GPUS_PER_NODE=$(python -c "import torch; print(torch.cuda.device_count());")\n'
+              "GRAD_ACCU=$((1024 / $GPUS_PER_NODE / 4))\n"
+              "torchrun --nproc_per_node $GPUS_PER_NODE train.py --model_name_or_path Qwen/Qwen2.5-7B "
+              "--per_device_train_batch_size 4 --gradient_accumulation_steps ${GRAD_ACCU} --bf16 True\n")
+    job = one_job(pod(["bash", "-c", script], gpus=8))
+    assert (job.spec.model, job.spec.micro_batch_size, job.spec.grad_accum_steps) == ("Qwen/Qwen2.5-7B", 4, 1)
+    assert any("--gradient_accumulation_steps is computed when the job runs" in a for a in job.assumptions)
+
+
+def test_a_modelscope_download_folder_names_its_model() -> None:
+    """ModelScope's snapshot_download writes '.' as '___': /models/Qwen/Qwen2___5-7B-Instruct/ was an unknown local
+    path."""
+    job = one_job(pod(["torchrun", "--nproc_per_node", "8", "train.py", "--model_name_or_path",
+                       "/models/Qwen/Qwen2___5-7B-Instruct/", "--per_device_train_batch_size", "4"], gpus=8))
+    assert job.spec.model == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def test_artidoro_qlora_script_defaults() -> None:
+    """artidoro/qlora's Guanaco script (qlora.py --bits 4 --double_quant --lora_modules all --source_max_len 16
+    --target_max_len 512): a NF4 double-quantized base with adapters on every linear, 16 + 512 tokens padded to the
+    longest. Read before as LoRA on q/v over a bf16-mixed base at 2,048 tokens (29.2 GiB for 7.8)."""
+    argv = ["python", "qlora.py", "--model_name_or_path", "meta-llama/Llama-2-7b-hf", "--bits", "4", "--quant_type",
+            "nf4", "--double_quant", "--lora_modules", "all", "--lora_r", "64", "--lora_dropout", "0.1",
+            "--source_max_len", "16", "--target_max_len", "512", "--per_device_train_batch_size", "4", "--bf16"]
+    s = one_job(pod(argv)).spec
+    assert (s.method, s.resolved_quantization, s.seq_len, s.sequence_lengths, s.micro_batch_size) == (
+        "qlora", "nf4-dq", 528, "variable", 4)
+    assert s.lora is not None and (s.lora.rank, s.lora.target_modules, s.lora.dropout) == (64, "all-linear", 0.1)
+    assert s.gradient_checkpointing == "full"
+
+
+@pytest.mark.parametrize(("argv", "quantization"), [
+    (["python", "finetune.py", "--use_qlora", "1", "--lora_r", "8"], "nf4-dq"),  # LMFlow
+    (["python", "finetune_clm_lora.py", "--load_in_bits", "4", "--lora_r", "8"], "nf4-dq"),  # Llama-Chinese
+    (["deepspeed", "fastchat/train/train_lora.py", "--q_lora", "True", "--deepspeed",
+      "playground/deepspeed_config_s2.json"], "nf4-dq"),  # FastChat: ZeRO-2 by its config's name too
+    (["accelerate", "launch", "scripts/sft.py", "--use_peft", "--load_in_4bit"], "nf4"),  # the handbook
+])
+def test_scripts_own_quantization_switches(argv: list[str], quantization: str) -> None:
+    """``--use_qlora 1`` (LMFlow), ``--load_in_bits 4`` (Llama-Chinese), ``--q_lora True`` (FastChat) quantize the base
+    to 4 bits; they were LoRA or full fine-tunes over a 16-bit base (2-4x over). TRL's --load_in_4bit takes its
+    ModelConfig's use_bnb_nested_quant False (NF4 without double quantization)."""
+    job = one_job(pod([argv[0], *argv[1:], "--model_name_or_path", "meta-llama/Llama-2-7b-hf"]))
+    assert (job.spec.method, job.spec.resolved_quantization) == ("qlora", quantization)
+    if "deepspeed_config_s2.json" in argv[-1]:
+        assert job.spec.sharding == "zero2"
