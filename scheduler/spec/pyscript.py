@@ -46,6 +46,14 @@ class ScriptFacts:
     model: str | None = None
     # (flag name, value, where: "LoraConfig(r=...)") of the training calls' keyword arguments, first call first
     calls: list[tuple[str, Any, str]] = field(default_factory=list)
+    # the TRL trainer the script builds, as TRL's CLI names its command (GRPOTrainer -> "grpo"), when it is one
+    # whose training differs from a plain Trainer's (preference pairs, generation, a reference model)
+    trl_command: str | None = None
+
+
+# TRL trainers -> TRL's command names (trl/cli.py; scheduler.spec.trainer_args reads those commands' semantics)
+_TRL_TRAINERS = {"GRPOTrainer": "grpo", "RLOOTrainer": "rloo", "DPOTrainer": "dpo", "KTOTrainer": "kto",
+                 "ORPOTrainer": "orpo", "CPOTrainer": "cpo", "RewardTrainer": "reward", "GKDTrainer": "distillation"}
 
 
 def positional_names(source: str) -> list[str]:
@@ -89,6 +97,9 @@ _UNSLOTH_PEFT_DEFAULTS = {"r": 16, "lora_alpha": 16, "lora_dropout": 0.0,
                           "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                              "down_proj"],
                           "use_gradient_checkpointing": "unsloth"}
+# PEFT's LoraConfig defaults (peft/tuners/lora/config.py: r 8, lora_alpha 8, lora_dropout 0.0; target_modules None:
+# PEFT's per-architecture mapping, the spec's default)
+_PEFT_LORA_DEFAULTS = {"r": 8, "lora_alpha": 8, "lora_dropout": 0.0}
 _MAX_CALL_VALUES = 200
 
 
@@ -215,6 +226,7 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
         return _UNRESOLVED
 
     models: set[str] = set()
+    trl_commands: set[str] = set()
     for call in calls:
         callee, owner, keywords = call_parts(call)
         if callee == "from_pretrained" and owner:
@@ -224,6 +236,12 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
                 value = evaluate(model) if model is not None else _UNRESOLVED
                 if isinstance(value, str) and value.strip():
                     models.add(value.strip())
+        if callee in _TRL_TRAINERS or callee in _TRAINER_CLASSES:
+            if callee in _TRL_TRAINERS:
+                trl_commands.add(_TRL_TRAINERS[callee])
+            named = evaluate(keywords["model"]) if "model" in keywords else _UNRESOLVED
+            if isinstance(named, str) and "/" in named and named.strip():
+                models.add(named.strip())  # GRPOTrainer(model="Qwen/Qwen2-0.5B-Instruct"): TRL loads it by name
         if callee == "ScalingConfig" and "num_workers" in keywords:
             workers = evaluate(keywords["num_workers"])
             gpu = evaluate(keywords["use_gpu"]) if "use_gpu" in keywords else False
@@ -233,6 +251,8 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
                 facts.workers = workers
     if len(models) == 1:
         facts.model = models.pop()
+    if len(trl_commands) == 1:
+        facts.trl_command = trl_commands.pop()
     facts.calls = _training_calls(tree, calls, evaluate)
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "zero_optimization"
@@ -337,7 +357,7 @@ def _training_calls(tree: ast.Module, calls: Sequence[ast.Call], evaluate: Any) 
         elif callee == "LoraConfig" or unsloth_peft:
             what = f"{owner}.get_peft_model" if unsloth_peft else "LoraConfig"
             add("use_peft", True, f"{what}(...)")  # an adapter whatever the command's switches say
-            given_or_default = {**(_UNSLOTH_PEFT_DEFAULTS if unsloth_peft else {}),
+            given_or_default = {**(_UNSLOTH_PEFT_DEFAULTS if unsloth_peft else _PEFT_LORA_DEFAULTS),
                                 **{k: resolve(v) for k, v in keywords.items()}}
             for key, flag in _LORA_KEYWORDS.items():
                 if key in given_or_default:

@@ -24,6 +24,7 @@ import math
 import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import PurePosixPath
@@ -3363,7 +3364,11 @@ def _read_with_script_facts(tokens: Sequence[str], where: str, known: Mapping[st
     if facts.model is not None and not any(k in given or k in injected for k in model_keys):
         extra += ["--model_name_or_path", facts.model]
         injected.add("model_name_or_path")
-    part = _read_launcher([*tokens, *extra], where, known, env)
+    scripted = _SCRIPT_TRL_COMMAND.set(facts.trl_command)
+    try:
+        part = _read_launcher([*tokens, *extra], where, known, env)
+    finally:
+        _SCRIPT_TRL_COMMAND.reset(scripted)
     renamed = {name: (f"{label} {stated[name][1]}" if name in stated
                       else "DeepSpeed config dict in " + label if name == "deepspeed"
                       else f"{label} from_pretrained" if name == "model_name_or_path" and facts.model is not None
@@ -5750,12 +5755,19 @@ _TRL_ACCELERATE = {"zero1": ("_zero_stage", 1), "zero2": ("_zero_stage", 2), "ze
                    "fsdp1": ("_use_fsdp", True), "fsdp2": ("_use_fsdp", True)}
 
 
+# the TRL command a carried script runs by building its trainer (GRPOTrainer(...) -> "grpo"), while that script's
+# command is read (_read_with_script_facts sets it around _read_launcher)
+_SCRIPT_TRL_COMMAND: ContextVar[str | None] = ContextVar("script_trl_command", default=None)
+
+
 def _trl_command(tokens: Sequence[str]) -> str | None:
-    """``sft`` / ``dpo`` for ``trl sft ...`` / ``trl dpo ...`` and for TRL's own scripts run directly."""
+    """``sft`` / ``dpo`` for ``trl sft ...`` / ``trl dpo ...``, for TRL's own scripts run directly, and for a carried
+    script that builds one of TRL's preference or RL trainers."""
     names = [basename(t) for t in tokens[:3]]
     if "trl" in names:
         return next((c for c in _TRL_SCRIPTS if c in tokens[:4]), None)
-    return next((c for c, paths in _TRL_SCRIPTS.items() if any(t.endswith(paths) for t in tokens)), None)
+    found = next((c for c, paths in _TRL_SCRIPTS.items() if any(t.endswith(paths) for t in tokens)), None)
+    return found if found is not None else _SCRIPT_TRL_COMMAND.get()
 
 
 def _accelerate_config_by_name(tokens: Sequence[str], unread: Sequence[str], raw: dict[str, Setting],

@@ -1901,3 +1901,28 @@ def test_a_scripts_argparse_positionals_take_the_commands_words() -> None:
     job = _script_pod(script, ["python", "train.py", "meta-llama/Llama-3.1-8B", "/data/x.jsonl", "--batch", "2"])
     assert (job.spec.model, job.spec.micro_batch_size) == ("meta-llama/Llama-3.1-8B", 2)
     assert job.provenance["model"] == "train.py positional model_name (meta-llama/Llama-3.1-8B)"
+
+
+def test_a_script_building_a_trl_rl_trainer_is_read_as_that_command() -> None:
+    """Ray Train's GRPO example builds ``GRPOTrainer(model="Qwen/...", args=GRPOConfig(...))`` in code: the model the
+    trainer loads by name, GRPO's defaults (checkpointing on, bf16, prompt + completion) and the colocated vLLM share.
+    It was refused for naming no model."""
+    script = ('from trl import GRPOConfig, GRPOTrainer\n'
+              'training_args = GRPOConfig(per_device_train_batch_size=4, use_vllm=True, vllm_mode="colocate", '
+              'vllm_gpu_memory_utilization=0.3)\n'
+              'trainer = GRPOTrainer(model="Qwen/Qwen2.5-0.5B", args=training_args, reward_funcs=[])\n'
+              'trainer.train()\n')
+    s = _script_pod(script, ["python", "/s/train.py"]).spec
+    assert (s.model, s.micro_batch_size, s.gradient_checkpointing, s.precision) == (
+        "Qwen/Qwen2.5-0.5B", 4, "full", "bf16-mixed")
+    assert (s.logits_tokens, s.colocated_engine_memory_fraction) == (256, 0.3)
+
+
+def test_a_scripts_loraconfig_takes_peft_defaults_for_what_it_leaves_out() -> None:
+    """``LoraConfig(r=16, target_modules=[...])`` without lora_alpha / lora_dropout: PEFT's 8 and 0.0."""
+    script = ('from peft import LoraConfig\nfrom transformers import AutoModelForCausalLM, TrainingArguments\n'
+              'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-3.1-8B")\n'
+              'config = LoraConfig(r=16, target_modules=["q_proj", "v_proj"])\n'
+              'TrainingArguments(output_dir="o", per_device_train_batch_size=2, bf16=True)\n')
+    s = _script_pod(script, ["python", "train.py"]).spec
+    assert s.lora is not None and (s.lora.rank, s.lora.alpha, s.lora.dropout) == (16, 8, 0.0)
