@@ -409,14 +409,35 @@ def module_assignments(source: str) -> dict[str, Any] | None:
 
 
 def _module_constants(tree: ast.Module) -> dict[str, Any]:
-    """Module-level ``NAME = LITERAL`` assignments (``MODEL_ID = "Qwen/Qwen2.5-7B"``)."""
+    """``NAME = LITERAL`` assignments (``MODEL_ID = "Qwen/Qwen2.5-7B"``, ``use_4bit = True``): the module's own, then
+    names assigned inside functions (PEFT's examples set ``model_name_or_path = "..."`` in ``main()``) when every
+    assignment to that name in the file is the same literal."""
     out: dict[str, Any] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            value = _literal(node.value)
+            value = _constant(node.value)
             if value is not _UNRESOLVED:
                 out[node.targets[0].id] = value
+    seen: dict[str, set[Any]] = {}
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign | ast.AugAssign) else []
+        for target in targets:
+            if isinstance(target, ast.Name):
+                value = _constant(node.value) if isinstance(node, ast.Assign | ast.AnnAssign) and \
+                    node.value is not None and len(targets) == 1 else _UNRESOLVED
+                seen.setdefault(target.id, set()).add(value if value is _UNRESOLVED else (type(value), value))
+    for name, values in seen.items():
+        if name not in out and len(values) == 1 and _UNRESOLVED not in values:
+            out[name] = next(iter(values))[1]
     return out
+
+
+def _constant(node: ast.AST) -> Any:
+    """A literal (a string or a number) or a boolean constant; _UNRESOLVED otherwise."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        return node.value
+    return _literal(node)
 
 
 def default_flags(facts: ScriptFacts, given: Sequence[str]) -> list[str]:

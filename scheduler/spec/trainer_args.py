@@ -636,7 +636,13 @@ def looks_like_trainer_config(data: Any, v1: V1Launch | None = None) -> bool:
             "finetuning_type",
             "micro_batch_size",
         }
-    )
+    ) or (bool(keys & {"model_id", "model_name"}) and bool(keys & _TRAINING_ARGUMENT_KEYS))
+
+
+# TrainingArguments fields that mark a YAML as a trainer's config when its model key is a script's own (philschmid's
+# run_fsdp_qlora.py: TrlParser over its ScriptArguments' model_id and TrainingArguments)
+_TRAINING_ARGUMENT_KEYS = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
+                                     "num_train_epochs", "max_steps", "gradient_checkpointing"})
 
 
 def read_trainer_config(data: Mapping[str, Any], label: str, where: str,

@@ -1926,3 +1926,31 @@ def test_a_scripts_loraconfig_takes_peft_defaults_for_what_it_leaves_out() -> No
               'TrainingArguments(output_dir="o", per_device_train_batch_size=2, bf16=True)\n')
     s = _script_pod(script, ["python", "train.py"]).spec
     assert s.lora is not None and (s.lora.rank, s.lora.alpha, s.lora.dropout) == (16, 8, 0.0)
+
+
+def test_constants_assigned_in_functions_and_boolean_constants_resolve() -> None:
+    """PEFT's examples assign ``model_name_or_path = "bigscience/bloomz-7b1"`` inside ``main()``; a notebook exported
+    as a script passes ``load_in_4bit=use_4bit`` with ``use_4bit = True`` at the top. Refused before / a 16-bit base."""
+    local = _script_pod('from transformers import AutoModelForCausalLM\ndef main():\n'
+                        '    model_name_or_path = "bigscience/bloomz-7b1"\n'
+                        '    model = AutoModelForCausalLM.from_pretrained(model_name_or_path)\n',
+                        ["python", "train.py"])
+    assert local.spec.model == "bigscience/bloomz-7b1"
+    switch = _script_pod('from transformers import AutoModelForCausalLM, BitsAndBytesConfig\nuse_4bit = True\n'
+                         'bnb = BitsAndBytesConfig(load_in_4bit=use_4bit, bnb_4bit_quant_type="nf4")\n'
+                         'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf", '
+                         'quantization_config=bnb)\n', ["python", "train.py"])
+    assert (switch.spec.method, switch.spec.quantization) == ("qlora", "nf4")
+
+
+def test_a_config_naming_its_model_by_the_scripts_own_key() -> None:
+    """philschmid's run_fsdp_qlora.py reads ``--config llama_3_70b_fsdp_qlora.yaml`` whose model key is its
+    ScriptArguments' ``model_id``: the file was ignored and the job refused."""
+    config = ('model_id: "meta-llama/Meta-Llama-3-70b"\nmax_seq_len: 3072\nper_device_train_batch_size: 16\n'
+              'bf16: true\ngradient_checkpointing: true\nfsdp: "full_shard auto_wrap"\n')
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+                 "data": {"llama_3_70b_fsdp_qlora.yaml": config}}
+    job = one_job(configmap, pod(["bash", "-c", "torchrun --nproc_per_node=4 ./scripts/run_fsdp_qlora.py --config "
+                                  "llama_3_70b_fsdp_qlora.yaml"], gpus=4))
+    assert (job.spec.model, job.spec.micro_batch_size, job.spec.seq_len, job.spec.sharding) == (
+        "meta-llama/Meta-Llama-3-70b", 16, 3072, "fsdp")
