@@ -3679,6 +3679,7 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
     from scheduler.spec.llmforge import is_llmforge_config, read_llmforge
     from scheduler.spec.llmfoundry import is_llm_foundry_config, read_llm_foundry  # they build on this module
     from scheduler.spec.nemo import is_nemo, is_nemo2, read_nemo, read_nemo2
+    from scheduler.spec.oumi import oumi_config, oumi_pairs
     from scheduler.spec.skyrl import is_skyrl, skyrl_settings
     from scheduler.spec.xtuner import xtuner_config, xtuner_pairs
 
@@ -3772,6 +3773,13 @@ def _read_launcher(tokens: Sequence[str], where: str, files: Mapping[str, str],
         _ray_template_settings(tokens, raw, notes, where)
     if (openrlhf := _openrlhf_command(tokens)) is not None:
         _openrlhf_settings(openrlhf, tokens, raw, notes, where)
+    if (oumi := oumi_config(tokens)) is not None:
+        # oumi train -c CONFIG: Oumi's TrainingConfig YAML (scheduler/spec/oumi.py)
+        content = files.get(basename(oumi[0]))
+        pairs, oumi_notes = oumi_pairs(oumi[0], oumi[1], _load_mapping(content) if content is not None else None)
+        for key, setting in read_pairs(pairs, where).items():
+            raw.setdefault(key, setting)
+        notes += oumi_notes
     if (xtuner := xtuner_config(tokens)) is not None:
         # xtuner train CONFIG: a carried Python config or a built-in config's name (scheduler/spec/xtuner.py)
         pairs, xtuner_notes = xtuner_pairs(xtuner, files)

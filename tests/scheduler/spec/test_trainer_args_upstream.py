@@ -1954,3 +1954,39 @@ def test_a_config_naming_its_model_by_the_scripts_own_key() -> None:
                                   "llama_3_70b_fsdp_qlora.yaml"], gpus=4))
     assert (job.spec.model, job.spec.micro_batch_size, job.spec.seq_len, job.spec.sharding) == (
         "meta-llama/Meta-Llama-3-70b", 16, 3072, "fsdp")
+
+
+_OUMI_QLORA = '''model:
+  model_name: "meta-llama/Llama-3.1-8B-Instruct"
+  model_max_length: 8192
+  torch_dtype_str: "bfloat16"
+training:
+  trainer_type: "TRL_SFT"
+  use_peft: True
+  per_device_train_batch_size: 2
+  gradient_accumulation_steps: 32
+  enable_gradient_checkpointing: True
+peft:
+  q_lora: True
+  bnb_4bit_quant_type: "nf4"
+  lora_r: 8
+  lora_alpha: 16
+  lora_target_modules: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+fsdp:
+  enable_fsdp: True
+  sharding_strategy: "HYBRID_SHARD"
+'''
+
+
+def test_oumi_train_config() -> None:
+    """Oumi's ``oumi train -c configs/recipes/llama3_1/sft/8b_qlora/train.yaml`` (its sections model, training, peft,
+    fsdp; Oumi's defaults: no autocast, no nested quantization, dropout 0): refused before for naming no model."""
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+                 "data": {"train.yaml": _OUMI_QLORA}}
+    job = one_job(configmap, pod(["oumi", "train", "-c", "/c/train.yaml", "--training.per_device_train_batch_size",
+                                  "4"], gpus=4))
+    s = job.spec
+    assert (s.model, s.method, s.quantization, s.precision, s.seq_len) == (
+        "meta-llama/Llama-3.1-8B-Instruct", "qlora", "nf4", "bf16-true", 8192)
+    assert (s.micro_batch_size, s.grad_accum_steps, s.gradient_checkpointing, s.sharding) == (4, 32, "full", "fsdp")
+    assert s.lora is not None and (s.lora.rank, s.lora.alpha, s.lora.dropout) == (8, 16, 0.0)
