@@ -49,6 +49,16 @@ class ScriptFacts:
     # the TRL trainer the script builds, as TRL's CLI names its command (GRPOTrainer -> "grpo"), when it is one
     # whose training differs from a plain Trainer's (preference pairs, generation, a reference model)
     trl_command: str | None = None
+    # the task the Auto class the script loads its model with trains (AutoModelForSequenceClassification -> a
+    # sequence classifier), with that class's name
+    task: tuple[str, str] | None = None
+
+
+# transformers' Auto classes -> TrainingSpec tasks (question answering: a two-output span head on every token)
+_AUTO_TASKS = {"AutoModelForSequenceClassification": "seq-classification",
+               "AutoModelForTokenClassification": "token-classification",
+               "AutoModelForQuestionAnswering": "token-classification", "AutoModelForMaskedLM": "masked-lm",
+               "AutoModelForCausalLM": "causal-lm"}
 
 
 # TRL trainers -> TRL's command names (trl/cli.py; scheduler.spec.trainer_args reads those commands' semantics)
@@ -160,7 +170,7 @@ def _dataclass_defaults(tree: ast.Module) -> list[tuple[str, Any]]:
             value = item.value
             if isinstance(value, ast.Call) and _name(value.func) == "field":
                 value = next((k.value for k in value.keywords if k.arg == "default"), None)
-            literal = _literal(value)
+            literal = _constant(value) if value is not None else _UNRESOLVED  # booleans too (fp16: bool = True)
             if literal is not _UNRESOLVED:
                 found.append((item.target.id.lower(), literal))
     return found
@@ -227,8 +237,11 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
 
     models: set[str] = set()
     trl_commands: set[str] = set()
+    tasks: set[tuple[str, str]] = set()
     for call in calls:
         callee, owner, keywords = call_parts(call)
+        if callee == "from_pretrained" and owner in _AUTO_TASKS:
+            tasks.add((_AUTO_TASKS[owner], owner))
         if callee == "from_pretrained" and owner:
             named = keywords.get("model_name", keywords.get("pretrained_model_name_or_path"))
             model = named if named is not None else call.args[0] if call.args else None
@@ -253,6 +266,8 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
         facts.model = models.pop()
     if len(trl_commands) == 1:
         facts.trl_command = trl_commands.pop()
+    if len(tasks) == 1:
+        facts.task = tasks.pop()
     facts.calls = _training_calls(tree, calls, evaluate)
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "zero_optimization"
@@ -322,6 +337,7 @@ def _training_calls(tree: ast.Module, calls: Sequence[ast.Call], evaluate: Any) 
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     found: list[tuple[str, Any, str]] = []
     seen: set[str] = set()
+    sft = False
 
     def resolve(node: ast.AST) -> Any:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
@@ -351,6 +367,7 @@ def _training_calls(tree: ast.Module, calls: Sequence[ast.Call], evaluate: Any) 
             for key, node in keywords.items():
                 add(key.lower(), resolve(node), f"{callee}({key}={_shown(node)})")
         elif callee in _TRAINER_CLASSES:
+            sft |= callee in ("SFTTrainer", "UnslothTrainer")
             for key in _TRAINER_KEYWORDS:
                 if key in keywords:
                     add(key, resolve(keywords[key]), f"{callee}({key}={_shown(keywords[key])})")
@@ -384,6 +401,10 @@ def _training_calls(tree: ast.Module, calls: Sequence[ast.Call], evaluate: Any) 
                         f"{owner}.from_pretrained({key}={_shown(keywords[key])})")
             if owner.startswith("Fast") and "load_in_4bit" not in keywords:
                 add("load_in_4bit", True, f"{owner}.from_pretrained (load_in_4bit default True)")
+    if sft and not seen & {"max_seq_length", "max_length"}:
+        # TRL's SFTTrainer truncates at 1024 tokens when no length is given (SFTConfig max_length 1024; before it,
+        # min(tokenizer.model_max_length, 1024) in SFTTrainer)
+        add("max_seq_length", 1024, "SFTTrainer default (TRL: 1024 tokens when no length is given)")
     return found
 
 

@@ -3388,6 +3388,8 @@ def _read_with_script_facts(tokens: Sequence[str], where: str, known: Mapping[st
 
     part.settings = {k: replace(v, source=relabel(v.source)) for k, v in part.settings.items()}
     part.notes = [relabel(note) for note in part.notes]
+    if facts.task is not None and "task" not in part.settings:
+        part.settings["task"] = Setting(facts.task[0], f"{label} {facts.task[1]}.from_pretrained", where)
     if facts.workers is not None and TRAINING_WORLD not in part.settings:
         part.settings[TRAINING_WORLD] = Setting(facts.workers, f"{label} ScalingConfig(num_workers={facts.workers}, "
                                                 "use_gpu=True) (Ray Train workers, one GPU each)", where)

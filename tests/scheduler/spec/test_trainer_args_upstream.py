@@ -1990,3 +1990,20 @@ def test_oumi_train_config() -> None:
         "meta-llama/Llama-3.1-8B-Instruct", "qlora", "nf4", "bf16-true", 8192)
     assert (s.micro_batch_size, s.grad_accum_steps, s.gradient_checkpointing, s.sharding) == (4, 32, "full", "fsdp")
     assert s.lora is not None and (s.lora.rank, s.lora.alpha, s.lora.dropout) == (8, 16, 0.0)
+
+
+def test_a_scripts_auto_class_dataclass_booleans_and_sfttrainer_length() -> None:
+    """accelerate's nlp_example loads AutoModelForSequenceClassification (read as a causal LM before); SkyPilot's Gemma
+    lora.py subclasses TrainingArguments with ``fp16: bool = field(default=True)`` (fp16 was missed); an SFTTrainer
+    given no length truncates at 1024 tokens (read as the spec's 2,048)."""
+    classifier = _script_pod('from transformers import AutoModelForSequenceClassification\n'
+                             'model = AutoModelForSequenceClassification.from_pretrained("bert-base-cased")\n',
+                             ["python", "train.py"])
+    assert classifier.spec.task == "seq-classification"
+    gemma = _script_pod('from dataclasses import dataclass, field\nimport transformers\nfrom trl import SFTTrainer\n'
+                        '@dataclass\nclass TrainingArguments(transformers.TrainingArguments):\n'
+                        '    per_device_train_batch_size: int = field(default=1)\n'
+                        '    fp16: bool = field(default=True)\n'
+                        'model = transformers.AutoModelForCausalLM.from_pretrained("google/gemma-7b")\n'
+                        'trainer = SFTTrainer(model=model, train_dataset=None)\n', ["python", "train.py"])
+    assert (gemma.spec.precision, gemma.spec.micro_batch_size, gemma.spec.seq_len) == ("16-mixed", 1, 1024)
