@@ -1996,10 +1996,10 @@ def test_a_scripts_auto_class_dataclass_booleans_and_sfttrainer_length() -> None
     """accelerate's nlp_example loads AutoModelForSequenceClassification (read as a causal LM before); SkyPilot's Gemma
     lora.py subclasses TrainingArguments with ``fp16: bool = field(default=True)`` (fp16 was missed); an SFTTrainer
     given no length truncates at 1024 tokens (read as the spec's 2,048)."""
-    classifier = _script_pod('from transformers import AutoModelForSequenceClassification\n'
-                             'model = AutoModelForSequenceClassification.from_pretrained("bert-base-cased")\n',
-                             ["python", "train.py"])
-    assert classifier.spec.task == "seq-classification"
+    for auto, task in (("AutoModelForSequenceClassification", "seq-classification"),
+                       ("AutoModelForTokenClassification", "token-classification")):
+        lines = [f"from transformers import {auto}", f'model = {auto}.from_pretrained("bert-base-cased")']
+        assert _script_pod("\n".join(lines), ["python", "train.py"]).spec.task == task
     gemma = _script_pod('from dataclasses import dataclass, field\nimport transformers\nfrom trl import SFTTrainer\n'
                         '@dataclass\nclass TrainingArguments(transformers.TrainingArguments):\n'
                         '    per_device_train_batch_size: int = field(default=1)\n'
