@@ -5754,17 +5754,20 @@ def _hf_trainer_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Set
 # older releases kept them in examples/scripts/
 # TRL's example scripts that parse one of these configs under another name (GSPO is GRPOConfig with sequence-level
 # importance sampling; the VLM and gpt-oss scripts take SFTConfig, DPOConfig, GRPOConfig)
+# The alignment-handbook's scripts (scripts/sft.py, dpo.py, orpo.py; run_sft.py, run_dpo.py before) parse TRL's
+# configs the same way (TrlParser over ScriptArguments, SFTConfig / DPOConfig / ORPOConfig, ModelConfig).
 _TRL_SCRIPTS = {"sft": ("trl/scripts/sft.py", "examples/scripts/sft.py", "examples/scripts/sft_vlm.py",
                         "examples/scripts/sft_gpt_oss.py", "examples/scripts/sft_vlm_gemma3.py",
-                        "examples/scripts/sft_video_llm.py"),
+                        "examples/scripts/sft_video_llm.py", "scripts/run_sft.py"),
                 "grpo": ("trl/scripts/grpo.py", "examples/scripts/grpo.py", "open_r1/grpo.py",
                          "examples/scripts/gspo.py", "examples/scripts/gspo_vlm.py", "examples/scripts/grpo_vlm.py"),
                 "rloo": ("trl/scripts/rloo.py",),
-                "dpo": ("trl/scripts/dpo.py", "examples/scripts/dpo.py", "examples/scripts/dpo_vlm.py"),
+                "dpo": ("trl/scripts/dpo.py", "examples/scripts/dpo.py", "examples/scripts/dpo_vlm.py",
+                        "scripts/dpo.py", "scripts/run_dpo.py"),
                 "distillation": ("trl/scripts/distillation.py", "examples/scripts/distillation.py"),
                 "kto": ("trl/scripts/kto.py", "examples/scripts/kto.py"),
                 "reward": ("trl/scripts/reward.py", "examples/scripts/reward_modeling.py"),
-                "orpo": ("trl/scripts/orpo.py", "examples/scripts/orpo.py"),
+                "orpo": ("trl/scripts/orpo.py", "examples/scripts/orpo.py", "scripts/orpo.py", "scripts/run_orpo.py"),
                 "cpo": ("trl/scripts/cpo.py", "examples/scripts/cpo.py")}
 # the accelerate configs TRL ships (trl/accelerate_configs/<name>.yaml) that `trl ... --accelerate_config NAME` takes
 _TRL_ACCELERATE = {"zero1": ("_zero_stage", 1), "zero2": ("_zero_stage", 2), "zero3": ("_zero_stage", 3),

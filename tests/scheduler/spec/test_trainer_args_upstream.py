@@ -2007,3 +2007,16 @@ def test_a_scripts_auto_class_dataclass_booleans_and_sfttrainer_length() -> None
                         'model = transformers.AutoModelForCausalLM.from_pretrained("google/gemma-7b")\n'
                         'trainer = SFTTrainer(model=model, train_dataset=None)\n', ["python", "train.py"])
     assert (gemma.spec.precision, gemma.spec.micro_batch_size, gemma.spec.seq_len) == ("16-mixed", 1, 1024)
+
+
+def test_alignment_handbook_dpo_recipe() -> None:
+    """The alignment-handbook's ``scripts/run_dpo.py RECIPE.yaml`` trains DPO through TRL's DPOTrainer (chosen and
+    rejected forwarded together): it was read as SFT at the recipe's batch."""
+    recipe = ("model_name_or_path: mistralai/Mistral-7B-v0.1\nuse_peft: true\nload_in_4bit: true\nbeta: 0.01\n"
+              "max_length: 1024\nmax_prompt_length: 512\nper_device_train_batch_size: 4\n"
+              "gradient_checkpointing: true\nbf16: true\n")
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                 "data": {"config_qlora.yaml": recipe}}
+    job = one_job(configmap, pod(["accelerate", "launch", "scripts/run_dpo.py", "/c/config_qlora.yaml"]))
+    assert (job.spec.method, job.spec.micro_batch_size, job.spec.quantization) == ("qlora", 8, "nf4")
+    assert "DPOTrainer" in job.provenance["micro_batch_size"]
