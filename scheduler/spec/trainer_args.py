@@ -652,6 +652,8 @@ def read_trainer_config(data: Mapping[str, Any], label: str, where: str,
     schema."""
     if v1 is not None and is_llamafactory_v1(data, v1):
         return read_llamafactory_v1(data, label, where, v1)
+    if config_flavour(data) == "Ludwig config":
+        return _read_ludwig(data, label.replace("trainer config", "Ludwig config"), where)
     implied, notes = trainer_config_defaults(data, label, where)
     raw = {**implied, **read_mapping(data, label, where)}
     trl = data.get("trl")
@@ -662,6 +664,58 @@ def read_trainer_config(data: Mapping[str, Any], label: str, where: str,
                              and norm_key(str(k)) in _AXOLOTL_TRL_KEYS), where)
         raw.update({k: v for k, v in nested.items() if k not in raw})
     return raw, notes
+
+
+def _read_ludwig(data: Mapping[str, Any], label: str, where: str) -> tuple[dict[str, Setting], list[str]]:
+    """A Ludwig LLM config (``ludwig train --config CONFIG``; ``model_type: llm``), by Ludwig's schema (0.11:
+    schema/llms/quantization.py, peft.py, schema/trainer.py, utils/llm_utils.py): ``base_model``; ``quantization.bits``
+    4 or 8 with ``bnb_4bit_quant_type`` nf4, ``bnb_4bit_use_double_quant`` True and the model loaded in
+    ``bnb_4bit_compute_dtype`` (float16); ``adapter: {type: lora}`` with r 8, alpha 2 x r, dropout 0.05 by default;
+    ``trainer.batch_size`` (1), ``gradient_accumulation_steps`` (1), ``enable_gradient_checkpointing`` (False);
+    ``preprocessing.global_max_sequence_length`` when set (else the data's). It was read as an axolotl config (its
+    ``base_model``), the 4-bit base and the batch lost."""
+
+    def section(name: str) -> Mapping[str, Any]:
+        value = data.get(name)
+        return value if isinstance(value, Mapping) else {}
+
+    pairs: list[tuple[str, Any, str]] = [("model_name_or_path", data.get("base_model"), f"{label} key base_model")]
+    quant, adapter, trainer, prep = section("quantization"), section("adapter"), section("trainer"), \
+        section("preprocessing")
+    bits = quant.get("bits")
+    if bits is not None:
+        pairs += [("bits", bits, f"{label} key quantization.bits"),
+                  ("bnb_4bit_quant_type", quant.get("bnb_4bit_quant_type", "nf4"), f"{label} quantization "
+                   "(bnb_4bit_quant_type, Ludwig default nf4)"),
+                  ("bnb_4bit_use_double_quant", quant.get("bnb_4bit_use_double_quant", True),
+                   f"{label} quantization (bnb_4bit_use_double_quant, Ludwig default True)"),
+                  ("torch_dtype", quant.get("bnb_4bit_compute_dtype", "float16"), f"{label} quantization "
+                   "(the model loaded in bnb_4bit_compute_dtype, Ludwig default float16)")]
+    kind = str(adapter.get("type", "")).strip().lower()
+    if kind in ("lora", "adalora"):
+        rank = adapter.get("r", 8)
+        pairs += [("use_peft", True, f"{label} key adapter.type {kind}"),
+                  ("lora_r", rank, f"{label} key adapter.r" if "r" in adapter else "Ludwig default adapter r 8"),
+                  ("lora_alpha", adapter.get("alpha") or 2 * (launch_count(rank) or 8),
+                   f"{label} key adapter.alpha" if adapter.get("alpha") else "Ludwig default alpha 2 x r"),
+                  ("lora_dropout", adapter.get("dropout", 0.05),
+                   f"{label} key adapter.dropout" if "dropout" in adapter else "Ludwig default dropout 0.05")]
+        if adapter.get("target_modules"):
+            pairs.append(("lora_target_modules", adapter["target_modules"], f"{label} key adapter.target_modules"))
+    pairs += [("per_device_train_batch_size", trainer.get("batch_size", 1), f"{label} key trainer.batch_size"
+               if "batch_size" in trainer else "Ludwig default trainer.batch_size 1"),
+              ("gradient_accumulation_steps", trainer.get("gradient_accumulation_steps", 1),
+               f"{label} key trainer.gradient_accumulation_steps" if "gradient_accumulation_steps" in trainer
+               else "Ludwig default gradient_accumulation_steps 1"),
+              ("gradient_checkpointing", trainer.get("enable_gradient_checkpointing", False),
+               f"{label} key trainer.enable_gradient_checkpointing" if "enable_gradient_checkpointing" in trainer
+               else "Ludwig default enable_gradient_checkpointing False")]
+    if prep.get("global_max_sequence_length") is not None:
+        pairs.append(("max_seq_length", prep["global_max_sequence_length"],
+                      f"{label} key preprocessing.global_max_sequence_length"))
+    notes = [] if prep.get("global_max_sequence_length") is not None else [
+        f"{label} sets no preprocessing.global_max_sequence_length: the sequence length is the data's"]
+    return read_pairs([p for p in pairs if p[1] is not None], where), notes
 
 
 # what axolotl's trl: section sets that changes memory (the others are sampling and reward settings)
@@ -985,6 +1039,8 @@ def config_flavour(data: Mapping[str, Any], v1: V1Launch | None = None) -> str:
     keys = {norm_key(str(k)) for k in data}
     if "zero_optimization" in keys or "train_micro_batch_size_per_gpu" in keys:
         return "DeepSpeed config"
+    if str(data.get("model_type", "")).strip().lower() == "llm" and "base_model" in keys:
+        return "Ludwig config"
     if "base_model" in keys:
         return "axolotl config"
     if is_llamafactory_v1(data, v1):

@@ -2020,3 +2020,16 @@ def test_alignment_handbook_dpo_recipe() -> None:
     job = one_job(configmap, pod(["accelerate", "launch", "scripts/run_dpo.py", "/c/config_qlora.yaml"]))
     assert (job.spec.method, job.spec.micro_batch_size, job.spec.quantization) == ("qlora", 8, "nf4")
     assert "DPOTrainer" in job.provenance["micro_batch_size"]
+
+
+def test_ludwig_llm_config() -> None:
+    """Ludwig's llama2_7b_4bit example (``ludwig train --config``): quantization.bits 4 (NF4, double quantization,
+    the model in fp16), LoRA r 8 / alpha 2r / dropout 0.05, trainer.batch_size 2 x 8. It was read as an axolotl config
+    (a 16-bit base at batch 1: 50.4 GiB, where the example runs on a T4)."""
+    config = ("model_type: llm\nbase_model: meta-llama/Llama-2-7b-hf\nquantization:\n  bits: 4\nadapter:\n"
+              "  type: lora\ntrainer:\n  type: finetune\n  batch_size: 2\n  gradient_accumulation_steps: 8\n")
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"cfg.yaml": config}}
+    s = one_job(configmap, pod(["ludwig", "train", "--config", "/c/cfg.yaml", "--dataset", "ludwig://alpaca"])).spec
+    assert (s.method, s.resolved_quantization, s.precision, s.micro_batch_size, s.grad_accum_steps) == (
+        "qlora", "nf4-dq", "16-true", 2, 8)
+    assert s.lora is not None and (s.lora.rank, s.lora.alpha, s.lora.dropout) == (8, 16, 0.05)
