@@ -193,7 +193,8 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
     if tree is None:
         return None
     facts = ScriptFacts()
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    # in the order the script makes them (ast.walk goes level by level): the first of two calls is the one kept
+    calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
     seen: set[str] = set()
     for call in calls:
         if isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument":
@@ -337,7 +338,7 @@ def _training_calls(tree: ast.Module, calls: Sequence[ast.Call], evaluate: Any) 
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     found: list[tuple[str, Any, str]] = []
     seen: set[str] = set()
-    sft = False
+    sft = loaded = False
 
     def resolve(node: ast.AST) -> Any:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
@@ -394,7 +395,10 @@ def _training_calls(tree: ast.Module, calls: Sequence[ast.Call], evaluate: Any) 
         elif callee == "gradient_checkpointing_enable":
             add("gradient_checkpointing", True, f"{owner or 'model'}.gradient_checkpointing_enable()")
         elif callee == "from_pretrained" and (owner.startswith(("AutoModel", "Fast"))
-                                              or owner.endswith(("ForCausalLM", "LMHeadModel"))):
+                                              or owner.endswith(("ForCausalLM", "LMHeadModel"))) and not loaded:
+            # the first model load is the one that trains (a later reload, e.g. in fp16 to merge the adapter after
+            # training, is not)
+            loaded = True
             for key in _LOAD_KEYWORDS:
                 if key in keywords:
                     add("torch_dtype" if key == "dtype" else key, resolve(keywords[key]),

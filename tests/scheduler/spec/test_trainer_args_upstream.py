@@ -2033,3 +2033,16 @@ def test_ludwig_llm_config() -> None:
     assert (s.method, s.resolved_quantization, s.precision, s.micro_batch_size, s.grad_accum_steps) == (
         "qlora", "nf4-dq", "16-true", 2, 8)
     assert s.lora is not None and (s.lora.rank, s.lora.alpha, s.lora.dropout) == (8, 16, 0.05)
+
+
+def test_a_reload_after_training_does_not_set_the_training_dtype() -> None:
+    """mlabonne's Llama-2 Colab notebook reloads the base in fp16 after training to merge the adapter: that second
+    from_pretrained set the training precision (16-true) before; the first load is the one that trains."""
+    lines = ["import torch", "from transformers import AutoModelForCausalLM, BitsAndBytesConfig",
+             'bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")',
+             'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf", quantization_config=bnb)',
+             "# ... training ...",
+             'base = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf", torch_dtype=torch.float16)']
+    job = _script_pod("\n".join(lines), ["python", "train.py"])
+    assert job.spec.method == "qlora" and job.spec.precision != "16-true"
+    assert "torch_dtype" not in job.provenance.get("precision", "")
