@@ -5799,8 +5799,14 @@ def _hf_trainer_defaults(tokens: Sequence[str], trainer: str, raw: dict[str, Set
         raw["_hf_trainer"] = Setting(True, "an HF Trainer script (--do_train)", where)
     applied = _fill_defaults(raw, (("micro_batch_size", 8, "per_device_train_batch_size 8"),),
                              "transformers TrainingArguments default", where, batch_decided_elsewhere=engine)
-    if not engine and not any(k in raw for k in _PRECISION_KEYS):
-        raw["_dtype"] = Setting("float32", "transformers TrainingArguments default (no --bf16 / --fp16: fp32)", where)
+    halves = [raw[k] for k in ("_bf16", "_fp16") if k in raw]
+    switched_off = bool(halves) and all(to_bool(h.value) is False for h in halves) and not any(
+        k in raw for k in _PRECISION_KEYS if k not in ("_bf16", "_fp16"))
+    if not engine and (switched_off or not any(k in raw for k in _PRECISION_KEYS)):
+        # --bf16 False (--fp16 False) says what the default says: fp32 training of a model loaded in fp32
+        source = (f"{' and '.join(h.source for h in halves)} false: fp32" if switched_off
+                  else "transformers TrainingArguments default (no --bf16 / --fp16: fp32)")
+        raw["_dtype"] = Setting("float32", source, where)
         applied.append("fp32 (no --bf16 / --fp16)")
     if applied:
         notes.append(f"HF Trainer defaults where the command sets none: {', '.join(applied)}")

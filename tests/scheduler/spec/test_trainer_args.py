@@ -1669,3 +1669,15 @@ def test_scripts_own_quantization_switches(argv: list[str], quantization: str) -
     assert (job.spec.method, job.spec.resolved_quantization) == ("qlora", quantization)
     if "deepspeed_config_s2.json" in argv[-1]:
         assert job.spec.sharding == "zero2"
+
+
+@pytest.mark.parametrize(("extra", "precision"), [
+    ([], "32-true"), (["--bf16", "False"], "32-true"), (["--bf16", "False", "--fp16", "False"], "32-true"),
+    (["--bf16", "True"], "bf16-mixed"), (["--bf16", "False", "--fp16", "True"], "16-mixed"),
+])
+def test_hf_trainer_half_precision_switched_off_is_fp32(extra: list[str], precision: str) -> None:
+    """An HF Trainer script told ``--bf16 False`` trains in fp32, as one told nothing does; it read as the spec's
+    default bf16-mixed."""
+    argv = ["torchrun", "train.py", "--model_name_or_path", "meta-llama/Llama-3.1-8B", "--do_train",
+            "--per_device_train_batch_size", "1", *extra]
+    assert one_job(pod(argv)).spec.precision == precision
