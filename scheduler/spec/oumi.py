@@ -13,7 +13,6 @@ truncating at ``model_max_length``; ``lora_r`` 8, ``lora_alpha`` 8, ``lora_dropo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import PurePosixPath
 from typing import Any
 
 # section.key -> the flag of the same meaning
@@ -42,7 +41,7 @@ _STRATEGIES = {"FULL_SHARD": "full_shard", "HYBRID_SHARD": "hybrid_shard", "SHAR
 def oumi_config(tokens: Sequence[str]) -> tuple[str, list[tuple[str, str]]] | None:
     """(CONFIG, the ``--section.key value`` overrides) of ``oumi train -c CONFIG ...``, else None."""
     for i, token in enumerate(tokens[:-1]):
-        if PurePosixPath(token).name == "oumi" and tokens[i + 1] == "train":
+        if (token == "oumi" or token.endswith("/oumi")) and tokens[i + 1] == "train":
             rest = list(tokens[i + 2:])
             config, overrides, j = None, [], 0
             while j < len(rest):

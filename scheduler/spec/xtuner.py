@@ -63,7 +63,8 @@ _CONSTANTS = {"pretrained_model_name_or_path": "model_name_or_path", "max_length
 def xtuner_config(tokens: Sequence[str]) -> str | None:
     """CONFIG of ``xtuner train CONFIG ...`` (also ``NPROC_PER_NODE=8 xtuner train``), else None."""
     for i, token in enumerate(tokens[:-2]):
-        if PurePosixPath(token).name == "xtuner" and tokens[i + 1] == "train" and not tokens[i + 2].startswith("-"):
+        if (token == "xtuner" or token.endswith("/xtuner")) and tokens[i + 1] == "train" and \
+                not tokens[i + 2].startswith("-"):
             return tokens[i + 2]
     return None
 
