@@ -636,7 +636,8 @@ def looks_like_trainer_config(data: Any, v1: V1Launch | None = None) -> bool:
             "finetuning_type",
             "micro_batch_size",
         }
-    ) or (bool(keys & {"model_id", "model_name"}) and bool(keys & _TRAINING_ARGUMENT_KEYS))
+    ) or (bool(keys & {"model_id", "model_name"}) and bool(keys & _TRAINING_ARGUMENT_KEYS)) or (
+        "model_id_or_path" in keys and bool(keys & {"lora", "run_dir", "seq_len", "num_microbatches"}))
 
 
 # TrainingArguments fields that mark a YAML as a trainer's config when its model key is a script's own (philschmid's
@@ -654,6 +655,8 @@ def read_trainer_config(data: Mapping[str, Any], label: str, where: str,
         return read_llamafactory_v1(data, label, where, v1)
     if config_flavour(data) == "Ludwig config":
         return _read_ludwig(data, label.replace("trainer config", "Ludwig config"), where)
+    if config_flavour(data) == "mistral-finetune config":
+        return _read_mistral_finetune(data, label.replace("trainer config", "mistral-finetune config"), where)
     implied, notes = trainer_config_defaults(data, label, where)
     raw = {**implied, **read_mapping(data, label, where)}
     trl = data.get("trl")
@@ -664,6 +667,37 @@ def read_trainer_config(data: Mapping[str, Any], label: str, where: str,
                              and norm_key(str(k)) in _AXOLOTL_TRL_KEYS), where)
         raw.update({k: v for k, v in nested.items() if k not in raw})
     return raw, notes
+
+
+def _read_mistral_finetune(data: Mapping[str, Any], label: str, where: str) -> tuple[dict[str, Setting], list[str]]:
+    """mistral-finetune's YAML (``torchrun -m train example/7B.yaml``; finetune/args.py TrainArgs and model/args.py
+    LoraArgs at mistralai/mistral-finetune 14f15e5): ``model_id_or_path``; LoRA (``lora.enable`` True) of
+    ``lora.rank`` 16 on every linear of the blocks, dropout 0.0; ``seq_len`` (2048) tokens per sample, packed;
+    ``batch_size`` 1, ``num_microbatches`` 1 (accumulation); ``checkpoint`` True; the model in bf16, sharded with FSDP
+    on every run. Its config was not read (its model is a local folder, so the job still needs the model named)."""
+    lora = data.get("lora") if isinstance(data.get("lora"), Mapping) else {}
+    enabled = to_bool(lora.get("enable", True)) is not False
+    pairs: list[tuple[str, Any, str]] = [
+        ("model_name_or_path", data.get("model_id_or_path"), f"{label} key model_id_or_path"),
+        ("max_seq_length", data.get("seq_len", 2048), f"{label} key seq_len" if "seq_len" in data
+         else "mistral-finetune default seq_len 2048"),
+        ("packing", True, f"{label} (samples packed to seq_len)"),
+        ("per_device_train_batch_size", data.get("batch_size", 1), f"{label} key batch_size" if "batch_size" in data
+         else "mistral-finetune default batch_size 1"),
+        ("gradient_accumulation_steps", data.get("num_microbatches", 1), f"{label} key num_microbatches"
+         if "num_microbatches" in data else "mistral-finetune default num_microbatches 1"),
+        ("gradient_checkpointing", data.get("checkpoint", True), f"{label} key checkpoint" if "checkpoint" in data
+         else "mistral-finetune default checkpoint True"),
+        ("torch_dtype", "bfloat16", f"{label} (the model in bf16)"),
+        ("fsdp", "full_shard", f"{label} (FSDP on every run)")]
+    if enabled:
+        pairs += [("use_peft", True, f"{label} key lora (enable True by default)"),
+                  ("lora_r", lora.get("rank", 16), f"{label} key lora.rank" if "rank" in lora
+                   else "mistral-finetune default lora.rank 16"),
+                  ("lora_dropout", lora.get("dropout", 0.0), f"{label} key lora.dropout" if "dropout" in lora
+                   else "mistral-finetune default lora.dropout 0.0"),
+                  ("lora_target_modules", "all-linear", f"{label} (LoRA on every linear of the blocks)")]
+    return read_pairs([p for p in pairs if p[1] not in (None, "")], where), []
 
 
 def _read_ludwig(data: Mapping[str, Any], label: str, where: str) -> tuple[dict[str, Setting], list[str]]:
@@ -1041,6 +1075,8 @@ def config_flavour(data: Mapping[str, Any], v1: V1Launch | None = None) -> str:
         return "DeepSpeed config"
     if str(data.get("model_type", "")).strip().lower() == "llm" and "base_model" in keys:
         return "Ludwig config"
+    if "model_id_or_path" in keys and keys & {"lora", "run_dir", "seq_len", "num_microbatches"}:
+        return "mistral-finetune config"
     if "base_model" in keys:
         return "axolotl config"
     if is_llamafactory_v1(data, v1):

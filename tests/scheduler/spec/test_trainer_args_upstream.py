@@ -2046,3 +2046,14 @@ def test_a_reload_after_training_does_not_set_the_training_dtype() -> None:
     job = _script_pod("\n".join(lines), ["python", "train.py"])
     assert job.spec.method == "qlora" and job.spec.precision != "16-true"
     assert "torch_dtype" not in job.provenance.get("precision", "")
+
+
+def test_mistral_finetune_config() -> None:
+    """mistral-finetune's ``torchrun -m train example/7B.yaml``: LoRA rank 64 on every linear, 32,768 packed tokens,
+    checkpointing and FSDP always, bf16 weights. The config was not read (a local model folder is still refused)."""
+    config = 'model_id_or_path: "mistralai/Mistral-7B-v0.3"\nlora:\n  rank: 64\nseq_len: 32768\nbatch_size: 1\n'
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"7B.yaml": config}}
+    s = one_job(configmap, pod(["torchrun", "--nproc-per-node", "8", "-m", "train", "/c/7B.yaml"], gpus=8)).spec
+    assert (s.method, s.precision, s.seq_len, s.sequence_lengths, s.sharding, s.gradient_checkpointing) == (
+        "lora", "bf16-true", 32768, "fixed", "fsdp", "full")
+    assert s.lora is not None and (s.lora.rank, s.lora.target_modules) == (64, "all-linear")
