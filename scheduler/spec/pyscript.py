@@ -27,6 +27,7 @@ the manifest carries the script (a ConfigMap key mounted where the command runs 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -405,6 +406,8 @@ def _training_calls(tree: ast.Module, calls: Sequence[ast.Call], evaluate: Any) 
                         f"{owner}.from_pretrained({key}={_shown(keywords[key])})")
             if owner.startswith("Fast") and "load_in_4bit" not in keywords:
                 add("load_in_4bit", True, f"{owner}.from_pretrained (load_in_4bit default True)")
+    if "max_seq_length" not in seen and (cut := _truncation_length(tree, evaluate)) is not None:
+        add("max_seq_length", cut[0], f"{cut[1]} (the script truncates its samples there)")
     if sft and not seen & {"max_seq_length", "max_length"}:
         # TRL's SFTTrainer truncates at 1024 tokens when no length is given (SFTConfig max_length 1024; before it,
         # min(tokenizer.model_max_length, 1024) in SFTTrainer)
@@ -431,6 +434,26 @@ def module_assignments(source: str) -> dict[str, Any] | None:
         if value is not _UNRESOLVED:
             out[node.targets[0].id] = value
     return out
+
+
+_LENGTH_NAME = re.compile(r"(?i)^max_?(?:seq_?|source_?|input_?)?_?len(?:gth)?$")
+
+
+def _truncation_length(tree: ast.Module, evaluate: Any) -> tuple[int, str] | None:
+    """A tokenize function's own cut, ``input_ids[:MAX_LENGTH]`` with ``MAX_LENGTH = 384`` (self-llm's and many
+    tutorials' process_func): the length every sample is truncated to, when the script slices at one such length
+    only."""
+    found: set[tuple[int, str]] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice) and node.slice.lower is None \
+                and node.slice.step is None and isinstance(node.slice.upper, ast.Name) \
+                and _LENGTH_NAME.match(node.slice.upper.id):
+            value = evaluate(node.slice.upper)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                found.add((value, f"[:{node.slice.upper.id}] with {node.slice.upper.id} = {value}"))
+        if len(found) > 1:
+            return None
+    return next(iter(found)) if found else None
 
 
 def _module_constants(tree: ast.Module) -> dict[str, Any]:

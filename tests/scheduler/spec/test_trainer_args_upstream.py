@@ -2057,3 +2057,16 @@ def test_mistral_finetune_config() -> None:
     assert (s.method, s.precision, s.seq_len, s.sequence_lengths, s.sharding, s.gradient_checkpointing) == (
         "lora", "bf16-true", 32768, "fixed", "fsdp", "full")
     assert s.lora is not None and (s.lora.rank, s.lora.target_modules) == (64, "all-linear")
+
+
+def test_a_tokenize_functions_own_cut_is_the_length() -> None:
+    """self-llm's Qwen LoRA script truncates in its process_func (``input_ids[:MAX_LENGTH]``, ``MAX_LENGTH = 384``):
+    it was read at the spec's 2,048 tokens (46.1 GiB for 15.9)."""
+    lines = ["from transformers import AutoModelForCausalLM, TrainingArguments", "def process_func(example):",
+             "    MAX_LENGTH = 384", '    input_ids = example["input_ids"]', "    if len(input_ids) > MAX_LENGTH:",
+             "        input_ids = input_ids[:MAX_LENGTH]", '    return {"input_ids": input_ids}',
+             'args = TrainingArguments(output_dir="o", per_device_train_batch_size=8, gradient_checkpointing=True)',
+             'model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-7B-Instruct")']
+    job = _script_pod("\n".join(lines), ["python", "train.py"])
+    assert job.spec.seq_len == 384
+    assert job.provenance["seq_len"].startswith("train.py [:MAX_LENGTH] with MAX_LENGTH = 384")
