@@ -216,6 +216,9 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
             implicit.setdefault(*switch)
     values = {**implicit, **dict(facts.defaults), **given}
     constants = _module_constants(tree)
+    dicts = _dict_literals(tree)
+    single_assignments = _single_assignments(tree)
+    resolving: set[str] = set()
 
     def evaluate(node: ast.AST) -> Any:
         literal = _literal(node)
@@ -226,7 +229,17 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
         if isinstance(node, ast.Attribute) and isinstance(node.value, (ast.Name, ast.Attribute)):
             return values.get(node.attr.lower(), _UNRESOLVED)  # args.batch_size: the flag's value
         if isinstance(node, ast.Name):
-            return constants.get(node.id, _UNRESOLVED)
+            if node.id in constants:
+                return constants[node.id]
+            # a name the script assigns once from an expression this resolves (batch_size = int(config["bs"]))
+            assigned = single_assignments.get(node.id)
+            if assigned is None or node.id in resolving or len(resolving) > 8:
+                return _UNRESOLVED
+            resolving.add(node.id)
+            try:
+                return evaluate(assigned)
+            finally:
+                resolving.discard(node.id)
         if isinstance(node, ast.Dict):
             out: dict[str, Any] = {}
             for key, value in zip(node.keys, node.values, strict=True):
@@ -235,6 +248,15 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
                     if resolved is not _UNRESOLVED:
                         out[key.value] = resolved
             return out
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(
+                node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            # config["batch_size"] of a dict the script writes as a literal (accelerate's nlp_example)
+            table = dicts.get(node.value.id)
+            return table.get(node.slice.value, _UNRESOLVED) if table is not None else _UNRESOLVED
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "float") \
+                and len(node.args) == 1 and not node.keywords:
+            inner = evaluate(node.args[0])
+            return inner if isinstance(inner, (int, float)) and not isinstance(inner, bool) else _UNRESOLVED
         return _UNRESOLVED
 
     models: set[str] = set()
@@ -339,7 +361,7 @@ def _training_calls(tree: ast.Module, calls: Sequence[ast.Call], evaluate: Any) 
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     found: list[tuple[str, Any, str]] = []
     seen: set[str] = set()
-    sft = loaded = False
+    sft = loaded = loader = False
 
     def resolve(node: ast.AST) -> Any:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
@@ -361,7 +383,7 @@ def _training_calls(tree: ast.Module, calls: Sequence[ast.Call], evaluate: Any) 
         callee, owner, keywords = call_parts(call)
         unsloth_peft = callee == "get_peft_model" and owner.startswith("Fast")
         relevant = (callee in _ARGUMENT_CLASSES or callee in _TRAINER_CLASSES or callee in ("LoraConfig",
-                    "BitsAndBytesConfig", "gradient_checkpointing_enable") or unsloth_peft
+                    "BitsAndBytesConfig", "gradient_checkpointing_enable", "DataLoader") or unsloth_peft
                     or callee == "from_pretrained")
         if not relevant or not _runs(call, parents, evaluate):
             continue
@@ -393,6 +415,11 @@ def _training_calls(tree: ast.Module, calls: Sequence[ast.Call], evaluate: Any) 
             for key in _BNB_KEYWORDS:
                 if key in keywords:
                     add(key, resolve(keywords[key]), f"BitsAndBytesConfig({key}={_shown(keywords[key])})")
+        elif callee == "DataLoader" and "batch_size" in keywords and not loader:
+            # a plain PyTorch loop's first DataLoader (the training one, as scripts write it first): its batch
+            loader = True
+            add("per_device_train_batch_size", resolve(keywords["batch_size"]),
+                f"DataLoader(batch_size={_shown(keywords['batch_size'])})")
         elif callee == "gradient_checkpointing_enable":
             add("gradient_checkpointing", True, f"{owner or 'model'}.gradient_checkpointing_enable()")
         elif callee == "from_pretrained" and (owner.startswith(("AutoModel", "Fast"))
@@ -454,6 +481,36 @@ def _truncation_length(tree: ast.Module, evaluate: Any) -> tuple[int, str] | Non
         if len(found) > 1:
             return None
     return next(iter(found)) if found else None
+
+
+def _single_assignments(tree: ast.Module) -> dict[str, ast.AST]:
+    """The value expression of each name the script assigns exactly once (``NAME = EXPR``, any scope)."""
+    found: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign | ast.AugAssign | ast.For) else []
+        for target in targets:
+            for name in (n for n in ast.walk(target) if isinstance(n, ast.Name)):
+                value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) and len(targets) == 1 \
+                    and isinstance(target, ast.Name) and node.value is not None else None
+                found.setdefault(name.id, []).append(value if value is not None else ast.Pass())
+    return {name: values[0] for name, values in found.items() if len(values) == 1
+            and not isinstance(values[0], ast.Pass)}
+
+
+def _dict_literals(tree: ast.Module) -> dict[str, dict[str, Any]]:
+    """``NAME = {"key": LITERAL, ...}`` anywhere in the script, for a name assigned one such dict only: its literal
+    entries (``config = {"lr": 2e-5, "batch_size": 16}``)."""
+    found: dict[str, list[dict[str, Any] | None]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            table: dict[str, Any] | None = None
+            if isinstance(node.value, ast.Dict):
+                table = {k.value: v for k, v in ((key, _constant(value)) for key, value in
+                                                 zip(node.value.keys, node.value.values, strict=True))
+                         if isinstance(k, ast.Constant) and isinstance(k.value, str) and v is not _UNRESOLVED}
+            found.setdefault(node.targets[0].id, []).append(table)
+    return {name: tables[0] for name, tables in found.items() if len(tables) == 1 and tables[0] is not None}
 
 
 def _module_constants(tree: ast.Module) -> dict[str, Any]:

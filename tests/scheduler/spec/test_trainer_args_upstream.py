@@ -2070,3 +2070,17 @@ def test_a_tokenize_functions_own_cut_is_the_length() -> None:
     job = _script_pod("\n".join(lines), ["python", "train.py"])
     assert job.spec.seq_len == 384
     assert job.provenance["seq_len"].startswith("train.py [:MAX_LENGTH] with MAX_LENGTH = 384")
+
+
+def test_a_plain_loops_dataloader_batch_from_a_config_dict() -> None:
+    """accelerate's nlp_example: ``batch_size = int(config["batch_size"])`` with ``config = {..., "batch_size": 16}``
+    and ``DataLoader(..., batch_size=batch_size)``: read as batch 1 before."""
+    lines = ["from torch.utils.data import DataLoader", "from transformers import AutoModelForSequenceClassification",
+             "def training_function(config):", '    batch_size = int(config["batch_size"])',
+             "    train_dataloader = DataLoader([], shuffle=True, batch_size=batch_size)",
+             "    eval_dataloader = DataLoader([], batch_size=32)",
+             '    model = AutoModelForSequenceClassification.from_pretrained("bert-base-cased")',
+             'if __name__ == "__main__":', '    config = {"lr": 2e-5, "num_epochs": 3, "seed": 42, "batch_size": 16}',
+             "    training_function(config)"]
+    job = _script_pod("\n".join(lines), ["python", "train.py"])
+    assert (job.spec.task, job.spec.micro_batch_size) == ("seq-classification", 16)
