@@ -53,6 +53,9 @@ class ScriptFacts:
     # the task the Auto class the script loads its model with trains (AutoModelForSequenceClassification -> a
     # sequence classifier), with that class's name
     task: tuple[str, str] | None = None
+    # PEFT's prepare_model_for_kbit_training / prepare_model_for_int8_training called by the script: (whether it
+    # turns checkpointing on, the call as written)
+    kbit_prepared: tuple[bool, str] | None = None
 
 
 # transformers' Auto classes -> TrainingSpec tasks (question answering: a two-output span head on every token)
@@ -279,6 +282,13 @@ def read_script(source: str, given: Mapping[str, Any]) -> ScriptFacts | None:
             named = evaluate(keywords["model"]) if "model" in keywords else _UNRESOLVED
             if isinstance(named, str) and "/" in named and named.strip():
                 models.add(named.strip())  # GRPOTrainer(model="Qwen/Qwen2-0.5B-Instruct"): TRL loads it by name
+        if callee in ("prepare_model_for_kbit_training", "prepare_model_for_int8_training") and \
+                facts.kbit_prepared is None:
+            # PEFT: use_gradient_checkpointing defaults to True (it calls gradient_checkpointing_enable)
+            switch = evaluate(keywords["use_gradient_checkpointing"]) if "use_gradient_checkpointing" in keywords \
+                else True
+            facts.kbit_prepared = (_truth(switch) is not False, f"{callee}(" + ", ".join(
+                f"{k}={_shown(v)}" for k, v in keywords.items()) + ")")
         if callee == "ScalingConfig" and "num_workers" in keywords:
             workers = evaluate(keywords["num_workers"])
             gpu = evaluate(keywords["use_gpu"]) if "use_gpu" in keywords else False

@@ -3480,6 +3480,13 @@ def _read_with_script_facts(tokens: Sequence[str], where: str, known: Mapping[st
 
     part.settings = {k: replace(v, source=relabel(v.source)) for k, v in part.settings.items()}
     part.notes = [relabel(note) for note in part.notes]
+    method = part.settings.get("method")
+    if facts.kbit_prepared is not None and method is not None and method.value == "qlora":
+        checkpointing, call = facts.kbit_prepared
+        part.settings["kbit_prepared"] = Setting(True, f"{label} {call}", where)
+        if checkpointing:  # it turns checkpointing on whatever TrainingArguments says
+            part.settings["gradient_checkpointing"] = Setting("full", f"{label} {call} (use_gradient_checkpointing "
+                                                              "True: gradient_checkpointing_enable)", where)
     if facts.task is not None and "task" not in part.settings:
         part.settings["task"] = Setting(facts.task[0], f"{label} {facts.task[1]}.from_pretrained", where)
     if facts.workers is not None and TRAINING_WORLD not in part.settings:

@@ -2084,3 +2084,21 @@ def test_a_plain_loops_dataloader_batch_from_a_config_dict() -> None:
              "    training_function(config)"]
     job = _script_pod("\n".join(lines), ["python", "train.py"])
     assert (job.spec.task, job.spec.micro_batch_size) == ("seq-classification", 16)
+
+
+@pytest.mark.parametrize(("call", "checkpointing"), [
+    ("prepare_model_for_kbit_training(model)", "full"),
+    ("prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)", "none"),
+])
+def test_peft_kbit_preparation_in_a_script(call: str, checkpointing: str) -> None:
+    """A QLoRA script that calls PEFT's prepare_model_for_kbit_training: the non-quantized parameters in fp32
+    (``kbit_prepared``) and checkpointing on unless it passes use_gradient_checkpointing=False (LMFlow's QLoRA path,
+    most hand-written QLoRA scripts). Neither was read."""
+    lines = ["from transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments",
+             "from peft import prepare_model_for_kbit_training, LoraConfig, get_peft_model",
+             'bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")',
+             'model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf", quantization_config=bnb)',
+             f"model = {call}", "model = get_peft_model(model, LoraConfig(r=16))",
+             'TrainingArguments(output_dir="o", per_device_train_batch_size=4, fp16=True)']
+    s = _script_pod("\n".join(lines), ["python", "train.py"]).spec
+    assert (s.method, s.kbit_prepared, s.gradient_checkpointing) == ("qlora", True, checkpointing)
